@@ -1,0 +1,26 @@
+"""kernelaudit: audit GPU kernels against fp64 truth before they ship."""
+
+from kernelaudit.problem.spec import (
+    Axis,
+    Contract,
+    IndexInput,
+    MaskInput,
+    Output,
+    Problem,
+    ScalarInput,
+    TensorInput,
+    Workload,
+)
+
+__all__ = [
+    "Axis",
+    "Contract",
+    "IndexInput",
+    "MaskInput",
+    "Output",
+    "Problem",
+    "ScalarInput",
+    "TensorInput",
+    "Workload",
+]
+__version__ = "0.1.0"

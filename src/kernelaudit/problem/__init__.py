@@ -1,0 +1,1 @@
+"""Problems: what should be computed, and the native format that declares it."""

@@ -1,0 +1,220 @@
+"""What should be computed: the declaration a problem module writes.
+
+A problem names its reference, its inputs (each with a role), its outputs, the workloads it
+cares about (axis bindings) and the contract a candidate must honour. Everything here is a
+small frozen value; lists given by a user are stored as tuples so a problem can be hashed,
+compared and shipped to a worker process unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+Dim = str | int
+"""One entry of a symbolic shape: an axis name or an integer literal."""
+
+LAYOUTS: tuple[str, ...] = ("contiguous", "transposed", "permuted", "strided", "offset", "expanded")
+"""Every memory layout kernelaudit knows; `Contract.layouts` picks the ones a candidate must take."""
+
+
+def _tuple(value: object) -> tuple:
+    if isinstance(value, tuple):
+        return value
+    if isinstance(value, (list, range)):
+        return tuple(value)
+    if isinstance(value, (str, int, torch.dtype)):
+        return (value,)
+    return value  # validation reports anything else with the field's name
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A symbolic size. Boundary sizes tried by the audit respect `min`, `max` and `multiple_of`."""
+
+    name: str
+    min: int = 1
+    max: int | None = None
+    multiple_of: int = 1
+
+    def admits(self, size: int) -> bool:
+        if size < self.min or size % self.multiple_of:
+            return False
+        return self.max is None or size <= self.max
+
+
+@dataclass(frozen=True)
+class TensorInput:
+    """A floating-point tensor. With several `dtypes`, the i-th entry of every multi-dtype
+    input forms the i-th dtype configuration of the problem."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtypes: tuple[torch.dtype, ...] = (torch.float32,)
+    role: Literal["activation", "weight"] = "activation"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", _tuple(self.shape))
+        object.__setattr__(self, "dtypes", _tuple(self.dtypes))
+
+
+@dataclass(frozen=True)
+class IndexInput:
+    """An integer tensor whose values index axis `bound`: every value lies in [0, size(bound))."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    bound: str
+    dtype: torch.dtype = torch.int64
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", _tuple(self.shape))
+
+
+@dataclass(frozen=True)
+class MaskInput:
+    """A mask over the last axis of `shape`. `kind="bool"`: True keeps an element.
+    `kind="additive"`: 0 keeps, -inf masks, added to scores of dtype `dtype`."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    kind: Literal["bool", "additive"] = "bool"
+    dtype: torch.dtype = torch.bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", _tuple(self.shape))
+        if self.kind == "additive" and self.dtype == torch.bool:
+            object.__setattr__(self, "dtype", torch.float32)
+
+
+@dataclass(frozen=True)
+class ScalarInput:
+    """A Python scalar argument: a fixed number, or the size of an axis (`value="hidden"`)."""
+
+    name: str
+    value: float | int | str
+
+
+Input = TensorInput | IndexInput | MaskInput | ScalarInput
+
+
+@dataclass(frozen=True)
+class Output:
+    """A result. `dtype` is a torch dtype or the name of an input whose dtype it follows."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: torch.dtype | str = torch.float32
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", _tuple(self.shape))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One binding of every axis to a size, as the problem's users run it."""
+
+    sizes: tuple[tuple[str, int], ...]
+    name: str = ""
+
+    @classmethod
+    def of(cls, value: Workload | Mapping[str, int], index: int) -> Workload:
+        if isinstance(value, Workload):
+            return value
+        if not isinstance(value, Mapping):
+            return cls(sizes=value, name=f"workload {index}")  # type: ignore[arg-type]
+        return cls(sizes=tuple(value.items()), name=f"workload {index}")
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.sizes)
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What the candidate promises.
+
+    style: "return" (the candidate returns its outputs) or "destination" (outputs are passed,
+        preallocated, after the inputs, in declaration order, and the candidate fills them).
+    mutates: inputs the candidate may write; their values after the call are compared with the
+        reference's values after its call.
+    deterministic: repeated runs on identical inputs must agree bit for bit; when False they are
+        held to the error budget instead.
+    layouts: the memory layouts every tensor input must be accepted in.
+    """
+
+    style: Literal["return", "destination"] = "return"
+    mutates: tuple[str, ...] = ()
+    deterministic: bool = True
+    layouts: tuple[str, ...] = LAYOUTS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mutates", _tuple(self.mutates))
+        object.__setattr__(self, "layouts", _tuple(self.layouts))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A complete declaration: what to compute and how a candidate will be called.
+
+    The reference takes the inputs positionally, in declaration order, and returns the outputs
+    (one tensor, or a tuple in declaration order). The candidate is called the same way; with
+    `Contract(style="destination")` it also receives the preallocated outputs.
+    """
+
+    name: str
+    reference: Callable[..., object]
+    axes: tuple[Axis, ...]
+    inputs: tuple[Input, ...]
+    outputs: tuple[Output, ...]
+    workloads: tuple[Workload, ...]
+    contract: Contract = field(default_factory=Contract)
+    description: str = ""
+    source: str = ""
+    """The file the problem was loaded from ("" when built in code)."""
+
+    def __post_init__(self) -> None:
+        axes = tuple(a if isinstance(a, Axis) else Axis(a) for a in _tuple(self.axes))
+        object.__setattr__(self, "axes", axes)
+        object.__setattr__(self, "inputs", _tuple(self.inputs))
+        object.__setattr__(self, "outputs", _tuple(self.outputs))
+        workloads = _tuple(self.workloads)
+        if isinstance(workloads, tuple):
+            workloads = tuple(Workload.of(w, i) for i, w in enumerate(workloads))
+        object.__setattr__(self, "workloads", workloads)
+
+    def axis(self, name: str) -> Axis:
+        return next(a for a in self.axes if a.name == name)
+
+    def input(self, name: str) -> Input:
+        return next(i for i in self.inputs if i.name == name)
+
+    @property
+    def tensor_inputs(self) -> tuple[TensorInput | IndexInput | MaskInput, ...]:
+        return tuple(i for i in self.inputs if not isinstance(i, ScalarInput))
+
+    def dtype_configs(self) -> tuple[dict[str, torch.dtype], ...]:
+        """Every dtype configuration: input name -> dtype, for all tensor inputs."""
+        count = max((len(i.dtypes) for i in self.inputs if isinstance(i, TensorInput)), default=1)
+        configs = []
+        for k in range(count):
+            config: dict[str, torch.dtype] = {}
+            for i in self.tensor_inputs:
+                if isinstance(i, TensorInput):
+                    config[i.name] = i.dtypes[k] if len(i.dtypes) > 1 else i.dtypes[0]
+                else:
+                    config[i.name] = i.dtype
+            configs.append(config)
+        return tuple(configs)
+
+    def output_dtype(self, output: Output, config: Mapping[str, torch.dtype]) -> torch.dtype:
+        if isinstance(output.dtype, torch.dtype):
+            return output.dtype
+        return config[output.dtype]
+
+
+def resolve_shape(shape: tuple[Dim, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """Bind a symbolic shape to concrete sizes."""
+    return tuple(d if isinstance(d, int) else int(sizes[d]) for d in shape)

@@ -1,0 +1,83 @@
+"""How hard an audit looks: `quick`, `default` and `thorough`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelaudit.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    float_distributions: tuple[str, ...]
+    index_distributions: tuple[str, ...]
+    mask_distributions: tuple[str, ...]
+    boundary_sizes_per_axis: int
+    """How many boundary sizes each axis is tried at (besides its workload sizes)."""
+    layouts: tuple[str, ...]
+    """Non-contiguous layouts tried (each one input at a time), where the contract allows."""
+    seeds: int
+    """How many seeds each workload x distribution case is drawn with."""
+    repeats: int
+    """Calls on identical inputs for the determinism check."""
+    shrink_budget: int
+    """Most reruns spent shrinking one failing case."""
+    timeout_s: float
+    """Wall time one call of the candidate may take before it counts as hung."""
+
+
+_ALL_FLOATS = (
+    "normal", "uniform", "offset", "heavy_tailed", "outlier_channels", "large", "tiny",
+    "constant_rows", "small_integers", "nonfinite",
+)
+_ALL_INDICES = ("uniform", "zipf", "hot", "sorted", "boundary")
+_ALL_MASKS = ("random", "masked_rows", "all_kept")
+_ALL_LAYOUTS = ("transposed", "permuted", "strided", "offset", "expanded")
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile(
+        name="quick",
+        float_distributions=("normal", "offset", "small_integers", "large"),
+        index_distributions=("uniform", "zipf", "hot"),
+        mask_distributions=("random", "masked_rows"),
+        boundary_sizes_per_axis=2,
+        layouts=("transposed", "offset"),
+        seeds=1,
+        repeats=2,
+        shrink_budget=8,
+        timeout_s=60.0,
+    ),
+    "default": Profile(
+        name="default",
+        float_distributions=_ALL_FLOATS,
+        index_distributions=_ALL_INDICES,
+        mask_distributions=_ALL_MASKS,
+        boundary_sizes_per_axis=4,
+        layouts=_ALL_LAYOUTS,
+        seeds=1,
+        repeats=3,
+        shrink_budget=24,
+        timeout_s=120.0,
+    ),
+    "thorough": Profile(
+        name="thorough",
+        float_distributions=_ALL_FLOATS,
+        index_distributions=_ALL_INDICES,
+        mask_distributions=_ALL_MASKS,
+        boundary_sizes_per_axis=8,
+        layouts=_ALL_LAYOUTS,
+        seeds=2,
+        repeats=5,
+        shrink_budget=48,
+        timeout_s=300.0,
+    ),
+}
+
+
+def profile_named(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(PROFILES)
+        raise UsageError(f"unknown profile {name!r}; choose one of: {known}") from None
