@@ -28,8 +28,16 @@ class Profile:
 
 
 _ALL_FLOATS = (
-    "normal", "uniform", "offset", "heavy_tailed", "outlier_channels", "large", "tiny",
-    "constant_rows", "small_integers", "nonfinite",
+    "normal",
+    "uniform",
+    "offset",
+    "heavy_tailed",
+    "outlier_channels",
+    "large",
+    "tiny",
+    "constant_rows",
+    "small_integers",
+    "nonfinite",
 )
 _ALL_INDICES = ("uniform", "zipf", "hot", "sorted", "boundary")
 _ALL_MASKS = ("random", "masked_rows", "all_kept")

@@ -76,12 +76,27 @@ class Expected:
 class Observation:
     """What one probe produced, with everything a check needs to judge it."""
 
+    problem: Problem
     probe: Probe
     result: InvocationResult
     inputs: Mapping[str, object]
     """The logical input values of the probe's case (dense, CPU)."""
     expected: Expected
     followup_expected: Expected | None = None
+
+    def results(self, call: int = 0) -> tuple[torch.Tensor, ...]:
+        """What the candidate produced in one call, aligned with `expected.names`: the
+        outputs, then the after-call values of the inputs the contract lets it mutate."""
+        outcome = self.result.calls[call]
+        tensor_names = [n for n, v in self.inputs.items() if isinstance(v, torch.Tensor)]
+        after = dict(zip(tensor_names, outcome.inputs_after, strict=False))
+        mutated = [
+            n.removesuffix(" (after call)")
+            for n in self.expected.names
+            if n.endswith(" (after call)")
+        ]
+        declared = len(self.expected.names) - len(mutated)
+        return tuple(outcome.outputs[:declared]) + tuple(after[n] for n in mutated if n in after)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,9 @@ class Case:
         return dict(self.layouts).get(name, "contiguous")
 
     def with_sizes(self, sizes: dict[str, int], label: str | None = None) -> Case:
-        return replace(self, sizes=tuple(sizes.items()), label=self.label if label is None else label)
+        return replace(
+            self, sizes=tuple(sizes.items()), label=self.label if label is None else label
+        )
 
     def with_value(self, name: str, distribution: str) -> Case:
         values = dict(self.values)

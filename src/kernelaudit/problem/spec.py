@@ -18,7 +18,7 @@ Dim = str | int
 """One entry of a symbolic shape: an axis name or an integer literal."""
 
 LAYOUTS: tuple[str, ...] = ("contiguous", "transposed", "permuted", "strided", "offset", "expanded")
-"""Every memory layout kernelaudit knows; `Contract.layouts` picks the ones a candidate must take."""
+"""Every memory layout kernelaudit knows; `Contract.layouts` picks those a candidate must take."""
 
 
 def _tuple(value: object) -> tuple:

@@ -1,0 +1,130 @@
+"""Numerics sweep: every result of every case compared with fp64 truth by the oracle's rule."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.sweep import numerics_cases
+from kernelaudit.oracle.compare import Comparison, compare
+from kernelaudit.oracle.metrics import row_errors
+from kernelaudit.problem.spec import IndexInput
+
+_TOP_ROWS = 5
+
+
+class Numerics:
+    name: ClassVar[str] = "numerics"
+    summary: ClassVar[str] = (
+        "outputs match fp64 truth within the error-ratio rule across distributions, shapes, "
+        "layouts and dtypes"
+    )
+
+    def plan(self, ctx: PlanContext) -> list[Probe]:
+        return [Probe(self.name, case) for case in numerics_cases(ctx)]
+
+    def judge(self, observation: Observation) -> list[Failure]:
+        if observation.probe.check != self.name or observation.result.error:
+            return []
+        return judge_results(observation, call=0)
+
+    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
+        return []
+
+
+def judge_results(observation: Observation, call: int) -> list[Failure]:
+    """Compare one call's results with the expected ones; one failure per failing result."""
+    expected = observation.expected
+    values = observation.results(call)
+    if len(values) < len(expected.names):
+        return []  # the execution check reports a wrong number of outputs
+    failures = []
+    for k, name in enumerate(expected.names):
+        comparison = compare(
+            name, values[k], expected.truth[k], expected.baseline[k], expected.dtypes[k]
+        )
+        if comparison.passed:
+            continue
+        evidence = comparison_evidence(comparison)
+        evidence += _row_evidence(observation, name, values[k], expected.truth[k])
+        failures.append(
+            Failure(
+                key=f"{comparison.failure}:{name}",
+                title=comparison.reason,
+                evidence=evidence,
+                score=_score(comparison),
+            )
+        )
+    return failures
+
+
+def comparison_evidence(comparison: Comparison) -> tuple[tuple[str, Any], ...]:
+    return (
+        ("result", comparison.name),
+        ("reason", comparison.reason),
+        ("metrics", dict(comparison.metrics)),
+    )
+
+
+def _score(comparison: Comparison) -> float:
+    ratios = [
+        float(v)
+        for k, v in comparison.metrics
+        if k.endswith("ratio") and isinstance(v, (int, float))
+    ]
+    return max(ratios, default=1.0)
+
+
+def _row_evidence(
+    observation: Observation, name: str, values: torch.Tensor, truth: torch.Tensor
+) -> tuple[tuple[str, Any], ...]:
+    """The rows with the largest error and, where the output's rows are indexed by an index
+    input, how often each of those rows' ids occurs in it."""
+    if values.shape != truth.shape or not values.dtype.is_floating_point or values.dim() < 2:
+        return ()
+    errors = row_errors(values, truth)
+    if errors.numel() < 2:
+        return ()
+    top = torch.topk(errors.nan_to_num(float("inf")), min(_TOP_ROWS, errors.numel()))
+    rows: list[dict[str, Any]] = [
+        {"row": int(r), "error": float(e)} for e, r in zip(top.values, top.indices, strict=True)
+    ]
+    squared = (values.double() - truth.double()).nan_to_num(0.0, 0.0, 0.0).pow(2)
+    squared = squared.reshape(-1, values.shape[-1]).sum(dim=1)
+    total = float(squared.sum())
+    evidence: list[tuple[str, Any]] = []
+    if total > 0:
+        share = float(squared[top.indices].sum()) / total
+        evidence.append((f"share of squared error in the {len(rows)} worst rows", round(share, 4)))
+    counts = _row_multiplicity(observation, name, values.shape[0]) if values.dim() == 2 else None
+    if counts is not None:
+        for row in rows:
+            row["id_count"] = int(counts[row["row"]])
+        nonzero = counts[counts > 0].float()
+        evidence.append(
+            (
+                "id counts",
+                {
+                    "median count of used ids": float(nonzero.median()) if nonzero.numel() else 0.0,
+                    "max count": int(counts.max()),
+                },
+            )
+        )
+    evidence.insert(0, ("worst rows", rows))
+    return tuple(evidence)
+
+
+def _row_multiplicity(observation: Observation, name: str, rows: int) -> torch.Tensor | None:
+    """Occurrences of each row id when an index input is bound to the output's row axis."""
+    problem = observation.problem
+    output = next((o for o in problem.outputs if o.name == name), None)
+    if output is None or not output.shape or not isinstance(output.shape[0], str):
+        return None
+    for inp in problem.inputs:
+        if isinstance(inp, IndexInput) and inp.bound == output.shape[0]:
+            ids = observation.inputs[inp.name]
+            if isinstance(ids, torch.Tensor) and ids.numel():
+                return torch.bincount(ids.flatten().long(), minlength=rows)[:rows]
+    return None

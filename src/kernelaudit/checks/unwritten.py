@@ -1,0 +1,97 @@
+"""Unwritten outputs: every output and every allocation the candidate makes is filled with NaN on
+one call and with a second sentinel on another; an element that follows the poison was never
+written (or was computed from memory that was never written)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan
+from kernelaudit.checks.sweep import boundary_cases
+from kernelaudit.runner.poison import poison_value
+
+_PLAN = RunPlan(poisons=("nan", "sentinel"))
+
+
+class Unwritten:
+    name: ClassVar[str] = "unwritten"
+    summary: ClassVar[str] = "every output element is written, and no result depends on poison"
+
+    def plan(self, ctx: PlanContext) -> list[Probe]:
+        limit = 2 * len(ctx.problem.axes)
+        return [Probe(self.name, case, _PLAN) for case in boundary_cases(ctx, limit)]
+
+    def judge(self, observation: Observation) -> list[Failure]:
+        result = observation.result
+        if observation.probe.check != self.name or result.error or len(result.calls) < 2:
+            return []
+        first, second = result.calls[0].outputs, result.calls[1].outputs
+        failures = []
+        for k, out in enumerate(observation.problem.outputs[: min(len(first), len(second))]):
+            a, b = first[k], second[k]
+            if a.shape != b.shape or a.dtype != b.dtype or a.dtype == torch.bool:
+                continue
+            unwritten = _holds(a, "nan") & _holds(b, "sentinel")
+            count = int(unwritten.sum())
+            if count:
+                failures.append(
+                    Failure(
+                        key=f"unwritten:{out.name}",
+                        title=f"{out.name!r}: {count} of {a.numel()} elements are never written",
+                        evidence=_locate(unwritten),
+                        score=count / max(a.numel(), 1),
+                    )
+                )
+                continue
+            if observation.problem.contract.deterministic:
+                differ = ~_same_bits(a, b)
+                count = int(differ.sum())
+                if count:
+                    failures.append(
+                        Failure(
+                            key=f"poison-dependence:{out.name}",
+                            title=f"{out.name!r}: {count} elements change with the poison in "
+                            "memory the candidate did not write (reads of uninitialised memory)",
+                            evidence=_locate(differ),
+                            score=count / max(a.numel(), 1),
+                        )
+                    )
+        return failures
+
+    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
+        return []
+
+
+def _holds(values: torch.Tensor, poison: str) -> torch.Tensor:
+    marker = poison_value(poison, values.dtype)
+    if values.dtype.is_floating_point and marker != marker:  # NaN poison
+        return torch.isnan(values)
+    return values == torch.tensor(marker, dtype=values.dtype)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.dtype.is_floating_point:
+        return (a == b) | (torch.isnan(a) & torch.isnan(b))
+    return a == b
+
+
+def _locate(mask: torch.Tensor) -> tuple[tuple[str, Any], ...]:
+    """Where the bad elements are: count, first indices, and the rows and columns they span."""
+    where = mask.nonzero()
+    evidence: list[tuple[str, Any]] = [
+        ("elements", int(mask.sum())),
+        ("of", mask.numel()),
+        ("first indices", [tuple(int(i) for i in row) for row in where[:5]]),
+    ]
+    for dim in range(mask.dim()):
+        touched = where[:, dim].unique()
+        evidence.append(
+            (
+                f"dim {dim} indices",
+                f"{int(touched.min())}..{int(touched.max())} ({touched.numel()} of "
+                f"{mask.shape[dim]})",
+            )
+        )
+    return tuple(evidence)

@@ -1,0 +1,214 @@
+"""The command line: `kernelaudit check | demo | repro`.
+
+Exit codes: 0 every candidate passed (for `demo`: every example behaved as expected), 1 a
+candidate failed, 2 a usage error (malformed problem, missing candidate, bad option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kernelaudit.checks import REGISTRY, build_checks
+from kernelaudit.demo import find_examples, load_examples
+from kernelaudit.engine.audit import resolve_device, run_audit
+from kernelaudit.engine.executor import Executor
+from kernelaudit.errors import UsageError
+from kernelaudit.findings import AuditReport, read_reports, write_reports
+from kernelaudit.problem.load import load_problem
+from kernelaudit.profiles import PROFILES, profile_named
+from kernelaudit.report.terminal import (
+    print_evidence,
+    print_findings,
+    progress_bar,
+    verdict_table,
+)
+from kernelaudit.runner.candidate import CandidateRef, parse_candidate
+from kernelaudit.runner.process import Worker
+
+DEFAULT_REPORT = "kernelaudit-report.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    # a pipe or CI log has no width of its own: give tables room rather than 80 columns
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    try:
+        return int(args.run(args, console))
+    except UsageError as error:
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {error}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernelaudit",
+        description="Audit GPU kernels against fp64 truth across adversarial inputs, shapes "
+        "and layouts.",
+    )
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    check = sub.add_parser("check", help="audit candidates against a problem")
+    check.add_argument("problem", help="problem file (.py defining `problem = Problem(...)`)")
+    check.add_argument(
+        "candidates", nargs="+", metavar="CANDIDATE", help="candidate as path/file.py::function"
+    )
+    _common(check)
+    check.add_argument(
+        "--checks",
+        help="comma-separated checks to run (default: all): "
+        + ", ".join(cls.name for cls in REGISTRY),
+    )
+    check.set_defaults(run=_check)
+
+    demo = sub.add_parser("demo", help="audit the bundled examples and print the summary")
+    _common(demo)
+    demo.add_argument("--examples", type=Path, help="examples folder (default: the checkout's)")
+    demo.set_defaults(run=_demo)
+
+    repro = sub.add_parser("repro", help="rerun one finding from a JSON report")
+    repro.add_argument("report", type=Path, help="JSON report written by check or demo")
+    repro.add_argument("finding", help="finding id, e.g. F1")
+    repro.add_argument("--device", default="auto", help="auto (default), cpu or cuda[:N]")
+    repro.set_defaults(run=_repro)
+    return parser
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--profile",
+        default="default",
+        choices=list(PROFILES),
+        help="how hard to look (default: default)",
+    )
+    parser.add_argument("--device", default="auto", help="auto (default), cpu or cuda[:N]")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=Path(DEFAULT_REPORT),
+        help=f"where to write the JSON report (default: {DEFAULT_REPORT})",
+    )
+
+
+def _audit_all(
+    pairs: list[tuple[Path, CandidateRef]],
+    args: argparse.Namespace,
+    console: Console,
+    checks: list[str] | None = None,
+) -> list[AuditReport]:
+    profile = profile_named(args.profile)
+    device = resolve_device(args.device)
+    problems = {path: load_problem(path) for path in dict.fromkeys(p for p, _ in pairs)}
+    reports = []
+    for path, candidate in pairs:
+        problem = problems[path]
+        with progress_bar(console, f"{problem.name} / {candidate.function}") as progress:
+            reports.append(
+                run_audit(problem, candidate, profile, device, build_checks(checks), progress)
+            )
+        report = reports[-1]
+        console.print(
+            f"{report.verdict:4}  {escape(problem.name)} / {escape(candidate.label)}  "
+            f"({len(report.records)} cases, {report.seconds:.1f} s)"
+        )
+    write_reports(reports, args.json)
+    return reports
+
+
+def _check(args: argparse.Namespace, console: Console) -> int:
+    checks = [c.strip() for c in args.checks.split(",")] if args.checks else None
+    build_checks(checks)  # reject unknown names before any work starts
+    candidates = [parse_candidate(spec) for spec in args.candidates]
+    reports = _audit_all([(Path(args.problem), c) for c in candidates], args, console, checks)
+    console.print(verdict_table(reports))
+    for report in reports:
+        print_findings(console, report, str(args.json))
+    console.print(f"\nJSON report: {args.json}")
+    return 0 if all(r.verdict == "PASS" for r in reports) else 1
+
+
+def _demo(args: argparse.Namespace, console: Console) -> int:
+    examples = load_examples(find_examples(args.examples))
+    pairs = [(e.problem, parse_candidate(e.candidate)) for e in examples]
+    reports = _audit_all(pairs, args, console)
+    table = Table(title=f"kernelaudit demo ({args.profile} profile)", title_justify="left")
+    for column in ("problem", "candidate", "expected", "verdict", "finding that names the bug"):
+        table.add_column(column)
+    all_met = True
+    for example, report in zip(examples, reports, strict=True):
+        met = example.met_by(report)
+        all_met &= met
+        expected = example.verdict + (f" ({example.check})" if example.check else "")
+        top = next((f for f in report.failures if f.check == example.check), None)
+        top = top or (report.failures[0] if report.failures else None)
+        table.add_row(
+            escape(report.problem),
+            escape(report.candidate.split("::")[-1]),
+            expected,
+            f"[{'green' if met else 'red'}]{report.verdict}{'' if met else ' (unexpected)'}[/]",
+            escape(f"{top.id} [{top.check}] {_clip(top.title, 90)}") if top else "-",
+        )
+    console.print(table)
+    for report in reports:
+        print_findings(console, report, str(args.json), limit=1)
+    console.print(f"\nJSON report: {args.json}")
+    console.print(
+        "every example behaved as expected"
+        if all_met
+        else "[bold red]some examples did not behave as expected[/]"
+    )
+    return 0 if all_met else 1
+
+
+def _repro(args: argparse.Namespace, console: Console) -> int:
+    matches = []
+    for report in read_reports(args.report):
+        if any(f.id == args.finding for f in report.findings):
+            matches.append(report)
+    if not matches:
+        known = sorted(
+            {f"{r.candidate}: {f.id}" for r in read_reports(args.report) for f in r.findings}
+        )
+        raise UsageError(
+            f"no finding {args.finding!r} in {args.report}; findings there: "
+            + (", ".join(known) or "none")
+        )
+    device = resolve_device(args.device)
+    failing = False
+    for report in matches:
+        finding = report.finding(args.finding)
+        problem = load_problem(report.problem_path)
+        candidate = CandidateRef(report.candidate_path, report.candidate_function)
+        check = next(c for c in build_checks([finding.check]) if c.name == finding.check)
+        console.print(f"replaying {finding.id} of {report.candidate} on {problem.name} ({device})")
+        with Worker(candidate, device, profile_named(report.profile).timeout_s) as worker:
+            observation = Executor(problem, worker, device).observe(finding.probe)
+        failures = [f for f in check.judge(observation) if f.key == finding.key]
+        console.print(f"recorded: {finding.title}")
+        if failures:
+            failing = True
+            console.print("[bold red]reproduced[/]")
+            for failure in failures:
+                print_evidence(
+                    console, replace(finding, title=failure.title, evidence=failure.evidence)
+                )
+        else:
+            console.print("[bold green]not reproduced[/]: the case passes now")
+    return 1 if failing else 0
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The engine: plan, run, judge, shrink; the order of an audit lives here."""

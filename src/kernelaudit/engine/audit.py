@@ -1,0 +1,222 @@
+"""The audit: plan every check's probes, run them against the isolated candidate, judge each
+observation with every check, group failures into findings, shrink them, and report."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+import kernelaudit
+from kernelaudit.checks import build_checks
+from kernelaudit.checks.base import Check, Failure, PlanContext, Probe
+from kernelaudit.engine.executor import Executor
+from kernelaudit.engine.shrink import shrink
+from kernelaudit.errors import UsageError
+from kernelaudit.findings import AuditReport, CaseRecord, Finding
+from kernelaudit.inputs.case import Case
+from kernelaudit.problem.load import load_problem
+from kernelaudit.problem.spec import Problem
+from kernelaudit.profiles import Profile, profile_named
+from kernelaudit.runner.candidate import CandidateRef, from_callable, parse_candidate
+from kernelaudit.runner.process import Worker
+
+Progress = Callable[[int, int, str], None]
+"""Called after each probe with (done, total, what just ran)."""
+
+_CPU_SM_TARGET = 132
+"""Without a GPU, plan "fewer rows than SMs" sizes for an H100-class part (132 SMs)."""
+
+
+def resolve_device(device: str | None) -> str:
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(
+            f"device {device!r} was asked for but no CUDA device is visible; "
+            "pass --device cpu or run on a machine with a GPU"
+        )
+    if device != "cpu" and not device.startswith("cuda"):
+        raise UsageError(f"unknown device {device!r}; use auto, cpu or cuda[:N]")
+    return device
+
+
+def audit(
+    problem: Problem | str | Path,
+    candidate: Callable[..., object] | str | CandidateRef,
+    profile: str | Profile = "default",
+    device: str | None = None,
+    checks: list[str] | None = None,
+    progress: Progress | None = None,
+) -> AuditReport:
+    """Audit one candidate against one problem and return the report.
+
+    problem: a Problem, or the path of a problem file.
+    candidate: a module-level function, a "path/file.py::function" spec, or a CandidateRef.
+    """
+    if not isinstance(problem, Problem):
+        problem = load_problem(problem)
+    if isinstance(candidate, CandidateRef):
+        ref = candidate
+    elif isinstance(candidate, str):
+        ref = parse_candidate(candidate)
+    else:
+        ref = from_callable(candidate)
+    chosen = profile if isinstance(profile, Profile) else profile_named(profile)
+    return run_audit(problem, ref, chosen, resolve_device(device), build_checks(checks), progress)
+
+
+def run_audit(
+    problem: Problem,
+    candidate: CandidateRef,
+    profile: Profile,
+    device: str,
+    checks: list[Check],
+    progress: Progress | None = None,
+) -> AuditReport:
+    started = time.perf_counter()
+    ctx = PlanContext(problem, profile, device, _sm_count(device))
+    queue = deque(dict.fromkeys(p for check in checks for p in check.plan(ctx)))
+    seen = set(queue)
+    followups: set[Probe] = set()
+    groups: dict[tuple[str, str], list[tuple[Probe, Failure]]] = {}
+    records: list[CaseRecord] = []
+    with Worker(candidate, device, profile.timeout_s) as worker:
+        executor = Executor(problem, worker, device)
+        while queue:
+            probe = queue.popleft()
+            tick = time.perf_counter()
+            observation = executor.observe(probe)
+            keys = []
+            for check in checks:
+                failures = check.judge(observation)
+                for failure in failures:
+                    groups.setdefault((check.name, failure.key), []).append((probe, failure))
+                    keys.append(failure.key)
+                if probe in followups:
+                    continue  # one round of follow-ups: they never ask for more
+                for extra in check.followups(observation, failures):
+                    if extra not in seen:
+                        seen.add(extra)
+                        followups.add(extra)
+                        queue.append(extra)
+            records.append(
+                CaseRecord(probe.check, probe.case, tuple(keys), time.perf_counter() - tick)
+            )
+            if progress is not None:
+                progress(
+                    len(records), len(records) + len(queue), f"{probe.check}: {probe.case.label}"
+                )
+        by_name = {check.name: check for check in checks}
+        findings = [
+            _finding(executor, by_name[name], key, items, records, profile)
+            for (name, key), items in groups.items()
+        ]
+    # the most specific diagnosis first: an unwritten output also shows as NaN in the numerics
+    order = {check.name: i for i, check in enumerate(checks)}
+    findings.sort(
+        key=lambda f: (
+            {"fail": 0, "warn": 1, "note": 2}[f.severity],
+            order[f.check],
+            -f.occurrences,
+        )
+    )
+    findings = [replace(f, id=f"F{i}") for i, f in enumerate(findings, start=1)]
+    verdict = "FAIL" if any(f.severity == "fail" for f in findings) else "PASS"
+    return AuditReport(
+        problem=problem.name,
+        problem_path=problem.source,
+        candidate=candidate.label,
+        candidate_path=candidate.path,
+        candidate_function=candidate.function,
+        profile=profile.name,
+        device=device,
+        verdict=verdict,
+        findings=tuple(findings),
+        records=tuple(records),
+        seconds=time.perf_counter() - started,
+        environment=environment(device),
+    )
+
+
+def _finding(
+    executor: Executor,
+    check: Check,
+    key: str,
+    items: list[tuple[Probe, Failure]],
+    records: list[CaseRecord],
+    profile: Profile,
+) -> Finding:
+    probe, failure = max(items, key=lambda item: item[1].score)
+    steps: tuple[str, ...] = ()
+    if failure.severity == "fail" and not key.startswith("timeout"):
+        shrunk = shrink(executor, check, probe, failure, profile.shrink_budget)
+        probe, failure, steps = shrunk.probe, shrunk.failure, shrunk.steps
+    same_check = [r for r in records if r.check == items[0][0].check]
+    evidence = (*failure.evidence, ("cases", _by_variant(items, same_check)))
+    return Finding(
+        id="",
+        check=check.name,
+        key=key,
+        severity=failure.severity,
+        title=failure.title,
+        evidence=evidence,
+        probe=probe,
+        original=max(items, key=lambda item: item[1].score)[0].case,
+        occurrences=len(items),
+        probes=len(same_check),
+        shrink_steps=steps,
+    )
+
+
+def _variant(case: Case) -> str:
+    values = ", ".join(f"{name}~{dist}" for name, dist in case.values) or "default values"
+    layouts = ", ".join(f"{name}:{layout}" for name, layout in case.layouts)
+    label = case.label.removesuffix(" (shrunk)")
+    return f"{values}; {layouts} @ {label}" if layouts else f"{values} @ {label}"
+
+
+def _by_variant(items: list[tuple[Probe, Failure]], records: list[CaseRecord]) -> dict[str, str]:
+    """Failing / total cases per value-and-layout variant: shows which inputs expose the bug
+    and which hide it."""
+    failed = Counter(_variant(p.case) for p, _ in items)
+    total = Counter(_variant(r.case) for r in records)
+    for probe, _ in items:
+        total.setdefault(_variant(probe.case), failed[_variant(probe.case)])
+    return {
+        variant: f"failed {failed.get(variant, 0)} of {count}"
+        for variant, count in sorted(total.items(), key=lambda kv: -failed.get(kv[0], 0))
+    }
+
+
+def _sm_count(device: str) -> int:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+    return _CPU_SM_TARGET
+
+
+def environment(device: str) -> tuple[tuple[str, str], ...]:
+    """Versions and hardware, so a report says where its numbers come from."""
+    env = [
+        ("kernelaudit", kernelaudit.__version__),
+        ("python", platform.python_version()),
+        ("torch", torch.__version__),
+    ]
+    try:
+        import triton
+
+        env.append(("triton", triton.__version__))
+    except ImportError:
+        pass
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.device(device))
+        env.append(("gpu", props.name))
+        env.append(("cuda", str(torch.version.cuda)))
+    else:
+        env.append(("cpu", platform.processor() or platform.machine()))
+    return tuple(env)

@@ -1,0 +1,201 @@
+"""What an audit concludes: findings with evidence and a reproducer, and the report that holds
+them. Everything here round-trips through JSON so `kernelaudit repro` can replay a finding."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelaudit.checks.base import Probe, RunPlan, Severity
+from kernelaudit.errors import UsageError
+from kernelaudit.inputs.case import Case
+
+REPORT_FORMAT = "kernelaudit-report/1"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One way the candidate failed (or a warning or note), shrunk to its simplest case.
+
+    probe: the shrunk probe; rerunning it reproduces the finding.
+    original: the case the failure was first seen in, before shrinking.
+    occurrences: how many probes failed this way; probes: how many the check judged.
+    """
+
+    id: str
+    check: str
+    key: str
+    severity: Severity
+    title: str
+    evidence: tuple[tuple[str, Any], ...]
+    probe: Probe
+    original: Case
+    occurrences: int
+    probes: int
+    shrink_steps: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "check": self.check,
+            "key": self.key,
+            "severity": self.severity,
+            "title": self.title,
+            "evidence": {k: v for k, v in self.evidence},
+            "probe": {
+                "check": self.probe.check,
+                "case": self.probe.case.to_json(),
+                "plan": self.probe.plan.to_json(),
+            },
+            "original_case": self.original.to_json(),
+            "occurrences": self.occurrences,
+            "probes": self.probes,
+            "shrink_steps": list(self.shrink_steps),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Finding:
+        probe = data["probe"]
+        return cls(
+            id=data["id"],
+            check=data["check"],
+            key=data["key"],
+            severity=data["severity"],
+            title=data["title"],
+            evidence=tuple(data.get("evidence", {}).items()),
+            probe=Probe(
+                probe["check"], Case.from_json(probe["case"]), RunPlan.from_json(probe["plan"])
+            ),
+            original=Case.from_json(data["original_case"]),
+            occurrences=int(data["occurrences"]),
+            probes=int(data["probes"]),
+            shrink_steps=tuple(data.get("shrink_steps", ())),
+        )
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One probe that ran, and the failure keys it produced (empty: it passed)."""
+
+    check: str
+    case: Case
+    failures: tuple[str, ...]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "case": self.case.to_json(),
+            "failures": list(self.failures),
+            "seconds": round(self.seconds, 6),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaseRecord:
+        return cls(
+            data["check"],
+            Case.from_json(data["case"]),
+            tuple(data["failures"]),
+            float(data["seconds"]),
+        )
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """The verdict for one candidate on one problem."""
+
+    problem: str
+    problem_path: str
+    candidate: str
+    candidate_path: str
+    candidate_function: str
+    profile: str
+    device: str
+    verdict: str
+    """"PASS" or "FAIL"."""
+    findings: tuple[Finding, ...]
+    records: tuple[CaseRecord, ...]
+    seconds: float
+    environment: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "fail")
+
+    def finding(self, finding_id: str) -> Finding:
+        for finding in self.findings:
+            if finding.id == finding_id:
+                return finding
+        known = ", ".join(f.id for f in self.findings) or "none"
+        raise UsageError(f"the report has no finding {finding_id!r}; its findings: {known}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": REPORT_FORMAT,
+            "problem": self.problem,
+            "problem_path": self.problem_path,
+            "candidate": self.candidate,
+            "candidate_path": self.candidate_path,
+            "candidate_function": self.candidate_function,
+            "profile": self.profile,
+            "device": self.device,
+            "verdict": self.verdict,
+            "seconds": round(self.seconds, 3),
+            "environment": dict(self.environment),
+            "findings": [f.to_json() for f in self.findings],
+            "cases": [r.to_json() for r in self.records],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AuditReport:
+        return cls(
+            problem=data["problem"],
+            problem_path=data["problem_path"],
+            candidate=data["candidate"],
+            candidate_path=data["candidate_path"],
+            candidate_function=data["candidate_function"],
+            profile=data["profile"],
+            device=data["device"],
+            verdict=data["verdict"],
+            findings=tuple(Finding.from_json(f) for f in data["findings"]),
+            records=tuple(CaseRecord.from_json(r) for r in data["cases"]),
+            seconds=float(data["seconds"]),
+            environment=tuple(data.get("environment", {}).items()),
+        )
+
+
+def write_reports(reports: list[AuditReport], path: Path) -> None:
+    """Write one JSON file holding every candidate's report."""
+    document = {"format": REPORT_FORMAT, "reports": [r.to_json() for r in reports]}
+    path.write_text(json.dumps(document, indent=1, default=_json_default))
+
+
+def read_reports(path: Path) -> list[AuditReport]:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(
+            f"report {str(path)!r} does not exist; pass the JSON file written by "
+            "`kernelaudit check --json`"
+        ) from None
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"report {str(path)!r} is not JSON ({error}); pass the file written by "
+            "`kernelaudit check --json`"
+        ) from None
+    if not isinstance(document, dict) or document.get("format") != REPORT_FORMAT:
+        raise UsageError(
+            f"{str(path)!r} is not a kernelaudit report (field 'format' is not "
+            f"{REPORT_FORMAT!r}); pass a file written by `kernelaudit check --json`"
+        )
+    return [AuditReport.from_json(r) for r in document["reports"]]
+
+
+def _json_default(value: object) -> object:
+    if hasattr(value, "item"):
+        return value.item()  # type: ignore[no-any-return]
+    if isinstance(value, (tuple, set)):
+        return list(value)
+    return str(value)

@@ -1,0 +1,284 @@
+"""Value distributions for floating-point inputs: small composable values, drawn seeded on the CPU.
+
+A `Distribution` computes float64 values for a tensor of a given dtype (magnitudes may depend on
+the dtype) and `draw_float` rounds them to that dtype, so every value a kernel sees is exactly
+representable and the same seed gives the same bits on every machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import torch
+
+from kernelaudit.errors import UsageError
+
+Sampler = Callable[[tuple[int, ...], torch.dtype, torch.Generator], torch.Tensor]
+"""(shape, target dtype, generator) -> float64 CPU tensor of that shape."""
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A named way to fill a floating tensor.
+
+    `sample` returns float64 values on the CPU, meant for a tensor of the given dtype; callers
+    go through `draw_float`, which rounds them to that dtype.
+    """
+
+    name: str
+    summary: str
+    sample: Sampler
+
+    def map(
+        self,
+        fn: Callable[[torch.Tensor, torch.Generator], torch.Tensor],
+        name: str,
+        summary: str,
+    ) -> Distribution:
+        """A new distribution whose values are `fn(values, generator)` of this one's.
+
+        `fn` works on the float64 values before rounding and gets the same generator, for
+        transforms that need randomness of their own (which channels become outliers).
+        """
+        base = self.sample
+
+        def sample(
+            shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
+        ) -> torch.Tensor:
+            return fn(base(shape, dtype, generator), generator)
+
+        return Distribution(name=name, summary=summary, sample=sample)
+
+
+def _normal(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(shape, generator=generator, dtype=torch.float64)
+
+
+def _uniform(
+    shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
+) -> torch.Tensor:
+    values = torch.rand(shape, generator=generator, dtype=torch.float64)
+    # Rounding to a short mantissa would turn values near 1 into exactly 1.0; the largest value
+    # below 1 in the target dtype keeps the promise of a half-open interval.
+    return values.clamp_(max=1.0 - torch.finfo(dtype).eps / 2)
+
+
+def _clip_finite(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # Values past the dtype's largest finite number would round to inf; a distribution that
+    # promises finite values must not depend on luck in its tails.
+    largest = torch.finfo(dtype).max
+    return values.clamp_(min=-largest, max=largest)
+
+
+def _heavy_tailed(
+    shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
+) -> torch.Tensor:
+    # Student-t with 2 degrees of freedom: z / sqrt(chi2_2 / 2), and chi2_2 / 2 = -ln(1 - u)
+    # is exponential. Its variance is infinite, so a few values are far larger than the rest.
+    z = torch.randn(shape, generator=generator, dtype=torch.float64)
+    u = torch.rand(shape, generator=generator, dtype=torch.float64)
+    half_chi2 = (-torch.log1p(-u)).clamp_(min=1e-300)
+    return _clip_finite(z / half_chi2.sqrt(), dtype)
+
+
+def _large_scale(dtype: torch.dtype) -> float:
+    if dtype == torch.float64:
+        return 2.0**200
+    info = torch.finfo(dtype)
+    if info.max > 2.0**100:
+        # bfloat16 and float32 share float32's range: squares (2**100) and sums of a million
+        # of them (2**120) fit in an fp32 accumulator, but anything routed through fp16 is inf.
+        return 2.0**50
+    # float16 and narrower: squares overflow the dtype itself but not an fp32 accumulator.
+    return info.max / 8
+
+
+def _large(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
+    values = torch.randn(shape, generator=generator, dtype=torch.float64) * _large_scale(dtype)
+    return _clip_finite(values, dtype)
+
+
+def _tiny(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
+    info = torch.finfo(dtype)
+    tiny = info.smallest_normal
+    # Subnormals are k * (tiny * eps) for k in [1, 1/eps). Drawing k log-uniformly spreads the
+    # magnitudes over the whole range down to tiny * 2**-10 (or the smallest subnormal, for
+    # dtypes with fewer mantissa bits), and every such value is exact in float64 and the dtype.
+    k_max = round(1 / info.eps) - 1
+    k_min = max(1, round(2.0**-10 / info.eps))
+    u = torch.rand(shape, generator=generator, dtype=torch.float64)
+    k = (k_min * (k_max / k_min) ** u).floor_().clamp_(k_min, k_max)
+    subnormal = k * (tiny * info.eps)
+    normal = tiny * (1 + 15 * torch.rand(shape, generator=generator, dtype=torch.float64))
+    picks = torch.rand(shape, generator=generator, dtype=torch.float64) < 0.5
+    if picks.numel():
+        # At least one subnormal, whatever the size, so a flush-to-zero is always visible.
+        forced = int(torch.randint(picks.numel(), (), generator=generator))
+        picks.view(-1)[forced] = True
+    signs = torch.randint(2, shape, generator=generator, dtype=torch.int64) * 2 - 1
+    return torch.where(picks, subnormal, normal) * signs
+
+
+def _constant_rows(
+    shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
+) -> torch.Tensor:
+    if not shape:
+        return torch.randn((), generator=generator, dtype=torch.float64)
+    rows = torch.randn((*shape[:-1], 1), generator=generator, dtype=torch.float64)
+    return rows.expand(shape).contiguous()
+
+
+def _small_integers(
+    shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
+) -> torch.Tensor:
+    return torch.randint(-4, 5, shape, generator=generator, dtype=torch.int64).to(torch.float64)
+
+
+def _scale_outlier_channels(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    channels = values.shape[-1] if values.dim() else 1
+    if channels == 0:
+        return values
+    count = max(1, round(0.01 * channels))
+    chosen = torch.randperm(channels, generator=generator)[:count]
+    if values.dim() == 0:
+        return values * 100
+    values[..., chosen] *= 100
+    return values
+
+
+def _set_nonfinite(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    n = values.numel()
+    if n == 0:
+        return values
+    wanted = max(1, round(0.001 * n), min(n, 3))
+    flat = values.view(-1)
+    hits = torch.nonzero(torch.rand(n, generator=generator, dtype=torch.float64) < 0.001)
+    positions = hits.view(-1)
+    if positions.numel() < wanted:
+        # Small tensors (or an unlucky draw) fall back to an exact draw without replacement;
+        # for large tensors the Bernoulli draw above avoids a permutation of every position.
+        positions = torch.randperm(n, generator=generator)[:wanted]
+    # A balanced, shuffled assignment guarantees NaN, +inf and -inf each appear when >= 3 hit.
+    kinds = torch.randperm(positions.numel(), generator=generator) % 3
+    specials = torch.tensor([float("nan"), float("inf"), float("-inf")], dtype=torch.float64)
+    flat[positions] = specials[kinds]
+    return values
+
+
+_NORMAL = Distribution(
+    name="normal",
+    summary="N(0, 1): what benchmarks already use; the baseline the others depart from.",
+    sample=_normal,
+)
+
+_DISTRIBUTIONS = (
+    _NORMAL,
+    Distribution(
+        name="uniform",
+        summary="U[0, 1): all positive, so signed cancellation cannot hide an error.",
+        sample=_uniform,
+    ),
+    _NORMAL.map(
+        lambda values, _: values.add_(32),
+        name="offset",
+        summary=(
+            "N(0, 1) + 32: a large mean against a small spread. Variance computed as "
+            "E[x^2] - E[x]^2 cancels catastrophically, and padding lanes counted in a mean or "
+            "a variance shift it visibly."
+        ),
+    ),
+    Distribution(
+        name="heavy_tailed",
+        summary=(
+            "Student-t with 2 degrees of freedom, clipped to the dtype's finite range: rare "
+            "values orders of magnitude above the rest, as in gradients and attention logits."
+        ),
+        sample=_heavy_tailed,
+    ),
+    _NORMAL.map(
+        _scale_outlier_channels,
+        name="outlier_channels",
+        summary=(
+            "N(0, 1) with ~1% (at least one) of the last dimension's channels scaled by 100, "
+            "like the outlier features of LLM activations that break per-tensor scaling and "
+            "low-precision accumulation."
+        ),
+    ),
+    Distribution(
+        name="large",
+        summary=(
+            "N(0, 1) times a large scale for the dtype (float16: max/8; bfloat16 and float32: "
+            "2**50; float64: 2**200): a kernel accumulating in fp32 stays finite, one squaring "
+            "or summing through fp16 overflows to inf."
+        ),
+        sample=_large,
+    ),
+    Distribution(
+        name="tiny",
+        summary=(
+            "Half the values subnormal in the dtype, the rest just above its smallest normal "
+            "number, random signs: exposes flush-to-zero and rescaling that underflows."
+        ),
+        sample=_tiny,
+    ),
+    Distribution(
+        name="constant_rows",
+        summary=(
+            "Every row along the last dimension holds one value: zero variance, where "
+            "normalisations divide by (almost) zero unless they add epsilon correctly."
+        ),
+        sample=_constant_rows,
+    ),
+    Distribution(
+        name="small_integers",
+        summary=(
+            "Integers in [-4, 4]: exact in every dtype, and sums and products of them stay "
+            "exact, so many results must match bit for bit."
+        ),
+        sample=_small_integers,
+    ),
+    _NORMAL.map(
+        _set_nonfinite,
+        name="nonfinite",
+        summary=(
+            "N(0, 1) with ~0.1% (at least one; NaN, +inf and -inf each at least once when "
+            "there is room) non-finite: they must propagate where the reference propagates "
+            "them and stay out of results that do not depend on them."
+        ),
+    ),
+    _NORMAL.map(
+        lambda values, _: values.mul_(0.25).add_(1),
+        name="weight",
+        summary=(
+            "1 + 0.25 N(0, 1): norm weights that are not all ones, so a kernel that ignores "
+            "or misindexes its weight shows."
+        ),
+    ),
+)
+
+FLOAT_DISTRIBUTIONS: Mapping[str, Distribution] = MappingProxyType(
+    {d.name: d for d in _DISTRIBUTIONS}
+)
+
+
+def default_float(role: str) -> str:
+    """The distribution an input of `role` gets when a case names none."""
+    return "weight" if role == "weight" else "normal"
+
+
+def draw_float(
+    name: str, shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
+) -> torch.Tensor:
+    """Values of distribution `name`, on the CPU, exactly `dtype`."""
+    distribution = FLOAT_DISTRIBUTIONS.get(name)
+    if distribution is None:
+        known = ", ".join(FLOAT_DISTRIBUTIONS)
+        raise UsageError(f"unknown float distribution {name!r}; choose one of: {known}")
+    if not dtype.is_floating_point:
+        raise UsageError(
+            f"float distribution {name!r} cannot fill a tensor of dtype {dtype}; "
+            "declare the input with a floating dtype (or as an IndexInput or MaskInput)"
+        )
+    return distribution.sample(tuple(shape), dtype, generator).to(dtype)

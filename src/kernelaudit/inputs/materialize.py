@@ -1,0 +1,147 @@
+"""Turn a case into input values: the one place where a problem's inputs get drawn."""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+from kernelaudit.errors import UsageError
+from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.distributions import FLOAT_DISTRIBUTIONS, default_float, draw_float
+from kernelaudit.inputs.indices import INDEX_DISTRIBUTIONS, draw_index
+from kernelaudit.inputs.layouts import expand_dim
+from kernelaudit.inputs.masks import MASK_DISTRIBUTIONS, draw_mask
+from kernelaudit.problem.spec import (
+    LAYOUTS,
+    IndexInput,
+    Input,
+    MaskInput,
+    Problem,
+    ScalarInput,
+    TensorInput,
+    resolve_shape,
+)
+
+
+def input_generator(seed: int, name: str) -> torch.Generator:
+    """The generator for one input of a case: independent of every other input's draws, so
+    changing one input's distribution leaves the others' values as they were."""
+    # The CPU generator keeps only the low 32 bits of its seed, so seed and name are hashed
+    # together into 32 bits; crc32 is stable across processes, unlike hash().
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(zlib.crc32(f"{seed}\0{name}".encode()))
+    return generator
+
+
+def distributions_for(inp: Input) -> tuple[str, ...]:
+    """The distribution names that can fill `inp` (none for scalars)."""
+    if isinstance(inp, TensorInput):
+        return tuple(FLOAT_DISTRIBUTIONS)
+    if isinstance(inp, IndexInput):
+        return tuple(INDEX_DISTRIBUTIONS)
+    if isinstance(inp, MaskInput):
+        return tuple(MASK_DISTRIBUTIONS)
+    return ()
+
+
+def default_distribution(inp: TensorInput | IndexInput | MaskInput) -> str:
+    """The distribution `inp` gets when a case names none."""
+    if isinstance(inp, TensorInput):
+        return default_float(inp.role)
+    if isinstance(inp, IndexInput):
+        return "uniform"
+    return "random"
+
+
+def _axis_size(sizes: dict[str, int], axis: str, inp: Input, case: Case) -> int:
+    if axis not in sizes:
+        raise UsageError(
+            f"input {inp.name!r} uses axis {axis!r}, which case {case.label or case.describe()!r} "
+            f"gives no size; add {axis!r} to the case's sizes (or to every workload)"
+        )
+    return sizes[axis]
+
+
+def _check_case_names(problem: Problem, case: Case) -> None:
+    names = {i.name for i in problem.inputs}
+    for field, named in (("values", case.values), ("layouts", case.layouts)):
+        unknown = sorted(name for name, _ in named if name not in names)
+        if unknown:
+            raise UsageError(
+                f"case {field} name inputs {unknown} that problem {problem.name!r} does not "
+                f"declare; use one of: {', '.join(sorted(names))}"
+            )
+    for name, layout in case.layouts:
+        if layout not in LAYOUTS:
+            raise UsageError(
+                f"input {name!r} has unknown layout {layout!r}; choose one of: {', '.join(LAYOUTS)}"
+            )
+
+
+def _draw(
+    inp: TensorInput | IndexInput | MaskInput,
+    distribution: str,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    generator: torch.Generator,
+    bound: int,
+) -> torch.Tensor:
+    if isinstance(inp, TensorInput):
+        return draw_float(distribution, shape, dtype, generator)
+    if isinstance(inp, IndexInput):
+        return draw_index(distribution, shape, bound, dtype, generator)
+    return draw_mask(distribution, shape, inp.kind, dtype, generator)
+
+
+def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | float]:
+    """The logical value of every input of `problem` for `case`, in declaration order.
+
+    Tensors are dense, contiguous and on the CPU, in the case's dtype configuration. The same
+    (problem, case) gives bit-identical values in every process.
+    """
+    configs = problem.dtype_configs()
+    if not 0 <= case.dtype_config < len(configs):
+        raise UsageError(
+            f"case dtype_config {case.dtype_config} is out of range; problem {problem.name!r} "
+            f"has {len(configs)} dtype configuration(s), numbered from 0"
+        )
+    config = configs[case.dtype_config]
+    sizes = case.size_map()
+    _check_case_names(problem, case)
+    values: dict[str, torch.Tensor | int | float] = {}
+    for inp in problem.inputs:
+        if isinstance(inp, ScalarInput):
+            if any(name == inp.name for name, _ in case.values):
+                raise UsageError(
+                    f"case values name scalar input {inp.name!r}, which has no distribution; "
+                    "remove it from the case's values"
+                )
+            if isinstance(inp.value, str):
+                values[inp.name] = _axis_size(sizes, inp.value, inp, case)
+            else:
+                values[inp.name] = inp.value
+            continue
+        distribution = case.value_of(inp.name, default_distribution(inp))
+        valid = distributions_for(inp)
+        if distribution not in valid:
+            raise UsageError(
+                f"input {inp.name!r} cannot take distribution {distribution!r}; "
+                f"choose one of: {', '.join(valid)}"
+            )
+        shape = resolve_shape(
+            inp.shape, {d: _axis_size(sizes, d, inp, case) for d in inp.shape if isinstance(d, str)}
+        )
+        generator = input_generator(case.seed, inp.name)
+        dtype = config[inp.name]
+        bound = _axis_size(sizes, inp.bound, inp, case) if isinstance(inp, IndexInput) else 0
+        d = expand_dim(shape) if case.layout_of(inp.name) == "expanded" else None
+        if d is None:
+            values[inp.name] = _draw(inp, distribution, shape, dtype, generator, bound)
+            continue
+        # Drawn with size 1 where the layout broadcasts, so presenting the values with stride 0
+        # there shows the candidate exactly these values.
+        narrow = (*shape[:d], 1, *shape[d + 1 :])
+        drawn = _draw(inp, distribution, narrow, dtype, generator, bound)
+        values[inp.name] = drawn.expand(shape).contiguous()
+    return values

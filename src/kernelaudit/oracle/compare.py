@@ -1,0 +1,480 @@
+"""One comparison per output kind, chosen in one place, each ending in a verdict with numbers.
+
+Floating results are judged against the fp64 truth relative to the native-precision baseline:
+`error_ratio = err(candidate) / max(err(baseline), floor)` for three metrics (see
+`kernelaudit.oracle.metrics`), with an absolute budget a poor baseline cannot stretch, after the
+non-finite pattern is checked, and bit for bit where the truth is exactly representable and the
+baseline reproduces it. Integer and bool results must equal the truth exactly. Every constant
+is in `CONSTANTS`, with the reason for its value; docs/oracle.md explains the rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from kernelaudit.inputs.case import dtype_name
+from kernelaudit.oracle.metrics import ErrorMetrics, error_metrics, unit_roundoff
+
+RATIO_LIMIT = 4.0
+ACCUMULATION_NOISE_FACTOR = 16
+WORST_ROW_FLOOR_FACTOR = 2
+COMPONENTWISE_FLOOR_FACTOR = 4
+BUDGET_EXPONENT = 0.5
+SHOWN_MISMATCHES = 5
+
+METRICS: tuple[str, ...] = ("normwise", "worst_row", "componentwise")
+_FLOOR_FACTORS = {
+    "normwise": 1,
+    "worst_row": WORST_ROW_FLOOR_FACTOR,
+    "componentwise": COMPONENTWISE_FLOOR_FACTOR,
+}
+_SCAN_ELEMENTS = 1 << 22
+
+Value = float | int | bool
+
+
+@dataclass(frozen=True)
+class Constant:
+    name: str
+    value: str
+    reasoning: str
+
+
+CONSTANTS: tuple[Constant, ...] = (
+    Constant(
+        "RATIO_LIMIT",
+        f"{RATIO_LIMIT:g}",
+        "A candidate may be this many times less accurate than the baseline (or the noise "
+        "floor). Different but sound summation orders and blockings change an error by up to "
+        "about 2-3x; an error of 4x or more means lost precision, not a different order.",
+    ),
+    Constant(
+        "unit roundoff u",
+        "finfo(dtype).eps / 2",
+        "The relative error of one correct rounding to the dtype: 2^-8 for bfloat16, 2^-11 for "
+        "float16, 2^-24 for float32, 2^-53 for float64.",
+    ),
+    Constant(
+        "accumulation unit u_acc",
+        "u(float32) for outputs of 32 bits or fewer, u(float64) for float64",
+        "Kernels accumulate low-precision results in float32; the noise of reordering such an "
+        "accumulation is a few float32 roundings, independent of the output dtype.",
+    ),
+    Constant(
+        "ACCUMULATION_NOISE_FACTOR",
+        f"{ACCUMULATION_NOISE_FACTOR}",
+        "floor_normwise = max(u_out, ACCUMULATION_NOISE_FACTOR * u_acc): a baseline that happens "
+        "to be nearly exact (error below one rounding to the output, or below the reordering "
+        "noise of a float32 accumulation over many terms) must not make an equally sound "
+        "candidate look many times worse.",
+    ),
+    Constant(
+        "WORST_ROW_FLOOR_FACTOR",
+        f"{WORST_ROW_FLOOR_FACTOR}",
+        "floor_worst_row = 2 * floor_normwise: the worst of many rows fluctuates more than the "
+        "whole result's error does.",
+    ),
+    Constant(
+        "COMPONENTWISE_FLOOR_FACTOR",
+        f"{COMPONENTWISE_FLOOR_FACTOR}",
+        "floor_componentwise = 4 * floor_normwise: the single worst element fluctuates most; "
+        "one rounding of the output already costs up to u_out per element.",
+    ),
+    Constant(
+        "BUDGET_EXPONENT",
+        f"{BUDGET_EXPONENT:g}",
+        "budget_m = max(RATIO_LIMIT * floor_m, u_out ** BUDGET_EXPONENT): a result that lost more "
+        "than half its significant bits fails whatever the baseline did, so a poor baseline "
+        "cannot excuse a poor candidate. It never undercuts what the ratio rule allows at the "
+        "floor.",
+    ),
+    Constant(
+        "absolute floor A",
+        "finfo(dtype).smallest_normal / u_out",
+        "Denominators are at least A (times sqrt(count) for norms), so an absolute error of one "
+        "smallest normal, what flushing subnormals to zero costs, counts as one unit roundoff "
+        "and never fails a result on its own.",
+    ),
+    Constant(
+        "SHOWN_MISMATCHES",
+        f"{SHOWN_MISMATCHES}",
+        "How many mismatching positions a failure lists, in row-major order.",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """One metric of a floating comparison."""
+
+    metric: str
+    candidate: float
+    baseline: float
+    floor: float
+    error_ratio: float
+    budget: float
+    ratio_limit: float
+
+    @property
+    def passed(self) -> bool:
+        return self.error_ratio <= self.ratio_limit and self.candidate <= self.budget
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    index: tuple[int, ...]
+    candidate: Value
+    expected: Value
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict on one result.
+
+    failure: "" when passed, else a short key for grouping: "shape", "dtype",
+        "nan-where-finite", "inf-where-finite", "wrong-where-nan", "wrong-where-inf",
+        "wrong-where-overflow", "error", "bit-exact" or "mismatch".
+    metrics: a JSON-able summary of every number below.
+    """
+
+    name: str
+    kind: Literal["floating", "exact"]
+    passed: bool
+    reason: str = ""
+    failure: str = ""
+    metrics: tuple[tuple[str, Value], ...] = ()
+    errors: tuple[MetricResult, ...] = ()
+    worst_row: int | None = None
+    worst_element: tuple[int, ...] | None = None
+    worst_candidate: float | None = None
+    worst_truth: float | None = None
+    mismatches: tuple[Mismatch, ...] = ()
+    """The first few positions that failed (non-finite pattern, bit-exact rule, exact kind)."""
+
+
+def noise_floor(metric: str, dtype: torch.dtype) -> float:
+    """The smallest baseline error a ratio is taken against, for a result of `dtype`."""
+    accumulation = unit_roundoff(torch.float32 if dtype.itemsize <= 4 else dtype)
+    normwise = max(unit_roundoff(dtype), ACCUMULATION_NOISE_FACTOR * accumulation)
+    return _FLOOR_FACTORS[metric] * normwise
+
+
+def budget(metric: str, dtype: torch.dtype, ratio_limit: float = RATIO_LIMIT) -> float:
+    """The largest error a result of `dtype` may have for `metric`, whatever the baseline's."""
+    return max(ratio_limit * noise_floor(metric, dtype), unit_roundoff(dtype) ** BUDGET_EXPONENT)
+
+
+def compare(
+    name: str,
+    values: torch.Tensor,
+    truth: torch.Tensor,
+    baseline: torch.Tensor,
+    dtype: torch.dtype,
+    ratio_limit: float = RATIO_LIMIT,
+) -> Comparison:
+    """Judge a candidate's result `values` against the fp64 `truth` and the native `baseline`.
+
+    `dtype` is the dtype the result must have. Never raises on a bad result: a wrong shape or
+    dtype is a failed comparison.
+    """
+    kind: Literal["floating", "exact"] = "exact" if is_exact(dtype) else "floating"
+    if tuple(values.shape) != tuple(truth.shape):
+        reason = f"{name} has shape {tuple(values.shape)}, expected {tuple(truth.shape)}"
+        return Comparison(name, kind, passed=False, reason=reason, failure="shape")
+    if values.dtype != dtype:
+        reason = f"{name} is {dtype_name(values.dtype)}, expected {dtype_name(dtype)}"
+        return Comparison(name, kind, passed=False, reason=reason, failure="dtype")
+    return _COMPARISONS[kind](name, values, truth, baseline, dtype, ratio_limit)
+
+
+def is_exact(dtype: torch.dtype) -> bool:
+    """Whether results of `dtype` are compared exactly (integer and bool) or by error."""
+    return not (dtype.is_floating_point or dtype.is_complex)
+
+
+def _compare_exact(
+    name: str,
+    values: torch.Tensor,
+    truth: torch.Tensor,
+    baseline: torch.Tensor,
+    dtype: torch.dtype,
+    ratio_limit: float,
+) -> Comparison:
+    differ = values != truth
+    count = int(differ.sum())
+    baseline_count = int((baseline != truth).sum())
+    metrics = (
+        ("mismatches", count),
+        ("baseline_mismatches", baseline_count),
+        ("elements", values.numel()),
+    )
+    if count == 0:
+        return Comparison(name, "exact", passed=True, metrics=metrics)
+    shown = _mismatches(differ, values, truth)
+    reason = (
+        f"{count} of {values.numel()} elements of {name} differ from the truth ({_listing(shown)})"
+    )
+    if baseline_count:
+        reason += f"; the baseline differs at {baseline_count} too, so rounding decides this result"
+    return Comparison(
+        name,
+        "exact",
+        passed=False,
+        reason=reason,
+        failure="mismatch",
+        metrics=metrics,
+        mismatches=shown,
+    )
+
+
+def _compare_floating(
+    name: str,
+    values: torch.Tensor,
+    truth: torch.Tensor,
+    baseline: torch.Tensor,
+    dtype: torch.dtype,
+    ratio_limit: float,
+) -> Comparison:
+    if dtype.is_complex:
+        values, truth, baseline = (_interleaved(t) for t in (values, truth, baseline))
+        dtype = dtype.to_real()
+    candidate = values.to(torch.float64)
+    reference = baseline.to(torch.float64)
+    truth = truth.to(torch.float64)
+
+    overflow = torch.isfinite(truth) & (truth.abs() > torch.finfo(dtype).max)
+    pattern = _nonfinite_pattern(candidate, truth, overflow, dtype)
+    # positions where the truth overflows the dtype are judged by the pattern alone
+    compared_truth = truth.masked_fill(overflow, math.nan) if bool(overflow.any()) else truth
+    measured = error_metrics(candidate, compared_truth, dtype)
+    reference_error = error_metrics(reference, compared_truth, dtype)
+    results = tuple(_judge(m, measured, reference_error, dtype, ratio_limit) for m in METRICS)
+    compared = torch.isfinite(compared_truth)
+    exact = _bit_exact_mismatches(candidate, reference, compared_truth, compared, dtype)
+
+    worst = _unravel(measured.worst_element_index, candidate.shape)
+    summary: list[tuple[str, Value]] = []
+    for r in results:
+        summary += [
+            (r.metric, r.candidate),
+            (f"{r.metric}_baseline", r.baseline),
+            (f"{r.metric}_floor", r.floor),
+            (f"{r.metric}_error_ratio", r.error_ratio),
+            (f"{r.metric}_budget", r.budget),
+        ]
+    summary += [("worst_row_index", measured.worst_row_index), ("compared", measured.compared)]
+    summary += [(key, count) for key, count, _ in pattern]
+    if exact is not None:
+        summary.append(("bit_exact_mismatches", int(exact.sum())))
+    failing = [(key, count, shown) for key, count, shown in pattern if count]
+    failed = [r for r in results if not r.passed]
+    reason, failure = "", ""
+    shown: tuple[Mismatch, ...] = ()
+    if failing:
+        reason, failure, shown = _nonfinite_reason(name, failing), failing[0][0], failing[0][2]
+    elif failed:
+        reason, failure = _error_reason(name, failed, measured, worst, dtype), "error"
+    elif exact is not None and bool(exact.any()):
+        shown = _mismatches(exact, candidate, truth)
+        reason, failure = _bit_exact_reason(name, int(exact.sum()), shown), "bit-exact"
+    return Comparison(
+        name=name,
+        kind="floating",
+        passed=not failure,
+        reason=reason,
+        failure=failure,
+        metrics=tuple(summary),
+        errors=results,
+        worst_row=measured.worst_row_index,
+        worst_element=worst,
+        worst_candidate=measured.worst_element_value,
+        worst_truth=measured.worst_element_truth,
+        mismatches=shown,
+    )
+
+
+_COMPARISONS: dict[str, Callable[..., Comparison]] = {
+    "exact": _compare_exact,
+    "floating": _compare_floating,
+}
+
+
+def _judge(
+    metric: str,
+    candidate: ErrorMetrics,
+    baseline: ErrorMetrics,
+    dtype: torch.dtype,
+    ratio_limit: float,
+) -> MetricResult:
+    floor = noise_floor(metric, dtype)
+    c, b = getattr(candidate, metric), getattr(baseline, metric)
+    return MetricResult(
+        metric=metric,
+        candidate=c,
+        baseline=b,
+        floor=floor,
+        error_ratio=c / max(b, floor),
+        budget=budget(metric, dtype, ratio_limit),
+        ratio_limit=ratio_limit,
+    )
+
+
+def _interleaved(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as real numbers, real and imaginary parts alternating in the last dim."""
+    real = torch.view_as_real(t.resolve_conj())
+    return real.reshape(*t.shape[:-1], -1) if t.dim() else real
+
+
+def _has_infinity(dtype: torch.dtype) -> bool:
+    # float8 formats named "fn" (finite) or "fnuz" have no infinity; out-of-range values
+    # convert to NaN or saturate there
+    return not str(dtype).endswith(("fn", "fnuz", "fnu"))
+
+
+def _nonfinite_pattern(
+    candidate: torch.Tensor, truth: torch.Tensor, overflow: torch.Tensor, dtype: torch.dtype
+) -> list[tuple[str, int, tuple[Mismatch, ...]]]:
+    """(failure key, count, first positions) for each way the candidate's non-finite values
+    can disagree with the truth's."""
+    c_nan, c_inf = torch.isnan(candidate), torch.isinf(candidate)
+    t_nan, t_inf = torch.isnan(truth), torch.isinf(truth)
+    representable = ~(t_nan | t_inf | overflow)
+    same_sign = torch.signbit(candidate) == torch.signbit(truth)
+    saturated = (c_inf | (candidate.abs() == torch.finfo(dtype).max)) & same_sign
+    if not _has_infinity(dtype):
+        saturated |= c_nan
+    masks = (
+        ("nan-where-finite", representable & c_nan),
+        ("inf-where-finite", representable & c_inf),
+        ("wrong-where-nan", t_nan & ~c_nan),
+        ("wrong-where-inf", t_inf & ~(c_inf & same_sign)),
+        ("wrong-where-overflow", overflow & ~saturated),
+    )
+    pattern = []
+    for key, mask in masks:
+        count = int(mask.sum())
+        pattern.append((key, count, _mismatches(mask, candidate, truth) if count else ()))
+    return pattern
+
+
+def _bit_exact_mismatches(
+    candidate: torch.Tensor,
+    baseline: torch.Tensor,
+    truth: torch.Tensor,
+    compared: torch.Tensor,
+    dtype: torch.dtype,
+) -> torch.Tensor | None:
+    """Where the candidate differs from a truth that the dtype represents exactly at every
+    compared position and the baseline reproduces exactly; None when the rule does not apply."""
+    if not bool(compared.any()):
+        return None
+    exact_truth = torch.where(compared, truth, 0.0)
+    representable = torch.equal(exact_truth.to(dtype).to(torch.float64), exact_truth)
+    if not representable or not torch.equal(torch.where(compared, baseline, 0.0), exact_truth):
+        return None
+    # compared by value, so -0.0 equals +0.0; differences no larger than the smallest normal
+    # are what flushing subnormals to zero does, which the metrics forgive too
+    flushed = (candidate - truth).abs() <= torch.finfo(dtype).smallest_normal
+    return compared & (candidate != truth) & ~flushed
+
+
+def _mismatches(
+    mask: torch.Tensor, candidate: torch.Tensor, expected: torch.Tensor
+) -> tuple[Mismatch, ...]:
+    flat = mask.reshape(-1)
+    positions: list[int] = []
+    for start in range(0, flat.numel(), _SCAN_ELEMENTS):
+        hits = torch.nonzero(flat[start : start + _SCAN_ELEMENTS]).flatten()
+        positions += [start + int(h) for h in hits[: SHOWN_MISMATCHES - len(positions)]]
+        if len(positions) == SHOWN_MISMATCHES:
+            break
+    c, e = candidate.reshape(-1), expected.reshape(-1)
+    return tuple(Mismatch(_unravel(p, mask.shape), c[p].item(), e[p].item()) for p in positions)
+
+
+def _unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    index = []
+    for size in reversed(shape):
+        flat, position = divmod(flat, size) if size else (flat, 0)
+        index.append(position)
+    return tuple(reversed(index))
+
+
+def _number(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _value(x: Value) -> str:
+    # enough digits to tell neighbouring float32 values apart
+    return f"{x:.9g}" if isinstance(x, float) else str(x)
+
+
+def _listing(shown: tuple[Mismatch, ...]) -> str:
+    first = "; ".join(
+        f"{m.index}: {_value(m.candidate)} instead of {_value(m.expected)}" for m in shown
+    )
+    return f"first at {first}"
+
+
+_NONFINITE_WORDS = {
+    "nan-where-finite": "NaN where the truth is finite",
+    "inf-where-finite": "inf where the truth is finite and representable",
+    "wrong-where-nan": "not NaN where the truth is NaN",
+    "wrong-where-inf": "not the same infinity where the truth is infinite",
+    "wrong-where-overflow": "neither an infinity nor the largest finite value of the same sign "
+    "where the truth overflows the dtype",
+}
+
+
+def _nonfinite_reason(name: str, failing: list[tuple[str, int, tuple[Mismatch, ...]]]) -> str:
+    parts = [
+        f"{count} {_NONFINITE_WORDS[key]} ({_listing(shown)})" for key, count, shown in failing
+    ]
+    return f"{name} has " + "; ".join(parts)
+
+
+def _error_reason(
+    name: str,
+    failed: list[MetricResult],
+    measured: ErrorMetrics,
+    worst: tuple[int, ...],
+    dtype: torch.dtype,
+) -> str:
+    r = max(failed, key=lambda m: max(m.error_ratio / m.ratio_limit, m.candidate / m.budget))
+    where = ""
+    if r.metric == "worst_row":
+        where = f" (row {measured.worst_row_index})"
+    elif r.metric == "componentwise":
+        where = (
+            f" (at {worst}: {_value(measured.worst_element_value)} instead of "
+            f"{_value(measured.worst_element_truth)})"
+        )
+    head = f"{name}: {r.metric} error {_number(r.candidate)}{where}"
+    if r.error_ratio > r.ratio_limit:
+        if r.baseline >= r.floor:
+            text = f"{head} is {r.error_ratio:.3g}x the baseline's {_number(r.baseline)}"
+        else:
+            text = (
+                f"{head} is {r.error_ratio:.3g}x the noise floor {_number(r.floor)} "
+                f"(the baseline's error is {_number(r.baseline)}; limit {r.ratio_limit:g}x)"
+            )
+        text += f" (limit {r.ratio_limit:g}x)" if r.baseline >= r.floor else ""
+        if r.candidate > r.budget:
+            text += f" and above the {dtype_name(dtype)} budget {_number(r.budget)}"
+        return text
+    return (
+        f"{head} is above the {dtype_name(dtype)} budget {_number(r.budget)}, more than half "
+        f"the significant bits lost, whatever the baseline's {_number(r.baseline)}"
+    )
+
+
+def _bit_exact_reason(name: str, count: int, shown: tuple[Mismatch, ...]) -> str:
+    return (
+        f"{name} differs from the truth at {count} element(s) ({_listing(shown)}), though the "
+        f"truth is exactly representable and the baseline reproduces it bit for bit"
+    )

@@ -1,0 +1,152 @@
+"""How far a floating result is from the truth, in three views.
+
+normwise: the whole result at once, ||C - T|| / ||T||.
+worst_row: the worst row (all dimensions but the last flattened), so an error concentrated in a
+    few rows (a hot embedding row, one attention head) is not averaged away.
+componentwise: the worst single element, relative to its own magnitude or the result's RMS.
+
+Every denominator has a floor. The absolute floor `A = smallest_normal / unit_roundoff` of the
+output dtype is the magnitude whose rounding error is one subnormal step: errors the size of a
+flush-to-zero count as one unit roundoff and so never fail a result on their own. The row floor
+`||T|| / sqrt(rows)` (the RMS row norm) keeps rows whose true values cancel to about zero from
+dominating; the element floor `rms(T)` does the same for single elements.
+
+All arithmetic is float64 over positions where both the result and the truth are finite
+(non-finite values are the comparison's business). Large results are processed in chunks of
+rows so memory stays a small multiple of one chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+_CHUNK_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class ErrorMetrics:
+    normwise: float
+    worst_row: float
+    worst_row_index: int
+    """Index of the worst row among the result's rows (leading dimensions flattened)."""
+    componentwise: float
+    worst_element_index: int
+    """Flat (row-major) index of the worst element."""
+    worst_element_value: float
+    worst_element_truth: float
+    compared: int
+    """How many elements were compared (both finite)."""
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """Half the distance from 1 to the next representable number: one rounding's relative error."""
+    return torch.finfo(dtype).eps / 2
+
+
+def absolute_floor(dtype: torch.dtype) -> float:
+    """The magnitude below which errors of flush-to-zero size are not counted (`A`)."""
+    return torch.finfo(dtype).smallest_normal / unit_roundoff(dtype)
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(1, -1) if t.dim() <= 1 else t.reshape(-1, t.shape[-1])
+
+
+def _chunks(
+    values: torch.Tensor, truth: torch.Tensor
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(first row, candidate rows, truth rows) in float64, zero where either is non-finite."""
+    c_rows, t_rows = _rows(values), _rows(truth)
+    step = max(1, _CHUNK_ELEMENTS // max(1, c_rows.shape[1]))
+    for start in range(0, c_rows.shape[0], step):
+        c = c_rows[start : start + step].to(torch.float64)
+        t = t_rows[start : start + step].to(torch.float64)
+        finite = torch.isfinite(c) & torch.isfinite(t)
+        yield start, torch.where(finite, c, 0.0), torch.where(finite, t, 0.0), finite
+
+
+def _row_norms(x: torch.Tensor) -> torch.Tensor:
+    # scaled so that squares of huge float64 values cannot overflow nor tiny ones underflow
+    scale = x.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return scale.squeeze(-1) * torch.linalg.vector_norm(x / scale, dim=-1)
+
+
+def _norm(row_norms: torch.Tensor) -> float:
+    return float(_row_norms(row_norms.reshape(1, -1))[0]) if row_norms.numel() else 0.0
+
+
+@dataclass(frozen=True)
+class _RowNorms:
+    error: torch.Tensor
+    truth: torch.Tensor
+    compared: int
+    row_length: int
+
+
+def _row_norms_of(values: torch.Tensor, truth: torch.Tensor) -> _RowNorms:
+    row_length = _rows(values).shape[1]
+    if values.numel() == 0:
+        empty = torch.zeros(0, dtype=torch.float64)
+        return _RowNorms(error=empty, truth=empty, compared=0, row_length=row_length)
+    errors, truths, compared = [], [], 0
+    for _, c, t, finite in _chunks(values, truth):
+        errors.append(_row_norms(c - t))
+        truths.append(_row_norms(t))
+        compared += int(finite.sum())
+    return _RowNorms(torch.cat(errors), torch.cat(truths), compared, row_length)
+
+
+def _row_errors(norms: _RowNorms, dtype: torch.dtype) -> torch.Tensor:
+    rows = norms.error.numel()
+    if rows == 0:
+        return norms.error
+    rms_row = _norm(norms.truth) / math.sqrt(rows)
+    floor = max(rms_row, math.sqrt(norms.row_length) * absolute_floor(dtype))
+    return norms.error / torch.clamp(norms.truth, min=floor)
+
+
+def row_errors(
+    values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """Each row's relative error ||C_r - T_r|| / max(||T_r||, ||T|| / sqrt(rows), sqrt(len)·A),
+    in float64, one entry per row (leading dimensions flattened). `dtype` is the output's
+    (`values.dtype` when not given); it sets the absolute floor A."""
+    return _row_errors(_row_norms_of(values, truth), dtype or values.dtype)
+
+
+def error_metrics(values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype) -> ErrorMetrics:
+    """Error of `values` against `truth` (same shape), for a result of floating dtype `dtype`."""
+    floor = absolute_floor(dtype)
+    norms = _row_norms_of(values, truth)
+    per_row = _row_errors(norms, dtype)
+    if norms.compared == 0:
+        return ErrorMetrics(0.0, 0.0, 0, 0.0, 0, 0.0, 0.0, 0)
+    truth_norm = _norm(norms.truth)
+    normwise = _norm(norms.error) / max(truth_norm, math.sqrt(norms.compared) * floor)
+    worst_row_index = int(torch.argmax(per_row))
+
+    rms = truth_norm / math.sqrt(norms.compared)
+    worst, worst_index, worst_value, worst_truth = -1.0, 0, 0.0, 0.0
+    for start, c, t, _ in _chunks(values, truth):
+        relative = (c - t).abs() / torch.clamp(t.abs(), min=max(rms, floor))
+        position = int(torch.argmax(relative))
+        if float(relative.reshape(-1)[position]) > worst:
+            worst = float(relative.reshape(-1)[position])
+            worst_index = start * c.shape[1] + position
+            worst_value = float(c.reshape(-1)[position])
+            worst_truth = float(t.reshape(-1)[position])
+    return ErrorMetrics(
+        normwise=normwise,
+        worst_row=float(per_row[worst_row_index]),
+        worst_row_index=worst_row_index,
+        componentwise=worst,
+        worst_element_index=worst_index,
+        worst_element_value=worst_value,
+        worst_element_truth=worst_truth,
+        compared=norms.compared,
+    )

@@ -1,0 +1,135 @@
+"""Running a reference in float64, whatever precision it asks for.
+
+A reference written for bfloat16 casts, allocates and reduces in low precision on purpose. To
+compute the truth those requests must all become float64, or the truth inherits the very
+rounding the audit measures. `promoted_to_fp64()` rewrites them at the torch-function level:
+every floating dtype named anywhere becomes float64 (complex becomes complex128), floating
+tensors the reference did not receive as inputs (module weights, captured constants) are
+promoted where they are used, and factories without a dtype default to float64.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_WIDER_CAST: dict[Callable[..., Any], Callable[..., Any]] = {
+    torch.Tensor.half: torch.Tensor.double,
+    torch.Tensor.bfloat16: torch.Tensor.double,
+    torch.Tensor.float: torch.Tensor.double,
+    torch.Tensor.chalf: torch.Tensor.cdouble,
+    torch.Tensor.cfloat: torch.Tensor.cdouble,
+}
+
+_LOW_PRECISION_TYPE_NAME = re.compile(r"^(torch(?:\.cuda)?)\.(?:Half|BFloat16|Float)Tensor$")
+
+# In-place dunders and setters write into their first argument: promoting it would write into
+# a copy and lose the write. (`x += y` reaches the mode as `add_`, caught by the trailing `_`.)
+_WRITES_FIRST_ARGUMENT = frozenset(
+    {"__setitem__", "__set__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__"}
+)
+
+
+def promoted_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the truth computes in instead of `dtype`."""
+    if dtype.is_complex:
+        return torch.complex128
+    if dtype.is_floating_point:
+        return torch.float64
+    return dtype
+
+
+def _writes_first_argument(func: Callable[..., Any]) -> bool:
+    name = getattr(func, "__name__", "")
+    in_place_method = name.endswith("_") and not name.endswith("__")
+    return in_place_method or name in _WRITES_FIRST_ARGUMENT
+
+
+def _promote(value: object) -> object:
+    if isinstance(value, torch.dtype):
+        return promoted_dtype(value)
+    if isinstance(value, torch.Tensor):
+        wider = promoted_dtype(value.dtype)
+        return value if wider == value.dtype else value.to(wider)
+    if isinstance(value, str):
+        return _LOW_PRECISION_TYPE_NAME.sub(r"\1.DoubleTensor", value)
+    if isinstance(value, type) and isinstance(getattr(value, "dtype", None), torch.dtype):
+        # legacy tensor types such as torch.cuda.HalfTensor, accepted by Tensor.type()
+        return _promote(f"{value.__module__}.{value.__name__}")
+    if type(value) in (list, tuple):  # torch.cat([...]) and friends; not namedtuples
+        return type(value)(_promote(v) for v in value)  # type: ignore[call-arg]
+    return value
+
+
+class _Float64Mode(TorchFunctionMode):
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: object,
+        args: tuple[object, ...] = (),
+        kwargs: Mapping[str, object] | None = None,
+    ) -> object:
+        kwargs = dict(kwargs or {})
+        func = _WIDER_CAST.get(func, func)
+        if getattr(func, "__name__", "") == "__get__":
+            # attribute reads (.shape, .T, .data) keep aliasing the tensor they read
+            return func(*args, **kwargs)
+        keep = 1 if args and _writes_first_argument(func) else 0
+        args = tuple(args[:keep]) + tuple(_promote(a) for a in args[keep:])
+        kwargs = {k: v if k == "out" else _promote(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def full_precision_accumulation() -> Iterator[None]:
+    """Turn off TF32 and reduced-precision matmul reductions for the duration.
+
+    They change the results of float32, float16 and bfloat16 matmuls and convolutions on GPUs;
+    the native baseline must be an honest computation at the candidate's own precision.
+    """
+    matmul = torch.backends.cuda.matmul
+    saved = (
+        matmul.allow_tf32,
+        matmul.allow_fp16_reduced_precision_reduction,
+        matmul.allow_bf16_reduced_precision_reduction,
+        torch.backends.cudnn.allow_tf32,
+    )
+    matmul.allow_tf32 = False
+    matmul.allow_fp16_reduced_precision_reduction = False
+    matmul.allow_bf16_reduced_precision_reduction = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        (
+            matmul.allow_tf32,
+            matmul.allow_fp16_reduced_precision_reduction,
+            matmul.allow_bf16_reduced_precision_reduction,
+            torch.backends.cudnn.allow_tf32,
+        ) = saved
+
+
+@contextmanager
+def promoted_to_fp64() -> Iterator[None]:
+    """Within this block, every floating computation torch is asked for happens in float64.
+
+    Covered: dtypes passed to any torch function or tensor method, positionally or as `dtype=`
+    (`.to`, `.type`, factories, `sum(dtype=)`, `softmax(dtype=)`, ...); `.half()`,
+    `.bfloat16()`, `.float()` (and their complex forms); legacy type names given to `.type()`;
+    floating tensors of lower precision passed to any function, which are promoted copies (so
+    `.to(other)` and `.type_as(other)` follow a promoted `other`); factories with no dtype,
+    through the default dtype. Integer and bool dtypes are untouched. Not covered: writes into
+    a low-precision tensor created outside the block, which stay in its precision.
+    """
+    previous_default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with _Float64Mode(), full_precision_accumulation():
+            yield
+    finally:
+        torch.set_default_dtype(previous_default)

@@ -1,0 +1,204 @@
+"""The trusted side of a case: the reference's fp64 truth and its native-precision baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+
+import torch
+
+from kernelaudit.checks.base import Expected
+from kernelaudit.errors import ProblemError
+from kernelaudit.inputs.case import dtype_name
+from kernelaudit.oracle.compare import is_exact
+from kernelaudit.oracle.promote import full_precision_accumulation, promoted_dtype, promoted_to_fp64
+from kernelaudit.problem.spec import Problem, ScalarInput
+
+_TRUTH_RUN = "with every floating tensor and dtype promoted to float64, to compute the truth"
+_BASELINE_RUN = "at the inputs' own dtypes, to compute the baseline"
+
+
+def expected(
+    problem: Problem,
+    inputs: Mapping[str, object],
+    dtype_config: Mapping[str, torch.dtype],
+    device: str,
+) -> Expected:
+    """Run the reference twice on copies of `inputs` moved to `device`: once promoted to float64
+    (the truth) and once at the dtypes of `dtype_config` (the baseline).
+
+    `inputs` holds every declared input by name (scalars included). Results are on the CPU:
+    the declared outputs in order, then every input the contract lets the candidate mutate, as
+    it is after the call. Floating truth is float64 (complex128); integer and bool results keep
+    the declared dtype. A reference that fails, or returns what the problem does not declare,
+    raises ProblemError.
+    """
+    native = [
+        _native_copy(inputs[spec.name], dtype_config.get(spec.name), device)
+        for spec in problem.inputs
+    ]
+    promoted = [_promoted_copy(value) for value in native]
+    sizes = _axis_sizes(problem, inputs)
+    dtypes = tuple(problem.output_dtype(out, dtype_config) for out in problem.outputs)
+    mutated = [_mutated_position(problem, name) for name in problem.contract.mutates]
+
+    truth_returned = _call_reference(problem, promoted, promoted_to_fp64, _TRUTH_RUN)
+    truth = _outputs(problem, truth_returned, sizes, dtypes, _TRUTH_RUN, to_truth=True)
+    truth += tuple(_on_cpu(t, t.dtype) for t in _tensors(promoted, mutated))
+
+    baseline_returned = _call_reference(problem, native, full_precision_accumulation, _BASELINE_RUN)
+    baseline = _outputs(problem, baseline_returned, sizes, dtypes, _BASELINE_RUN, to_truth=False)
+    baseline += tuple(_on_cpu(t, t.dtype) for t in _tensors(native, mutated))
+
+    names = tuple(out.name for out in problem.outputs)
+    names += tuple(f"{name} (after call)" for name in problem.contract.mutates)
+    dtypes += tuple(t.dtype for t in _tensors(native, mutated))
+    return Expected(names=names, truth=truth, baseline=baseline, dtypes=dtypes)
+
+
+def _native_copy(value: object, dtype: torch.dtype | None, device: str) -> object:
+    if not isinstance(value, torch.Tensor):
+        return value
+    return value.detach().to(device=device, dtype=dtype or value.dtype, copy=True)
+
+
+def _promoted_copy(value: object) -> object:
+    if not isinstance(value, torch.Tensor):
+        return value
+    return value.to(dtype=promoted_dtype(value.dtype), copy=True)
+
+
+def _on_cpu(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return value.detach().to(device="cpu", dtype=dtype, copy=True)
+
+
+def _tensors(args: list[object], positions: list[int]) -> list[torch.Tensor]:
+    tensors = [args[i] for i in positions]
+    assert all(isinstance(t, torch.Tensor) for t in tensors), "mutated inputs are tensors"
+    return tensors  # type: ignore[return-value]
+
+
+def _where(problem: Problem) -> str:
+    return problem.source or problem.name
+
+
+def _mutated_position(problem: Problem, name: str) -> int:
+    for position, spec in enumerate(problem.inputs):
+        if spec.name == name and not isinstance(spec, ScalarInput):
+            return position
+    raise ProblemError(
+        file=_where(problem),
+        field="contract.mutates",
+        message=f"'{name}' is listed as mutated but is not a tensor input of the problem",
+        fix="List in `mutates` only names of tensor inputs the reference writes into.",
+    )
+
+
+def _axis_sizes(problem: Problem, inputs: Mapping[str, object]) -> dict[str, int]:
+    """Axis sizes as the inputs bind them (outputs are checked against these)."""
+    sizes: dict[str, int] = {}
+    for spec in problem.inputs:
+        value = inputs[spec.name]
+        if isinstance(spec, ScalarInput):
+            if isinstance(spec.value, str) and isinstance(value, int):
+                sizes.setdefault(spec.value, value)
+        elif isinstance(value, torch.Tensor) and value.dim() == len(spec.shape):
+            for dim, size in zip(spec.shape, value.shape, strict=True):
+                if isinstance(dim, str):
+                    sizes.setdefault(dim, int(size))
+    return sizes
+
+
+def _call_reference(
+    problem: Problem,
+    args: list[object],
+    context: Callable[[], AbstractContextManager[None]],
+    how: str,
+) -> object:
+    try:
+        with torch.no_grad(), context():
+            return problem.reference(*args)
+    except torch.cuda.OutOfMemoryError:
+        raise  # the machine ran out of memory; the reference is not at fault
+    except Exception as error:
+        reference = problem.reference
+        name = getattr(reference, "__name__", type(reference).__name__)
+        raise ProblemError(
+            file=_where(problem),
+            field="reference",
+            message=f"{name}() raised {type(error).__name__}: {error} (run {how})",
+            fix=(
+                "Make the reference run on the declared inputs, passed positionally in "
+                "declaration order, in float64 as well as in their own dtypes (it must be "
+                "written with torch operations that accept float64)."
+            ),
+        ) from error
+
+
+def _outputs(
+    problem: Problem,
+    returned: object,
+    sizes: Mapping[str, int],
+    dtypes: tuple[torch.dtype, ...],
+    how: str,
+    to_truth: bool,
+) -> tuple[torch.Tensor, ...]:
+    where = _where(problem)
+    declared = ", ".join(out.name for out in problem.outputs) or "none"
+    if returned is None and not problem.outputs:
+        values: tuple[object, ...] = ()
+    elif isinstance(returned, (tuple, list)):
+        values = tuple(returned)
+    else:
+        values = (returned,)
+    if len(values) != len(problem.outputs):
+        raise ProblemError(
+            file=where,
+            field="outputs",
+            message=(
+                f"the reference returns {len(values)} value(s) but the problem declares "
+                f"{len(problem.outputs)} output(s) ({declared}) (run {how})"
+            ),
+            fix=(
+                "Return one tensor per declared output, in declaration order (a single tensor "
+                "when there is one output), or declare the outputs the reference returns."
+            ),
+        )
+    results = []
+    for out, value, dtype in zip(problem.outputs, values, dtypes, strict=True):
+        if not isinstance(value, torch.Tensor):
+            raise ProblemError(
+                file=where,
+                field="outputs",
+                message=(
+                    f"the reference returns a {type(value).__name__} for output '{out.name}', "
+                    "not a tensor"
+                ),
+                fix=f"Return a torch.Tensor for '{out.name}', or remove it from `outputs`.",
+            )
+        want = tuple(sizes.get(d, -1) if isinstance(d, str) else d for d in out.shape)
+        got = tuple(value.shape)
+        if len(got) != len(want) or any(w not in (-1, g) for w, g in zip(want, got, strict=True)):
+            shown = tuple("?" if w == -1 else w for w in want)
+            raise ProblemError(
+                file=where,
+                field="outputs",
+                message=(
+                    f"the reference returns shape {got} for output '{out.name}', but its "
+                    f"declared shape {out.shape} is {shown} for these inputs (run {how})"
+                ),
+                fix=f"Correct the shape of output '{out.name}', or the reference.",
+            )
+        if is_exact(value.dtype) != is_exact(dtype):
+            raise ProblemError(
+                file=where,
+                field="outputs",
+                message=(
+                    f"the reference returns {dtype_name(value.dtype)} for output '{out.name}', "
+                    f"but the problem declares {dtype_name(dtype)}"
+                ),
+                fix=f"Declare the dtype the reference returns for '{out.name}', or cast to it.",
+            )
+        # a floating baseline is rounded to the declared dtype, as a correct candidate's must be
+        results.append(_on_cpu(value, promoted_dtype(dtype) if to_truth else dtype))
+    return tuple(results)

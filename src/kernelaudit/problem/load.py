@@ -1,0 +1,433 @@
+"""Load a native problem file and validate it, turning every mistake into a ProblemError that
+names the file, the field and the fix."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+import inspect
+import re
+import sys
+import traceback
+from dataclasses import fields, replace
+from pathlib import Path
+
+import torch
+
+from kernelaudit.errors import ProblemError, UsageError
+from kernelaudit.problem import spec
+from kernelaudit.problem.spec import (
+    LAYOUTS,
+    Axis,
+    Contract,
+    IndexInput,
+    MaskInput,
+    Output,
+    Problem,
+    ScalarInput,
+    TensorInput,
+    Workload,
+)
+
+_DECLARATIONS = {
+    cls.__name__: cls
+    for cls in (Problem, Axis, TensorInput, IndexInput, MaskInput, ScalarInput, Output, Contract)
+}
+_UNKNOWN_KWARG = re.compile(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'")
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Import a problem module and return its validated `problem`."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"problem file {str(file)!r} does not exist; pass the path of a .py file")
+    if file.suffix != ".py":
+        raise UsageError(f"problem file {str(file)!r} is not a Python file; pass a .py file")
+    module = _execute(file)
+    problem = getattr(module, "problem", None)
+    if problem is None:
+        raise ProblemError(
+            str(file),
+            "problem",
+            "the module defines no `problem`",
+            "add `problem = Problem(name=..., reference=..., axes=..., inputs=..., outputs=..., "
+            "workloads=...)` at module level",
+        )
+    if not isinstance(problem, Problem):
+        raise ProblemError(
+            str(file),
+            "problem",
+            f"`problem` is a {type(problem).__name__}, not a Problem",
+            "build it with kernelaudit.Problem(...)",
+        )
+    problem = replace(problem, source=str(file))
+    validate(problem, source_text=file.read_text())
+    return problem
+
+
+def _execute(file: Path) -> object:
+    name = f"kernelaudit_problem_{abs(hash(file.resolve()))}"
+    module_spec = importlib.util.spec_from_file_location(name, file)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    sys.path.insert(0, str(file.parent))
+    try:
+        module_spec.loader.exec_module(module)
+    except SyntaxError as error:
+        raise ProblemError(
+            str(file),
+            "syntax",
+            error.msg or "invalid syntax",
+            "fix the Python syntax",
+            line=error.lineno,
+        ) from None
+    except TypeError as error:
+        line = _line_in(file, error)
+        unknown = _UNKNOWN_KWARG.search(str(error))
+        if unknown is None:
+            raise ProblemError(str(file), "module", str(error), "fix the call", line) from None
+        owner, field_name = unknown.groups()
+        known = [f.name for f in fields(_DECLARATIONS[owner])] if owner in _DECLARATIONS else []
+        guess = difflib.get_close_matches(field_name, known, n=1)
+        fix = f"did you mean {guess[0]!r}?" if guess else f"known fields: {', '.join(known)}"
+        raise ProblemError(
+            str(file), f"{owner}.{field_name}", f"{owner} has no field {field_name!r}", fix, line
+        ) from None
+    except Exception as error:  # the user's module failed while importing
+        raise ProblemError(
+            str(file),
+            "module",
+            f"importing the problem raised {type(error).__name__}: {error}",
+            "fix the module so `python " + file.name + "` runs",
+            _line_in(file, error),
+        ) from None
+    finally:
+        sys.path.remove(str(file.parent))
+    return module
+
+
+def _line_in(file: Path, error: BaseException) -> int | None:
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename) == file]
+    return frames[-1].lineno if frames else None
+
+
+class _Validator:
+    """Collects the first problem with a declaration, with a line number where one is found."""
+
+    def __init__(self, problem: Problem, source_text: str):
+        self.problem = problem
+        self.file = problem.source or f"<problem {problem.name!r}>"
+        self.source_text = source_text
+
+    def fail(self, field_path: str, message: str, fix: str, near: str | None = None) -> None:
+        raise ProblemError(self.file, field_path, message, fix, self._line(near))
+
+    def _line(self, near: str | None) -> int | None:
+        if not self.source_text or near is None:
+            return None
+        try:
+            tree = ast.parse(self.source_text)
+        except SyntaxError:
+            return None
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value == near:
+                return node.lineno
+            if isinstance(node, ast.keyword) and node.arg == near:
+                return node.lineno
+        return None
+
+
+def validate(problem: Problem, source_text: str = "") -> None:
+    """Raise ProblemError for the first thing wrong with `problem`."""
+    v = _Validator(problem, source_text)
+    if not isinstance(problem.name, str) or not problem.name:
+        v.fail("name", "the problem has no name", "give Problem(name=...) a non-empty string")
+    axis_names = _validate_axes(v)
+    inputs = _validate_inputs(v, axis_names)
+    _validate_outputs(v, axis_names, inputs)
+    _validate_workloads(v)
+    _validate_contract(v, inputs)
+    _validate_reference(v)
+
+
+def _validate_axes(v: _Validator) -> list[str]:
+    names: list[str] = []
+    for i, axis in enumerate(v.problem.axes):
+        where = f"axes[{i}]"
+        if not isinstance(axis, Axis) or not isinstance(axis.name, str) or not axis.name:
+            v.fail(where, f"{axis!r} is not an axis", 'name it with a string or Axis("name", ...)')
+        if axis.name in names:
+            v.fail(where, f"axis {axis.name!r} is declared twice", "remove one", near=axis.name)
+        if axis.min < 0 or axis.multiple_of < 1 or (axis.max is not None and axis.max < axis.min):
+            v.fail(
+                f"{where} ({axis.name!r})",
+                "its min, max or multiple_of cannot hold any size",
+                "use min >= 0, multiple_of >= 1 and max >= min",
+                near=axis.name,
+            )
+        names.append(axis.name)
+    return names
+
+
+def _validate_shape(v: _Validator, where: str, shape: object, axes: list[str], near: str) -> None:
+    if not isinstance(shape, tuple):
+        v.fail(
+            f"{where}.shape",
+            f"{shape!r} is not a shape",
+            'write a tuple such as ("rows", 64)',
+            near,
+        )
+    for dim in shape:  # type: ignore[union-attr]
+        if isinstance(dim, bool) or not isinstance(dim, (str, int)):
+            v.fail(
+                f"{where}.shape",
+                f"entry {dim!r} is neither an axis name nor a size",
+                "use axis names (strings) and non-negative integers",
+                near,
+            )
+        if isinstance(dim, int) and dim < 0:
+            v.fail(f"{where}.shape", f"size {dim} is negative", "use non-negative sizes", near)
+        if isinstance(dim, str) and dim not in axes:
+            guess = difflib.get_close_matches(dim, axes, n=1)
+            hint = f"did you mean {guess[0]!r}? " if guess else ""
+            v.fail(
+                f"{where}.shape",
+                f"names undeclared axis {dim!r}",
+                f"{hint}declare it in Problem(axes=...) (declared: {', '.join(axes) or 'none'})",
+                near,
+            )
+
+
+def _validate_inputs(v: _Validator, axes: list[str]) -> dict[str, spec.Input]:
+    inputs: dict[str, spec.Input] = {}
+    multi = set()
+    if not v.problem.inputs:
+        v.fail("inputs", "the problem declares no inputs", "list the reference's arguments")
+    for i, inp in enumerate(v.problem.inputs):
+        if not isinstance(inp, (TensorInput, IndexInput, MaskInput, ScalarInput)):
+            v.fail(
+                f"inputs[{i}]",
+                f"{inp!r} is not an input declaration",
+                "use TensorInput, IndexInput, MaskInput or ScalarInput",
+            )
+        where = f"inputs[{i}] ({inp.name!r})"
+        if inp.name in inputs:
+            v.fail(where, f"input {inp.name!r} is declared twice", "rename one", inp.name)
+        inputs[inp.name] = inp
+        if isinstance(inp, ScalarInput):
+            if isinstance(inp.value, str) and inp.value not in axes:
+                v.fail(
+                    f"{where}.value",
+                    f"names undeclared axis {inp.value!r}",
+                    f"use a number or one of the axes: {', '.join(axes)}",
+                    inp.name,
+                )
+            if not isinstance(inp.value, (str, int, float)):
+                v.fail(
+                    f"{where}.value",
+                    f"{inp.value!r} is not a number or an axis name",
+                    "use a number or an axis name",
+                    inp.name,
+                )
+            continue
+        _validate_shape(v, where, inp.shape, axes, inp.name)
+        if isinstance(inp, TensorInput):
+            if not inp.dtypes or not all(
+                isinstance(d, torch.dtype) and d.is_floating_point for d in inp.dtypes
+            ):
+                v.fail(
+                    f"{where}.dtypes",
+                    f"{inp.dtypes!r} are not all floating dtypes",
+                    "list floating torch dtypes, e.g. (torch.bfloat16, torch.float32); "
+                    "declare integer tensors as IndexInput",
+                    inp.name,
+                )
+            if inp.role not in ("activation", "weight"):
+                v.fail(
+                    f"{where}.role",
+                    f"unknown role {inp.role!r}",
+                    'use "activation" or "weight"',
+                    inp.name,
+                )
+            if len(inp.dtypes) > 1:
+                multi.add(len(inp.dtypes))
+        if isinstance(inp, IndexInput):
+            if inp.bound not in axes:
+                v.fail(
+                    f"{where}.bound",
+                    f"bound names undeclared axis {inp.bound!r}",
+                    f"bind it to one of: {', '.join(axes)}",
+                    inp.name,
+                )
+            if inp.dtype.is_floating_point or inp.dtype == torch.bool:
+                v.fail(
+                    f"{where}.dtype",
+                    f"{inp.dtype} is not an integer dtype",
+                    "use torch.int32 or torch.int64",
+                    inp.name,
+                )
+        if isinstance(inp, MaskInput) and inp.kind not in ("bool", "additive"):
+            v.fail(
+                f"{where}.kind",
+                f"unknown mask kind {inp.kind!r}",
+                'use "bool" or "additive"',
+                inp.name,
+            )
+    if len(multi) > 1:
+        v.fail(
+            "inputs",
+            "inputs list different numbers of dtypes",
+            "give every multi-dtype input the same number of dtypes: the i-th entries form "
+            "the i-th configuration",
+        )
+    return inputs
+
+
+def _validate_outputs(v: _Validator, axes: list[str], inputs: dict[str, spec.Input]) -> None:
+    if not v.problem.outputs:
+        v.fail("outputs", "the problem declares no outputs", "list what the reference returns")
+    seen: set[str] = set()
+    for i, out in enumerate(v.problem.outputs):
+        if not isinstance(out, Output):
+            v.fail(f"outputs[{i}]", f"{out!r} is not an Output", "use Output(name, shape, dtype)")
+        where = f"outputs[{i}] ({out.name!r})"
+        if out.name in seen:
+            v.fail(where, f"output {out.name!r} is declared twice", "rename one", out.name)
+        seen.add(out.name)
+        _validate_shape(v, where, out.shape, axes, out.name)
+        if isinstance(out.dtype, str):
+            source = inputs.get(out.dtype)
+            if source is None or isinstance(source, ScalarInput):
+                tensors = [n for n, x in inputs.items() if not isinstance(x, ScalarInput)]
+                v.fail(
+                    f"{where}.dtype",
+                    f"{out.dtype!r} is not a tensor input",
+                    f"use a torch dtype or one of: {', '.join(tensors)}",
+                    out.name,
+                )
+        elif not isinstance(out.dtype, torch.dtype):
+            v.fail(
+                f"{where}.dtype",
+                f"{out.dtype!r} is not a dtype",
+                "use a torch dtype or the name of an input to follow",
+                out.name,
+            )
+
+
+def _validate_workloads(v: _Validator) -> None:
+    if not isinstance(v.problem.workloads, tuple) or not v.problem.workloads:
+        v.fail(
+            "workloads",
+            "the problem declares no workloads",
+            'add at least one, e.g. workloads=[{"rows": 4096, "hidden": 1024}]',
+        )
+    axes = {a.name: a for a in v.problem.axes}
+    for i, workload in enumerate(v.problem.workloads):
+        where = f"workloads[{i}]"
+        if not isinstance(workload, Workload) or not isinstance(workload.sizes, tuple):
+            v.fail(
+                where,
+                f"{workload!r} is not a mapping of axis names to sizes",
+                'write {"axis": size, ...}',
+            )
+        bound = workload.as_dict()
+        missing = [a for a in axes if a not in bound]
+        unknown = [a for a in bound if a not in axes]
+        if unknown:
+            v.fail(
+                f"{where}.{unknown[0]}",
+                f"binds undeclared axis {unknown[0]!r}",
+                f"bind only declared axes: {', '.join(axes)}",
+                unknown[0],
+            )
+        if missing:
+            v.fail(
+                where,
+                f"does not bind axis {missing[0]!r}",
+                f"give every axis a size ({', '.join(missing)} missing)",
+            )
+        for name, size in bound.items():
+            if isinstance(size, bool) or not isinstance(size, int):
+                v.fail(f"{where}.{name}", f"size {size!r} is not an integer", "use an integer")
+            if not axes[name].admits(size):
+                v.fail(
+                    f"{where}.{name}",
+                    f"size {size} breaks the axis's own constraints "
+                    f"(min {axes[name].min}, max {axes[name].max}, multiple of "
+                    f"{axes[name].multiple_of})",
+                    "change the size or the Axis declaration",
+                )
+
+
+def _validate_contract(v: _Validator, inputs: dict[str, spec.Input]) -> None:
+    contract = v.problem.contract
+    if not isinstance(contract, Contract):
+        v.fail("contract", f"{contract!r} is not a Contract", "use Contract(...)")
+    if contract.style not in ("return", "destination"):
+        v.fail(
+            "contract.style",
+            f"unknown style {contract.style!r}",
+            'use "return" or "destination"',
+            "style",
+        )
+    for name in contract.mutates:
+        if name not in inputs or isinstance(inputs[name], ScalarInput):
+            v.fail(
+                "contract.mutates",
+                f"{name!r} is not a tensor input",
+                f"name tensor inputs: {', '.join(inputs)}",
+                "mutates",
+            )
+    for layout in contract.layouts:
+        if layout not in LAYOUTS:
+            v.fail(
+                "contract.layouts",
+                f"unknown layout {layout!r}",
+                f"choose from: {', '.join(LAYOUTS)}",
+                "layouts",
+            )
+    if "contiguous" not in contract.layouts:
+        v.fail(
+            "contract.layouts",
+            "every candidate must accept contiguous tensors",
+            'include "contiguous"',
+            "layouts",
+        )
+
+
+def _validate_reference(v: _Validator) -> None:
+    reference = v.problem.reference
+    names = [i.name for i in v.problem.inputs]
+    if not callable(reference):
+        v.fail(
+            "reference",
+            f"{reference!r} is not callable",
+            "pass the function that computes the outputs",
+        )
+    try:
+        signature = inspect.signature(reference)
+    except (TypeError, ValueError):
+        return  # builtins without a signature: nothing to check
+    params = list(signature.parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if len(required) > len(names) or len(positional) < len(names):
+        v.fail(
+            "reference",
+            f"{reference.__name__}({', '.join(p.name for p in positional)}) "
+            f"does not take the {len(names)} declared inputs ({', '.join(names)})",
+            "make the reference take exactly the inputs, in declaration order",
+            near="reference",
+        )
+    given = [p.name for p in positional[: len(names)]]
+    if sorted(given) == sorted(names) and given != names:
+        v.fail(
+            "reference",
+            f"its parameters ({', '.join(given)}) are the inputs in another "
+            f"order than declared ({', '.join(names)})",
+            "declare the inputs in the order the reference takes them",
+            near="reference",
+        )

@@ -1,0 +1,120 @@
+"""The terminal report: a progress bar while auditing, then a verdict table and the worst
+findings with their numbers and the command that replays each one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kernelaudit.engine.audit import Progress as ProgressCallback
+from kernelaudit.findings import AuditReport, Finding
+
+_STYLE = {"PASS": "bold green", "FAIL": "bold red"}
+_SEVERITY = {"fail": "red", "warn": "yellow", "note": "cyan"}
+
+
+@contextmanager
+def progress_bar(console: Console, title: str) -> Iterator[ProgressCallback]:
+    """A live bar for one audit; yields the callback the engine reports progress through."""
+    columns = (
+        TextColumn("[bold]{task.fields[title]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("", total=None, title=title)
+
+        def update(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=what[:60])
+
+        yield update
+
+
+def verdict_table(reports: list[AuditReport]) -> Table:
+    table = Table(title="kernelaudit verdicts", title_justify="left")
+    for column in ("problem", "candidate", "verdict", "failures", "cases", "seconds"):
+        table.add_column(column, justify="right" if column in ("cases", "seconds") else "left")
+    for report in reports:
+        table.add_row(
+            escape(report.problem),
+            escape(report.candidate),
+            f"[{_STYLE[report.verdict]}]{report.verdict}[/]",
+            ", ".join(sorted({f.check for f in report.failures})) or "-",
+            str(len(report.records)),
+            f"{report.seconds:.1f}",
+        )
+    return table
+
+
+def print_findings(
+    console: Console, report: AuditReport, report_path: str | None, limit: int = 3
+) -> None:
+    """The worst findings of one report, each with its numbers and reproducer."""
+    shown = [f for f in report.findings if f.severity == "fail"][:limit]
+    notes = [f for f in report.findings if f.severity != "fail"]
+    if not shown and not notes:
+        return
+    console.print(f"\n[bold]{escape(report.candidate)}[/] on [bold]{escape(report.problem)}[/]")
+    for finding in shown:
+        _print_finding(console, finding, report_path)
+    hidden = len(report.failures) - len(shown)
+    if hidden > 0:
+        console.print(f"  ... and {hidden} more failing finding(s) in the JSON report")
+    for finding in notes:
+        colour = _SEVERITY[finding.severity]
+        console.print(
+            f"  [{colour}]{finding.severity}[/] {finding.id} "
+            f"{escape(finding.title)} ({finding.occurrences} case(s))",
+            highlight=False,
+        )
+
+
+def _print_finding(console: Console, finding: Finding, report_path: str | None) -> None:
+    console.print(
+        f"  [red]FAIL[/] [bold]{finding.id}[/] {escape(f'[{finding.check}]')} "
+        f"{escape(finding.title)}",
+        highlight=False,
+    )
+    console.print(
+        f"       seen in {finding.occurrences} of {finding.probes} {finding.probe.check} "
+        f"case(s); smallest failing case: {escape(finding.probe.case.describe())}",
+        highlight=False,
+    )
+    for key, value in finding.evidence:
+        if key in ("reason", "result", "message"):
+            continue
+        console.print(f"       {escape(key)}: {escape(_short(value))}", highlight=False)
+    if report_path:
+        console.print(
+            f"       replay: kernelaudit repro {report_path} {finding.id}", highlight=False
+        )
+
+
+def print_evidence(console: Console, finding: Finding) -> None:
+    """Every piece of evidence of one finding, in full (used by `kernelaudit repro`)."""
+    console.print(
+        f"[bold]{finding.id}[/] {escape(f'[{finding.check}]')} {escape(finding.title)}",
+        highlight=False,
+    )
+    console.print(f"  case: {escape(finding.probe.case.describe())}", highlight=False)
+    for key, value in finding.evidence:
+        console.print(f"  {escape(key)}: {escape(_short(value, 2000))}", highlight=False)
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, (dict, list, tuple)):
+        text = json.dumps(value, default=str)
+    else:
+        text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,128 @@
+"""Naming a candidate kernel and loading it from its file.
+
+A candidate is always named by a file and a module-level function in it, so that the worker
+process can import it by itself: the auditor never hands live objects across the process
+boundary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelaudit.errors import UsageError
+
+_SPEC_HINT = 'write it as "path/to/file.py::function_name"'
+
+
+@dataclass(frozen=True)
+class CandidateRef:
+    """A candidate: the Python file that defines it (absolute path) and the function's name."""
+
+    path: str
+    function: str
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.path).name}::{self.function}"
+
+
+def parse_candidate(spec: str) -> CandidateRef:
+    """Read a "path/file.py::function" spec, checking that the file is there."""
+    file, sep, function = spec.rpartition("::")
+    if not sep or not file:
+        raise UsageError(f'candidate "{spec}" does not name a function: {_SPEC_HINT}.')
+    if not function.isidentifier():
+        raise UsageError(
+            f'candidate "{spec}": "{function}" is not a Python function name; {_SPEC_HINT}.'
+        )
+    path = Path(file).expanduser()
+    if path.suffix != ".py":
+        raise UsageError(
+            f'candidate "{spec}": {path.name} is not a Python file; name the .py file that '
+            f'defines (or loads) the kernel, e.g. "kernel.py::{function}".'
+        )
+    if not path.is_file():
+        raise UsageError(
+            f'candidate "{spec}": there is no file {path.resolve()}; check the path '
+            f"(relative paths start from {Path.cwd()})."
+        )
+    return CandidateRef(path=str(path.resolve()), function=function)
+
+
+def from_callable(fn: Callable[..., object]) -> CandidateRef:
+    """The file and name of a module-level function, so a worker can import it again."""
+    fix = (
+        "pass a module-level function (defined at the top level of a .py file) "
+        'or a "file.py::function" spec'
+    )
+    if not inspect.isfunction(fn):
+        raise UsageError(f"candidate {fn!r} is not a Python function; {fix}.")
+    if fn.__name__ == "<lambda>":
+        raise UsageError(f"candidate {fn!r} is a lambda, which a worker cannot import; {fix}.")
+    if fn.__qualname__ != fn.__name__:
+        raise UsageError(
+            f"candidate {fn.__qualname__} is defined inside another function or class, which a "
+            f"worker cannot import; {fix}."
+        )
+    file = inspect.getsourcefile(fn)
+    if file is None or not file.endswith(".py") or not Path(file).is_file():
+        raise UsageError(f"candidate {fn.__name__} has no .py source file; {fix}.")
+    module = sys.modules.get(fn.__module__)
+    if getattr(module, fn.__name__, None) is not fn:
+        raise UsageError(
+            f"candidate {fn.__name__} is not reachable as {Path(file).name}::{fn.__name__} "
+            f"(the name now refers to something else); {fix}."
+        )
+    return CandidateRef(path=str(Path(file).resolve()), function=fn.__name__)
+
+
+def load_candidate(ref: CandidateRef) -> Callable[..., object]:
+    """Import the candidate's file as a fresh module and return its function.
+
+    Exceptions raised while the file runs propagate unchanged: they are the candidate's
+    failures, not the user's. A missing file or function is a UsageError.
+    """
+    path = Path(ref.path)
+    if not path.is_file():
+        raise UsageError(f"candidate {ref.label}: there is no file {path}; check the path.")
+    # A name of our own keeps two candidates called "kernel.py" from sharing one module.
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    name = f"kernelaudit_candidate_{digest}_{path.stem}".replace("-", "_")
+    folder = str(path.parent)
+    if not sys.path or sys.path[0] != folder:
+        # First on the path so the candidate's sibling modules win over same-named packages.
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"candidate {ref.label}: {path} cannot be imported as a Python module.")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: dataclasses, pickling and Triton look modules up by name.
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    fn = getattr(module, ref.function, None)
+    if fn is None:
+        defined = sorted(
+            key
+            for key, value in vars(module).items()
+            if callable(value)
+            and not isinstance(value, type)
+            and getattr(value, "__module__", name) == name
+            and not key.startswith("_")
+        )
+        listing = ", ".join(defined) if defined else "none"
+        raise UsageError(
+            f"{path.name} defines no function '{ref.function}'; functions there: {listing}. "
+            f'Name one of them after "::".'
+        )
+    if not callable(fn):
+        raise UsageError(
+            f"{path.name}: '{ref.function}' is a {type(fn).__name__}, not a function; name a "
+            f'function after "::".'
+        )
+    return fn

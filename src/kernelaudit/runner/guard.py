@@ -1,0 +1,202 @@
+"""Guarded buffers: every tensor the candidate touches sits between bands of canary bytes.
+
+A guarded buffer is one flat byte allocation: a leading band of `GUARD_BYTES`, the storage
+the view needs, and a trailing band, every byte first set to `CANARY`. The view is built with
+`as_strided` inside it. After the call, any byte that is not an element of the view (in the
+bands, or in the gaps of a strided or expanded storage) and no longer holds the canary was
+written out of bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kernelaudit.inputs.layouts import Geometry, geometry
+from kernelaudit.runner.messages import GuardBreach
+
+GUARD_BYTES = 512
+"""Each band's size. A multiple of every element size and of 16, so views stay 16-byte aligned
+(the allocators align buffers to at least 64 bytes) unless a layout's offset misaligns them."""
+
+CANARY = 0x7F
+"""The byte every guard holds. Read as float32 or bfloat16 it is a huge finite value (3.4e38),
+as float16 a NaN, as int32 2139062143: an out-of-bounds read shows up in the results."""
+
+
+@dataclass(frozen=True)
+class GuardedTensor:
+    """A view living inside a guarded buffer, and the name breaches are reported under.
+
+    The view's geometry is recorded when it is made: the candidate may resize or re-point the
+    view object it was handed, but the buffer's elements stay where they were.
+    """
+
+    label: str
+    buffer: torch.Tensor
+    """The whole allocation, as uint8."""
+    view: torch.Tensor
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    first_byte: int
+    """Where the view's first element starts, in bytes from the buffer's start."""
+
+    @property
+    def end_byte(self) -> int:
+        """Just past the last byte of the view's last element."""
+        span = storage_span(self.shape, self.stride)
+        return self.first_byte + span * self.view.dtype.itemsize
+
+
+def storage_span(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
+    """Elements of storage a view of this shape and stride reaches, from its first element."""
+    if math.prod(shape) == 0:
+        return 0
+    return 1 + sum((size - 1) * step for size, step in zip(shape, stride, strict=True))
+
+
+def allocate(
+    label: str,
+    shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device | str,
+    storage_offset: int = 0,
+    storage_numel: int | None = None,
+) -> GuardedTensor:
+    """A view of `shape` and `stride` inside a fresh guarded buffer; every byte holds CANARY."""
+    itemsize = dtype.itemsize
+    if storage_numel is None:
+        storage_numel = storage_offset + storage_span(shape, stride)
+    nbytes = 2 * GUARD_BYTES + storage_numel * itemsize
+    buffer = torch.full((nbytes,), CANARY, dtype=torch.uint8, device=device)
+    view = buffer.view(dtype).as_strided(shape, stride, GUARD_BYTES // itemsize + storage_offset)
+    first_byte = GUARD_BYTES + storage_offset * itemsize
+    return GuardedTensor(label, buffer, view, tuple(shape), tuple(stride), first_byte)
+
+
+def place(
+    label: str, values: torch.Tensor, layout: str, device: torch.device | str
+) -> GuardedTensor:
+    """Copy logical `values` into a guarded buffer on `device`, laid out as `layout` asks.
+
+    A layout that means nothing for the shape (transposing a vector, say) falls back to
+    contiguous.
+    """
+    shape = tuple(values.shape)
+    where = geometry(layout, shape) or contiguous_geometry(shape)
+    guarded = allocate(
+        label,
+        shape,
+        where.stride,
+        values.dtype,
+        device,
+        storage_offset=where.storage_offset,
+        storage_numel=where.storage_numel,
+    )
+    # Elements repeated along a stride-0 dimension share memory; one copy of them is written.
+    elements = _one_per_address(guarded.view)
+    first = values[tuple(slice(0, n) for n in elements.shape)]
+    if elements.shape != values.shape and not same_bits(first.expand(shape), values):
+        raise ValueError(
+            f"{label}: values of shape {list(shape)} vary along a dimension that layout "
+            f"{layout!r} gives stride 0; draw them constant along it"
+        )
+    elements.copy_(first)
+    return guarded
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same shape, dtype and bytes (NaNs included)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(
+        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
+    )
+
+
+def breach(guarded: GuardedTensor, call: int) -> GuardBreach | None:
+    """The bytes outside the view's elements that no longer hold the canary, if any."""
+    start, end, buffer = guarded.first_byte, guarded.end_byte, guarded.buffer
+    pieces = [(buffer[:start], 0), (buffer[end:], end)]
+    if end > start and not _dense(guarded.shape, guarded.stride):
+        # Inside the span, the gaps between elements: blank the elements in a copy, so only
+        # gap bytes can differ from the canary.
+        inside = buffer[start:end].clone()
+        _blank_elements(inside, guarded)
+        pieces.append((inside, start))
+    count, first, last = 0, None, None
+    for piece, base in pieces:
+        if _holds_canary(piece):
+            continue
+        changed = piece != CANARY
+        count += int(changed.sum())
+        flags = changed.to(torch.uint8)
+        lo = base + int(flags.argmax())
+        hi = base + piece.numel() - 1 - int(flags.flip(0).argmax())
+        first = lo if first is None else min(first, lo)
+        last = hi if last is None else max(last, hi)
+    if first is None or last is None:
+        return None
+    return GuardBreach(
+        tensor=guarded.label,
+        call=call,
+        bytes_changed=count,
+        first_offset=first - start,
+        last_offset=last - start,
+    )
+
+
+def contiguous_geometry(shape: tuple[int, ...]) -> Geometry:
+    """The geometry of a plain contiguous tensor (for allocations that follow no layout)."""
+    where = geometry("contiguous", shape)
+    assert where is not None, f"no contiguous geometry for shape {shape}"
+    return where
+
+
+def _dense(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether the elements fill their span exactly once: row-major in some order of dims."""
+    expected = 1
+    for step, size in sorted((st, n) for n, st in zip(shape, stride, strict=True) if n > 1):
+        if step != expected:
+            return False
+        expected *= size
+    return True
+
+
+_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_CANARY_WORD = int.from_bytes(bytes([CANARY]) * 8, "little")
+
+
+def _holds_canary(piece: torch.Tensor) -> bool:
+    """Whether every byte of a flat uint8 piece is the canary (compared 8 bytes at a time)."""
+    lead = min((-piece.storage_offset()) % 8, piece.numel())
+    bulk = (piece.numel() - lead) // 8 * 8
+    if bulk and not bool((piece[lead : lead + bulk].view(torch.int64) == _CANARY_WORD).all()):
+        return False
+    edges = torch.cat([piece[:lead], piece[lead + bulk :]])
+    return bool((edges == CANARY).all())
+
+
+def _blank_elements(span: torch.Tensor, guarded: GuardedTensor) -> None:
+    """Set the bytes of the view's elements to the canary in `span`, a copy of its byte span."""
+    itemsize = guarded.view.dtype.itemsize
+    word = _WORDS.get(itemsize)
+    if word is not None:
+        canary = int.from_bytes(bytes([CANARY]) * itemsize, "little", signed=True)
+        elements = span.view(word).as_strided(guarded.shape, guarded.stride, 0)
+        _one_per_address(elements).fill_(canary)
+        return
+    as_bytes = span.as_strided(
+        (*guarded.shape, itemsize), (*(s * itemsize for s in guarded.stride), 1), 0
+    )
+    _one_per_address(as_bytes).fill_(CANARY)
+
+
+def _one_per_address(view: torch.Tensor) -> torch.Tensor:
+    for dim, (size, step) in enumerate(zip(view.shape, view.stride(), strict=True)):
+        if step == 0 and size > 1:
+            view = view.narrow(dim, 0, 1)
+    return view

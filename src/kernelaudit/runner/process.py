@@ -1,0 +1,442 @@
+"""The trusted side of the worker: starting it, talking to it, and surviving it.
+
+The candidate runs in a child Python process (`kernelaudit.runner.worker`) in a session and
+process group of its own, so a hang is ended by killing the whole group and a crash takes
+only the child down. The two sides exchange length-prefixed pickles over two private pipes.
+What comes back is decoded by an unpickler that builds only the protocol's dataclasses and
+plain CPU tensors: a hostile candidate that writes to the pipe cannot run code in the
+auditor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import os
+import pickle
+import select
+import signal
+import site
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import torch
+
+import kernelaudit
+from kernelaudit.errors import UsageError
+from kernelaudit.runner import messages
+from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.messages import Invocation, InvocationResult
+
+_U64 = struct.Struct(">Q")
+_MAX_PIECES = 1 << 16
+_POLL_S = 0.05
+_STDERR_TAIL_BYTES = 4000
+_CLOSE_GRACE_S = 2.0
+_PIPE_BYTES = 1 << 20
+
+
+# --- the wire -------------------------------------------------------------------------------
+
+
+def _tensor_from_bytes(dtype: str, shape: tuple[int, ...], data: bytearray) -> torch.Tensor:
+    kind = getattr(torch, dtype, None)
+    if not isinstance(kind, torch.dtype):
+        raise pickle.UnpicklingError(f"unknown tensor dtype {dtype!r}")
+    tensor = torch.empty(shape, dtype=kind)
+    if not isinstance(data, bytearray) or len(data) != tensor.numel() * tensor.element_size():
+        raise pickle.UnpicklingError(f"tensor data does not match {dtype}{list(shape)}")
+    if not data:
+        return tensor
+    return torch.frombuffer(data, dtype=torch.uint8).view(kind).reshape(shape)
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: object) -> Any:
+        if not isinstance(obj, torch.Tensor):
+            return NotImplemented
+        if obj.device.type != "cpu":
+            raise ValueError(f"only CPU tensors cross the worker boundary, not {obj.device}")
+        flat = obj.detach().contiguous().reshape(-1).view(torch.uint8)
+        data = pickle.PickleBuffer(flat.numpy())
+        dtype = str(obj.dtype).removeprefix("torch.")
+        return _tensor_from_bytes, (dtype, tuple(obj.shape), data)
+
+
+_ALLOWED = {
+    **{
+        ("kernelaudit.runner.messages", name): getattr(messages, name)
+        for name in (
+            "TensorArg",
+            "OutputSlot",
+            "Call",
+            "Invocation",
+            "GuardBreach",
+            "CallOutcome",
+            "InvocationResult",
+        )
+    },
+    (__name__, "_tensor_from_bytes"): _tensor_from_bytes,
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        found = _ALLOWED.get((module, name))
+        if found is not None:
+            return found
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"{module}.{name} may not cross the worker boundary")
+
+
+def encode(message: object) -> list[memoryview]:
+    """A message as the pieces written for it, in order: a header (the number of pieces that
+    follow and each one's length), the pickle, then the bytes of each tensor in it.
+
+    Tensor bytes travel beside the pickle (pickle protocol 5's out-of-band buffers), so they
+    go from the tensor's memory to the pipe and from the pipe into the new tensor's memory
+    without copies.
+    """
+    buffers: list[pickle.PickleBuffer] = []
+    body = io.BytesIO()
+    _Pickler(body, protocol=5, buffer_callback=buffers.append).dump(message)
+    pieces = [body.getbuffer(), *(b.raw() for b in buffers)]
+    header = struct.pack(f">{len(pieces) + 1}Q", len(pieces), *(p.nbytes for p in pieces))
+    return [memoryview(header), *pieces]
+
+
+def decode(read: Callable[[int], bytearray]) -> object:
+    """Read one message with `read` (which returns exactly n bytes), refusing anything that
+    is not part of the protocol."""
+    (count,) = _U64.unpack(read(_U64.size))
+    if not 1 <= count <= _MAX_PIECES:
+        raise pickle.UnpicklingError(f"a message of {count} pieces is not part of the protocol")
+    lengths = struct.unpack(f">{count}Q", read(_U64.size * count))
+    payload = read(lengths[0])
+    buffers = [read(n) for n in lengths[1:]]
+    return _Unpickler(io.BytesIO(payload), buffers=buffers).load()
+
+
+# --- the worker -----------------------------------------------------------------------------
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Died(Exception):
+    pass
+
+
+class Worker:
+    """A child process that has loaded one candidate and runs invocations of it.
+
+    `run` never raises for anything the candidate does: failures come back as an
+    `InvocationResult` with `error_kind` set. After a timeout, a crash or a CUDA error the
+    child is gone, and the next `run` starts a new one.
+
+    timeout_s: wall time one call may take; an invocation of n calls gets n times as much.
+    load_timeout_s: wall time the child may take to start and import the candidate (a
+        candidate that compiles an extension at import time needs minutes).
+    """
+
+    def __init__(
+        self,
+        candidate: CandidateRef,
+        device: str,
+        timeout_s: float,
+        load_timeout_s: float = 600.0,
+    ) -> None:
+        self.candidate = candidate
+        self.device = device
+        self.timeout_s = timeout_s
+        self.load_timeout_s = load_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._to_child = -1
+        self._from_child = -1
+        self._stderr: IO[bytes] | None = None
+        self._load_failure: InvocationResult | None = None
+
+    def __enter__(self) -> Worker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the child and wait until it has imported the candidate.
+
+        Raises UsageError when the file or the function is missing. A candidate whose import
+        fails (a syntax error, an exception, a crash, a hang) does not raise here: every run
+        then returns that failure.
+        """
+        if self._proc is not None or self._load_failure is not None:
+            return
+        if not Path(self.candidate.path).is_file():
+            raise UsageError(
+                f"candidate {self.candidate.label}: there is no file {self.candidate.path}; "
+                "check the path."
+            )
+        self._spawn()
+        try:
+            reply = self._receive(time.monotonic() + self.load_timeout_s)
+        except _Timeout:
+            kind = "timeout"
+            text = (
+                f"loading {self.candidate.label} took longer than {self.load_timeout_s:g} s; "
+                "the worker was stopped."
+            )
+        except _Died:
+            kind = "crash"
+            text = f"the worker {self._exit_description()} while importing {self.candidate.label}."
+        else:
+            if reply == ("ready",):
+                return
+            kind = "exception"
+            if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "usage":
+                self._kill()
+                raise UsageError(str(reply[1]))
+            if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "exception":
+                text = f"importing {self.candidate.label} raised an exception:\n{reply[1]}"
+            else:
+                text = f"the worker sent {type(reply).__name__} instead of saying it was ready"
+        text += self._stderr_tail(0) if kind != "exception" else ""
+        self._load_failure = InvocationResult(calls=(), error=text, error_kind=kind)
+        self._kill()
+
+    def run(self, invocation: Invocation) -> InvocationResult:
+        """Run every call of `invocation` in the child and return what it observed."""
+        if self._load_failure is None and self._proc is None:
+            self.start()
+        if self._load_failure is not None:
+            return self._load_failure
+        limit = self.timeout_s * max(1, len(invocation.calls))
+        began = time.monotonic()
+        mark = self._stderr_size()
+        try:
+            self._send(invocation, began + limit)
+            reply = self._receive(began + limit)
+        except _Timeout:
+            text = (
+                f"the candidate was still running after {time.monotonic() - began:.1f} s "
+                f"(limit: {len(invocation.calls)} call(s) x {self.timeout_s:g} s); "
+                "the worker was killed." + self._stderr_tail(mark)
+            )
+            self._kill()
+            return InvocationResult(calls=(), error=text, error_kind="timeout")
+        except _Died:
+            text = f"the worker process {self._exit_description()} while running the candidate."
+            text += self._stderr_tail(mark)
+            self._kill()
+            return InvocationResult(calls=(), error=text, error_kind="crash")
+        if not isinstance(reply, InvocationResult):
+            self._kill()
+            return InvocationResult(
+                calls=(),
+                error=f"the worker sent {type(reply).__name__} instead of a result; "
+                "the candidate may have written to the worker's channel.",
+                error_kind="crash",
+            )
+        if reply.error_kind in ("cuda", "crash"):
+            # The child exits by itself after these; make sure of it and start anew next run.
+            self._kill()
+        return reply
+
+    def close(self) -> None:
+        """Stop the child (and anything it started)."""
+        if self._proc is None:
+            return
+        self._close_fds(only_to_child=True)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=_CLOSE_GRACE_S)
+        self._kill()
+
+    # --- the child's life ---
+
+    def _spawn(self) -> None:
+        child_reads, parent_writes = os.pipe()
+        parent_reads, child_writes = os.pipe()
+        for fd in (parent_writes, parent_reads):
+            _widen(fd)
+        # Held open for the child's whole life: crash messages quote its end.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "kernelaudit.runner.worker",
+                    str(child_reads),
+                    str(child_writes),
+                    self.device,
+                    self.candidate.path,
+                    self.candidate.function,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=self._stderr,
+                stderr=self._stderr,
+                pass_fds=(child_reads, child_writes),
+                start_new_session=True,
+                env=_child_environment(self.device),
+            )
+        finally:
+            os.close(child_reads)
+            os.close(child_writes)
+        self._to_child = parent_writes
+        self._from_child = parent_reads
+        os.set_blocking(self._to_child, False)
+
+    def _kill(self) -> None:
+        """Kill the child's whole process group and forget it."""
+        proc = self._proc
+        self._close_fds()
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        self._proc = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def _close_fds(self, only_to_child: bool = False) -> None:
+        if self._to_child >= 0:
+            os.close(self._to_child)
+            self._to_child = -1
+        if not only_to_child and self._from_child >= 0:
+            os.close(self._from_child)
+            self._from_child = -1
+
+    def _exit_description(self) -> str:
+        assert self._proc is not None
+        try:
+            code = self._proc.wait(timeout=_CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            return "closed its channel but is still running"
+        if code >= 0:
+            return f"exited with code {code}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            return f"was killed by signal {-code}"
+        return f"was killed by signal {name} ({signal.strsignal(-code)})"
+
+    # --- I/O with deadlines ---
+
+    def _send(self, message: object, deadline: float) -> None:
+        for view in encode(message):
+            while view:
+                self._wait_for(self._to_child, deadline, writing=True)
+                try:
+                    written = os.write(self._to_child, view[:_PIPE_BYTES])
+                except BlockingIOError:
+                    continue
+                except OSError as error:
+                    raise _Died() from error
+                view = view[written:]
+
+    def _receive(self, deadline: float) -> object:
+        try:
+            return decode(lambda count: self._read(count, deadline))
+        except (_Died, _Timeout):
+            raise
+        except Exception as error:  # whatever garbage on the channel made decoding fail
+            return error
+
+    def _read(self, count: int, deadline: float) -> bytearray:
+        try:
+            data = bytearray(count)
+        except MemoryError:
+            raise _Died() from None  # a length no real result has: the channel is garbage
+        view = memoryview(data)
+        done = 0
+        while done < count:
+            self._wait_for(self._from_child, deadline, writing=False)
+            got = os.readv(self._from_child, [view[done:]])
+            if not got:
+                raise _Died()
+            done += got
+        return data
+
+    def _wait_for(self, fd: int, deadline: float, writing: bool) -> None:
+        """Wait until `fd` is ready, the child dies (_Died) or the deadline passes (_Timeout).
+
+        The child's death is watched for itself: a process the candidate started may hold
+        the pipe open after the child is gone.
+        """
+        assert self._proc is not None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Timeout()
+            if _ready(fd, writing, min(remaining, _POLL_S)):
+                return
+            if self._proc.poll() is not None:
+                if _ready(fd, writing, 0.0):
+                    return
+                raise _Died()
+
+    # --- stderr ---
+
+    def _stderr_size(self) -> int:
+        if self._stderr is None:
+            return 0
+        return os.fstat(self._stderr.fileno()).st_size
+
+    def _stderr_tail(self, since: int) -> str:
+        """The end of what the child wrote to stderr since byte `since`, for a message."""
+        if self._stderr is None:
+            return ""
+        end = self._stderr_size()
+        start = max(since, end - _STDERR_TAIL_BYTES)
+        # pread leaves the shared file offset alone, so the child's writes land where they should.
+        text = os.pread(self._stderr.fileno(), end - start, start).decode(errors="replace")
+        if not text.strip():
+            return ""
+        cut = "...\n" if start > since else ""
+        return f"\nlast output on stderr:\n{cut}{text.rstrip()}"
+
+
+def _ready(fd: int, writing: bool, wait: float) -> bool:
+    if writing:
+        return bool(select.select([], [fd], [], wait)[1])
+    return bool(select.select([fd], [], [], wait)[0])
+
+
+def _widen(fd: int) -> None:
+    """Enlarge a pipe's buffer where Linux allows, so large tensors move in fewer steps."""
+    setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setpipe is None:
+        return
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, setpipe, _PIPE_BYTES)
+
+
+def _child_environment(device: str) -> dict[str, str]:
+    env = dict(os.environ)
+    # A source checkout the auditor was imported from must be importable by the child too;
+    # an installed package already is, and site-packages must not move ahead of the stdlib.
+    root = str(Path(kernelaudit.__file__).resolve().parent.parent)
+    installed = {*site.getsitepackages(), site.getusersitepackages()}
+    if root not in installed:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    if torch.device(device).type == "cpu":
+        # Triton kernels run through Triton's interpreter on the CPU.
+        env["TRITON_INTERPRET"] = "1"
+    return env

@@ -1,0 +1,375 @@
+"""The worker process: runs the candidate on guarded, poisoned inputs and reports what it saw.
+
+Started by `kernelaudit.runner.process.Worker` as
+`python -m kernelaudit.runner.worker READ_FD WRITE_FD DEVICE PATH FUNCTION`. It imports the
+candidate once, says it is ready, then answers every `Invocation` it reads with an
+`InvocationResult`. After a CUDA error (the context can no longer be trusted) it answers and
+exits; the auditor starts a new one.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import functools
+import gc
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from kernelaudit.errors import UsageError
+from kernelaudit.runner.candidate import CandidateRef, load_candidate
+from kernelaudit.runner.guard import (
+    GuardedTensor,
+    allocate,
+    breach,
+    contiguous_geometry,
+    place,
+    same_bits,
+    storage_span,
+)
+from kernelaudit.runner.messages import (
+    Call,
+    CallOutcome,
+    GuardBreach,
+    Invocation,
+    InvocationResult,
+    TensorArg,
+)
+from kernelaudit.runner.poison import PoisonMode, fill_poison
+from kernelaudit.runner.process import decode, encode
+
+_HARNESS_DIR = str(Path(__file__).resolve().parent)
+_MESSAGE_CHARS = 6000
+_WATCH_S = 1.0
+
+
+class CandidateFailure(Exception):
+    """The candidate failed to run a call; `kind` is an `InvocationResult.error_kind`."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def run_invocation(
+    candidate: Callable[..., object], invocation: Invocation, device: torch.device
+) -> InvocationResult:
+    """Run the calls in order; stop at the first that fails, keeping what came before."""
+    outcomes: list[CallOutcome] = []
+    breaches: list[GuardBreach] = []
+    held: list[tuple[torch.Tensor, ...]] = []
+    for index, call in enumerate(invocation.calls):
+        try:
+            outcome, outputs = run_call(
+                candidate, call, index, invocation.return_inputs, device, breaches
+            )
+        except CandidateFailure as failure:
+            changed = () if failure.kind == "cuda" else changed_later(held, outcomes)
+            return InvocationResult(
+                calls=tuple(outcomes),
+                changed_later=changed,
+                breaches=tuple(breaches),
+                error=failure.message,
+                error_kind=failure.kind,
+            )
+        outcomes.append(outcome)
+        held.append(outputs)
+    return InvocationResult(
+        calls=tuple(outcomes),
+        changed_later=changed_later(held, outcomes),
+        breaches=tuple(breaches),
+    )
+
+
+def run_call(
+    candidate: Callable[..., object],
+    call: Call,
+    index: int,
+    return_inputs: Sequence[int],
+    device: torch.device,
+    breaches: list[GuardBreach],
+) -> tuple[CallOutcome, tuple[torch.Tensor, ...]]:
+    """One call on fresh guarded inputs. Appends the guard breaches it sees to `breaches`.
+
+    Returns what goes back to the auditor and the outputs as they live on the device (held
+    until the invocation ends, to see whether later calls change them).
+    """
+    inputs = {
+        position: place(f"input {position}", arg.values, arg.layout, device)
+        for position, arg in enumerate(call.args)
+        if isinstance(arg, TensorArg)
+    }
+    args = [inputs[p].view if p in inputs else arg for p, arg in enumerate(call.args)]
+    slots = []
+    for k, slot in enumerate(call.slots):
+        stride = contiguous_geometry(tuple(slot.shape)).stride
+        guarded = allocate(f"output {k}", tuple(slot.shape), stride, slot.dtype, device)
+        fill_poison(guarded.view, call.poison)
+        slots.append(guarded)
+    mode = PoisonMode(call.poison)
+    guarded_all = [*inputs.values(), *slots]
+
+    started = time.perf_counter()
+    try:
+        with mode:
+            returned = candidate(*args, *(s.view for s in slots))
+        synchronize(device)
+    except BaseException as error:
+        failure = classify(error, device)
+        if failure.kind != "cuda":
+            breaches.extend(check_guards([*guarded_all, *mode.allocations], index))
+        raise failure from None
+    seconds = time.perf_counter() - started
+
+    outputs: tuple[torch.Tensor, ...] = ()
+    try:
+        outputs = tuple(s.view for s in slots) if slots else returned_outputs(returned)
+    finally:
+        scratch = [_named_after_output(a, outputs) for a in mode.allocations]
+        breaches.extend(check_guards([*guarded_all, *scratch], index))
+    try:
+        sent = tuple(to_cpu(t) for t in outputs)
+    except Exception as error:
+        failure = classify(error, device)
+        message = f"copying the outputs failed:\n{failure.message}"
+        raise CandidateFailure(failure.kind, message) from None
+    inputs_after = tuple(
+        to_cpu(inputs[p].view) if p in inputs else torch.tensor(call.args[p], device="cpu")
+        for p in return_inputs
+    )
+    outcome = CallOutcome(
+        outputs=sent,
+        inputs_after=inputs_after,
+        aliases=aliases(outputs, {p: g.view for p, g in inputs.items()}),
+        seconds=seconds,
+    )
+    return outcome, outputs
+
+
+def returned_outputs(returned: object) -> tuple[torch.Tensor, ...]:
+    """The outputs of a return-style candidate: one tensor, or a tuple or list of them."""
+    if isinstance(returned, torch.Tensor):
+        return (returned,)
+    if isinstance(returned, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in returned):
+        return tuple(returned)
+    if isinstance(returned, (tuple, list)):
+        kinds = ", ".join(type(t).__name__ for t in returned)
+        what = f"a {type(returned).__name__} of ({kinds})"
+    else:
+        what = "None" if returned is None else f"a {type(returned).__name__}"
+    raise CandidateFailure(
+        "contract",
+        f"the candidate returned {what}; it must return its outputs: a tensor, or a tuple of "
+        "tensors in the declared order.",
+    )
+
+
+def check_guards(guarded: Sequence[GuardedTensor], call: int) -> list[GuardBreach]:
+    return [b for b in (breach(g, call) for g in guarded) if b is not None]
+
+
+def aliases(outputs: Sequence[torch.Tensor], inputs: dict[int, torch.Tensor]) -> tuple[str, ...]:
+    """Outputs whose bytes overlap an input's or another output's ("output 0 ~ input 2")."""
+    found = []
+    for i, output in enumerate(outputs):
+        found += [f"output {i} ~ input {p}" for p, t in inputs.items() if _overlap(output, t)]
+        found += [f"output {k} ~ output {i}" for k in range(i) if _overlap(outputs[k], output)]
+    return tuple(found)
+
+
+def changed_later(
+    held: Sequence[tuple[torch.Tensor, ...]], outcomes: Sequence[CallOutcome]
+) -> tuple[tuple[int, int], ...]:
+    """(call, output) pairs whose device values no longer match, bit for bit, what was sent."""
+    changed = []
+    for c, (outputs, outcome) in enumerate(zip(held, outcomes, strict=True)):
+        for o, (live, sent) in enumerate(zip(outputs, outcome.outputs, strict=True)):
+            try:
+                now = to_cpu(live)
+            except Exception:
+                changed.append((c, o))
+                continue
+            if not same_bits(now, sent):
+                changed.append((c, o))
+    return tuple(changed)
+
+
+def to_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain, contiguous CPU copy: no strides, subclasses or autograd history come along."""
+    copy = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device="cpu")
+    with torch.no_grad():
+        copy.copy_(tensor.detach())
+    return copy
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all work queued on the device, on every stream."""
+    module = getattr(torch, device.type, None)
+    sync = getattr(module, "synchronize", None)
+    if sync is not None:
+        sync(device)
+
+
+def classify(error: BaseException, device: torch.device) -> CandidateFailure:
+    """Kind "cuda" when the device context can no longer be trusted, else "exception"."""
+    if device.type != "cpu" and (_names_device_error(error) or not _device_usable(device)):
+        return CandidateFailure("cuda", describe(error))
+    return CandidateFailure("exception", describe(error))
+
+
+def describe(error: BaseException) -> str:
+    """The exception's type, message and traceback, without the harness's own frames."""
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if not f.filename.startswith(_HARNESS_DIR) and not f.filename.startswith("<frozen ")
+    ]
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines += traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(error), error)
+    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    if cause is not None:
+        lines.append("raised while handling: ")
+        lines += traceback.format_exception_only(type(cause), cause)
+    text = "".join(lines).rstrip()
+    return text if len(text) <= _MESSAGE_CHARS else "...\n" + text[-_MESSAGE_CHARS:]
+
+
+def _names_device_error(error: BaseException) -> bool:
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    if accelerator_error is not None and isinstance(error, accelerator_error):
+        return True
+    text = str(error)
+    return "CUDA error" in text or "Triton Error [CUDA]" in text
+
+
+def _device_usable(device: torch.device) -> bool:
+    try:
+        synchronize(device)
+    except Exception:
+        return False
+    return True
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    ra, rb = _byte_range(a), _byte_range(b)
+    if ra is None or rb is None or a.device != b.device:
+        return False
+    return ra[0] < rb[1] and rb[0] < ra[1]
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int] | None:
+    if type(t) is not torch.Tensor or t.layout != torch.strided or t.numel() == 0:
+        return None
+    start = t.data_ptr()
+    return start, start + storage_span(tuple(t.shape), tuple(t.stride())) * t.element_size()
+
+
+def _named_after_output(
+    allocation: GuardedTensor, outputs: Sequence[torch.Tensor]
+) -> GuardedTensor:
+    """An allocation the candidate returned is reported as that output, not as scratch."""
+    storage = allocation.buffer.untyped_storage().data_ptr()
+    for i, output in enumerate(outputs):
+        if type(output) is torch.Tensor and output.untyped_storage().data_ptr() == storage:
+            return replace(allocation, label=f"output {i}")
+    return allocation
+
+
+# --- the process ----------------------------------------------------------------------------
+
+
+def _send(fd: int, message: object) -> None:
+    for view in encode(message):
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+def _receive(fd: int) -> object | None:
+    """The next message, or None when the auditor has closed the channel."""
+    try:
+        return decode(functools.partial(_read, fd))
+    except EOFError:
+        return None
+
+
+def _read(fd: int, count: int) -> bytearray:
+    data = bytearray(count)
+    view = memoryview(data)
+    done = 0
+    while done < count:
+        got = os.readv(fd, [view[done:]])
+        if not got:
+            raise EOFError("the auditor closed the channel")
+        done += got
+    return data
+
+
+def _exit_with_the_auditor() -> None:
+    """End this process if the auditor dies: a candidate stuck in a loop would never see the
+    channel close."""
+    auditor = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == auditor:
+            time.sleep(_WATCH_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="kernelaudit-watch", daemon=True).start()
+
+
+def main(argv: Sequence[str]) -> int:
+    read_fd, write_fd, device_name, path, function = argv
+    reader, writer = int(read_fd), int(write_fd)
+    # Whatever the candidate prints goes to stderr, never into the channel.
+    os.dup2(2, 1)
+    faulthandler.enable()
+    _exit_with_the_auditor()
+    for fd in (reader, writer):
+        os.set_inheritable(fd, False)
+    device = torch.device(device_name)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
+    try:
+        candidate = load_candidate(CandidateRef(path=path, function=function))
+    except UsageError as error:
+        _send(writer, ("usage", str(error)))
+        return 0
+    except BaseException as error:
+        _send(writer, ("exception", describe(error)))
+        return 0
+    _send(writer, ("ready",))
+    while True:
+        invocation = _receive(reader)
+        if invocation is None:
+            return 0
+        try:
+            assert isinstance(invocation, Invocation), type(invocation)
+            result = run_invocation(candidate, invocation, device)
+        except BaseException:
+            result = InvocationResult(
+                calls=(),
+                error="the worker failed while running the candidate:\n" + traceback.format_exc(),
+                error_kind="crash",
+            )
+        _send(writer, result)
+        if result.error_kind in ("cuda", "crash"):
+            # The device context (or the worker) cannot be trusted any more; leave at once.
+            sys.stderr.flush()
+            os._exit(0)
+        del invocation, result
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

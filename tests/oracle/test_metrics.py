@@ -1,0 +1,115 @@
+import math
+
+import pytest
+import torch
+
+from kernelaudit.oracle import metrics
+from kernelaudit.oracle.metrics import absolute_floor, error_metrics, row_errors, unit_roundoff
+
+F64 = torch.float64
+
+
+def test_exact_values_have_zero_error():
+    t = torch.randn(5, 7, dtype=F64)
+    m = error_metrics(t.clone(), t, torch.float32)
+    assert (m.normwise, m.worst_row, m.componentwise) == (0.0, 0.0, 0.0)
+    assert m.compared == 35
+
+
+def test_the_three_metrics_on_a_hand_computed_case():
+    t = torch.ones(4, 4, dtype=F64)
+    c = t.clone()
+    c[2, 1] += 0.1
+    m = error_metrics(c, t, torch.float32)
+    assert m.normwise == pytest.approx(0.1 / 4)
+    assert m.worst_row == pytest.approx(0.1 / 2)  # ||T_r|| = 2
+    assert m.worst_row_index == 2
+    assert m.componentwise == pytest.approx(0.1)
+    assert m.worst_element_index == 2 * 4 + 1
+    assert (m.worst_element_value, m.worst_element_truth) == (pytest.approx(1.1), 1.0)
+
+
+def test_worst_row_finds_an_error_concentrated_in_a_few_rows():
+    torch.manual_seed(0)
+    t = torch.randn(1000, 64, dtype=F64)
+    c = t.clone()
+    c[417] *= 1.05
+    m = error_metrics(c, t, torch.bfloat16)
+    assert m.worst_row_index == 417
+    row_norm, rms_row = t[417].norm().item(), t.norm().item() / math.sqrt(1000)
+    assert m.worst_row == pytest.approx(0.05 * row_norm / max(row_norm, rms_row), rel=1e-9)
+    assert m.normwise < 0.05 / 20  # averaged away over 1000 rows
+
+
+def test_rows_that_cancel_to_zero_do_not_dominate():
+    torch.manual_seed(0)
+    t = torch.randn(100, 32, dtype=F64)
+    t[5] = 1e-12  # true values that cancelled to about zero
+    c = t.clone()
+    c[5] += 1e-9  # a tiny absolute error, a huge relative one
+    m = error_metrics(c, t, torch.float32)
+    rms_row = t.norm() / math.sqrt(100)
+    assert m.worst_row == pytest.approx((1e-9 * math.sqrt(32)) / rms_row.item())
+    assert m.worst_row < 1e-8
+
+
+def test_row_errors_lists_every_row():
+    t = torch.ones(3, 4, dtype=F64)
+    c = t.clone()
+    c[1] += 0.5
+    assert torch.allclose(row_errors(c, t, torch.float32), torch.tensor([0.0, 0.5, 0.0], dtype=F64))
+
+
+@pytest.mark.parametrize("shape", [(), (6,)])
+def test_zero_and_one_dimensional_results_are_one_row(shape):
+    t = torch.full(shape, 2.0, dtype=F64)
+    c = t + 0.2
+    assert row_errors(c, t, torch.float32).shape == (1,)
+    m = error_metrics(c, t, torch.float32)
+    assert m.worst_row == pytest.approx(0.1)
+    assert m.normwise == pytest.approx(0.1)
+
+
+def test_non_finite_positions_are_left_out():
+    t = torch.tensor([[1.0, math.nan, 3.0], [math.inf, 2.0, 2.0]], dtype=F64)
+    c = torch.tensor([[1.0, 5.0, 3.0], [math.inf, math.nan, 2.2]], dtype=F64)
+    m = error_metrics(c, t, torch.float32)
+    assert m.compared == 3
+    assert m.worst_row_index == 1
+    assert m.worst_element_index == 5
+    assert math.isfinite(m.normwise) and math.isfinite(m.componentwise)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_flush_to_zero_sized_errors_count_as_one_unit_roundoff_at_most(dtype):
+    tiny = torch.finfo(dtype).smallest_normal
+    t = torch.full((8, 16), tiny / 4, dtype=F64)  # subnormal in dtype
+    c = torch.zeros_like(t)  # flushed
+    m = error_metrics(c, t, dtype)
+    u = unit_roundoff(dtype)
+    assert max(m.normwise, m.worst_row, m.componentwise) <= u
+    assert absolute_floor(dtype) == tiny / u
+
+
+def test_huge_float64_values_do_not_overflow_the_norms():
+    t = torch.full((3, 5), 1e300, dtype=F64)
+    m = error_metrics(t * (1 + 1e-10), t, F64)
+    assert m.normwise == pytest.approx(1e-10, rel=1e-4)
+
+
+def test_large_results_are_measured_in_chunks_with_the_same_answer(monkeypatch):
+    torch.manual_seed(0)
+    t = torch.randn(300, 50, dtype=F64)
+    c = (t + 1e-3 * torch.randn_like(t)).to(torch.bfloat16)
+    whole = error_metrics(c, t, torch.bfloat16)
+    monkeypatch.setattr(metrics, "_CHUNK_ELEMENTS", 120)
+    chunked = error_metrics(c, t, torch.bfloat16)
+    assert chunked.worst_row_index == whole.worst_row_index
+    assert chunked.worst_element_index == whole.worst_element_index
+    assert chunked.normwise == pytest.approx(whole.normwise, rel=1e-12)
+    assert chunked.componentwise == pytest.approx(whole.componentwise, rel=1e-12)
+
+
+def test_empty_results_have_zero_error():
+    t = torch.zeros(0, 4, dtype=F64)
+    assert error_metrics(t, t, torch.float32).normwise == 0.0

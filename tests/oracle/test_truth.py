@@ -1,0 +1,205 @@
+import math
+
+import pytest
+import torch
+
+from kernelaudit.errors import ProblemError
+from kernelaudit.oracle.truth import expected
+from kernelaudit.problem.spec import (
+    Contract,
+    IndexInput,
+    Output,
+    Problem,
+    ScalarInput,
+    TensorInput,
+)
+
+ROWS, N = 3, 2000
+
+
+def problem(reference, outputs=None, mutates=(), inputs=None) -> Problem:
+    return Problem(
+        name="row_sum",
+        reference=reference,
+        axes=("rows", "n"),
+        inputs=inputs or (TensorInput("x", ("rows", "n"), dtypes=(torch.bfloat16,)),),
+        outputs=outputs or (Output("y", ("rows",), "x"),),
+        workloads=({"rows": ROWS, "n": N},),
+        contract=Contract(mutates=mutates),
+        source="problems/row_sum.py",
+    )
+
+
+def bf16_sum(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.bfloat16).sum(-1, dtype=torch.bfloat16)
+
+
+@pytest.fixture
+def x() -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.rand(ROWS, N).to(torch.bfloat16)
+
+
+def run(p: Problem, inputs: dict, config: dict | None = None):
+    config = config or {"x": torch.bfloat16}
+    return expected(p, inputs, config, "cpu")
+
+
+def test_truth_is_the_exact_float64_result_of_a_low_precision_reference(x):
+    result = run(problem(bf16_sum), {"x": x})
+    assert result.names == ("y",)
+    assert result.dtypes == (torch.bfloat16,)
+    (truth,) = result.truth
+    assert truth.dtype == torch.float64
+    for row in range(ROWS):
+        exact = math.fsum(x[row].double().tolist())
+        assert abs(truth[row].item() - exact) <= 1e-13 * exact
+
+
+def test_baseline_is_the_reference_run_at_native_precision(x):
+    result = run(problem(bf16_sum), {"x": x})
+    (baseline,) = result.baseline
+    assert baseline.dtype == torch.bfloat16
+    assert torch.equal(baseline, bf16_sum(x.clone()))
+    assert not torch.equal(baseline.double(), result.truth[0])  # rounded to bfloat16
+
+
+def test_inputs_are_cast_to_the_dtype_configuration_before_both_runs(x):
+    wide = x.double() + 1e-4  # not representable in bfloat16
+    result = run(problem(lambda x: x.sum(-1)), {"x": wide})
+    rounded = wide.to(torch.bfloat16).double()
+    assert torch.allclose(result.truth[0], rounded.sum(-1), rtol=1e-14, atol=0)
+
+
+def test_results_are_on_the_cpu_and_the_callers_inputs_are_untouched(x):
+    def reference(x):
+        x.mul_(2)
+        return x.sum(-1)
+
+    before = x.clone()
+    result = run(problem(reference, mutates=("x",)), {"x": x})
+    assert torch.equal(x, before)
+    assert all(t.device.type == "cpu" for t in result.truth + result.baseline)
+
+
+def test_mutated_inputs_follow_the_outputs(x):
+    def reference(x):
+        total = x.sum(-1)
+        x.mul_(3)
+        return total
+
+    result = run(problem(reference, mutates=("x",)), {"x": x})
+    assert result.names == ("y", "x (after call)")
+    assert result.dtypes == (torch.bfloat16, torch.bfloat16)
+    truth_after, baseline_after = result.truth[1], result.baseline[1]
+    assert truth_after.dtype == torch.float64
+    assert torch.equal(truth_after, x.double() * 3)
+    assert baseline_after.dtype == torch.bfloat16
+    assert torch.equal(baseline_after, x * 3)
+
+
+def test_index_and_scalar_inputs_are_passed_unchanged():
+    table = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], dtype=torch.float16)
+    index = torch.tensor([2, 0, 2])
+    seen = []
+
+    def reference(table, index, scale):
+        seen.append((table.dtype, index.dtype, scale))
+        return table[index] * scale
+
+    p = Problem(
+        name="gather",
+        reference=reference,
+        axes=("v", "d", "m"),
+        inputs=(
+            TensorInput("table", ("v", "d"), dtypes=(torch.float16,)),
+            IndexInput("index", ("m",), bound="v"),
+            ScalarInput("scale", 0.5),
+        ),
+        outputs=(Output("out", ("m", "d"), "table"),),
+        workloads=({"v": 3, "d": 2, "m": 3},),
+    )
+    config = {"table": torch.float16, "index": torch.int64}
+    result = expected(p, {"table": table, "index": index, "scale": 0.5}, config, "cpu")
+    assert seen == [(torch.float64, torch.int64, 0.5), (torch.float16, torch.int64, 0.5)]
+    assert torch.equal(result.truth[0], table.double()[index] * 0.5)
+
+
+def test_several_outputs_in_declaration_order_with_exact_dtypes(x):
+    outputs = (Output("total", ("rows",), "x"), Output("argmax", ("rows",), torch.int64))
+    result = run(problem(lambda x: (x.sum(-1), x.argmax(-1)), outputs=outputs), {"x": x})
+    assert result.names == ("total", "argmax")
+    assert result.dtypes == (torch.bfloat16, torch.int64)
+    assert result.truth[1].dtype == torch.int64
+    assert torch.equal(result.truth[1], x.argmax(-1))
+
+
+def test_a_floating_baseline_is_rounded_to_the_declared_dtype(x):
+    result = run(problem(lambda x: x.float().sum(-1)), {"x": x})
+    assert result.baseline[0].dtype == torch.bfloat16
+
+
+def test_an_exception_in_the_reference_names_the_reference():
+    def reference(x):
+        raise ValueError("shapes do not line up")
+
+    with pytest.raises(ProblemError) as caught:
+        run(problem(reference), {"x": torch.ones(ROWS, N)})
+    error = caught.value
+    assert (error.file, error.field) == ("problems/row_sum.py", "reference")
+    assert "reference()" in error.message
+    assert "ValueError: shapes do not line up" in error.message
+
+
+@pytest.mark.parametrize(
+    ("reference", "words"),
+    [
+        (lambda x: (x.sum(-1), x.sum(-1)), "returns 2 value(s) but the problem declares 1"),
+        (lambda x: [x.sum(-1).tolist()], "returns a list for output 'y', not a tensor"),
+        (lambda x: None, "returns a NoneType for output 'y'"),
+        (lambda x: x.sum(0), "returns shape (2000,) for output 'y'"),
+        (lambda x: x.argmax(-1), "returns int64 for output 'y', but the problem declares bfloat16"),
+    ],
+)
+def test_outputs_that_do_not_match_the_declaration_are_problem_errors(reference, words):
+    with pytest.raises(ProblemError) as caught:
+        run(problem(reference), {"x": torch.ones(ROWS, N)})
+    assert caught.value.field == "outputs"
+    assert words in caught.value.message
+
+
+def test_mutates_must_name_a_tensor_input(x):
+    with pytest.raises(ProblemError) as caught:
+        run(problem(bf16_sum, mutates=("scale",)), {"x": x})
+    assert caught.value.field == "contract.mutates"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_truth_and_baseline_on_a_gpu():
+    torch.manual_seed(0)
+    a = torch.randn(64, 512).to(torch.bfloat16)
+    w = torch.randn(512, 32).to(torch.bfloat16)
+
+    def reference(a, w):
+        return (a.float() @ w.float()).to(torch.bfloat16)
+
+    p = Problem(
+        name="matmul",
+        reference=reference,
+        axes=("m", "k", "n"),
+        inputs=(
+            TensorInput("a", ("m", "k"), torch.bfloat16),
+            TensorInput("w", ("k", "n"), torch.bfloat16),
+        ),
+        outputs=(Output("y", ("m", "n"), "a"),),
+        workloads=({"m": 64, "k": 512, "n": 32},),
+    )
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    result = expected(p, {"a": a, "w": w}, {"a": torch.bfloat16, "w": torch.bfloat16}, "cuda")
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == tf32
+    truth, baseline = result.truth[0], result.baseline[0]
+    assert truth.device.type == baseline.device.type == "cpu"
+    assert truth.dtype == torch.float64 and baseline.dtype == torch.bfloat16
+    assert torch.allclose(truth, a.double() @ w.double(), rtol=1e-12, atol=1e-12)
+    assert torch.equal(baseline, reference(a.cuda(), w.cuda()).cpu())

@@ -1,0 +1,83 @@
+"""Guarded buffers and poison, in process: what a breach report says, what poison holds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernelaudit.runner.guard import GUARD_BYTES, allocate, breach, place
+from kernelaudit.runner.poison import PoisonMode, poison_value
+
+
+def test_untouched_buffer_has_no_breach() -> None:
+    guarded = place("input 0", torch.randn(3, 5), "strided", "cpu")
+    guarded.view.mul_(2)  # writing every element is in bounds
+    assert breach(guarded, call=0) is None
+
+
+def test_breach_offsets_are_bytes_from_the_first_element() -> None:
+    guarded = allocate("output 0", (4,), (1,), torch.float32, "cpu")
+    base = guarded.first_byte
+    guarded.buffer[base - 3] = 0
+    guarded.buffer[base + 16 + 5] = 0
+    found = breach(guarded, call=2)
+    assert found is not None
+    assert (found.tensor, found.call, found.bytes_changed) == ("output 0", 2, 2)
+    assert (found.first_offset, found.last_offset) == (-3, 21)
+
+
+def test_both_bands_are_guard_bytes() -> None:
+    guarded = allocate("output 0", (4,), (1,), torch.float32, "cpu")
+    assert guarded.first_byte == GUARD_BYTES
+    assert guarded.buffer.numel() == 2 * GUARD_BYTES + 16
+
+
+def test_expanded_input_shares_memory_and_keeps_its_values() -> None:
+    values = torch.randn(1, 6).expand(4, 6).contiguous()
+    guarded = place("input 0", values, "expanded", "cpu")
+    assert guarded.view.stride()[0] == 0
+    assert torch.equal(guarded.view, values)
+    assert breach(guarded, call=0) is None
+
+
+@pytest.mark.parametrize(
+    ("dtype", "nan", "sentinel"),
+    [
+        (torch.float32, math.nan, -12345.6789),
+        (torch.float16, math.nan, -12345.6789),
+        (torch.bfloat16, math.nan, -12345.6789),
+        (torch.int32, -(2**31), 0x5A5A5A5A),
+        (torch.int8, -128, 0x5A),
+        (torch.uint8, 255, 0x5A),
+        (torch.bool, True, True),
+    ],
+)
+def test_poison_values(dtype: torch.dtype, nan: float, sentinel: float) -> None:
+    got = poison_value("nan", dtype)
+    assert got == nan or (math.isnan(nan) and math.isnan(got))
+    assert poison_value("sentinel", dtype) == sentinel
+
+
+def test_float8_sentinel_is_finite() -> None:
+    value = torch.tensor(poison_value("sentinel", torch.float8_e4m3fn)).to(torch.float8_e4m3fn)
+    assert bool(value.float().isfinite())
+
+
+def test_poison_mode_poisons_and_guards_empty_but_not_zeros() -> None:
+    with PoisonMode("sentinel") as mode:
+        scratch = torch.empty(3, 2).t()
+        like = torch.empty_like(scratch)
+        zeros = torch.zeros(4)
+    assert bool((scratch == poison_value("sentinel", torch.float32)).all())
+    assert like.stride() == scratch.stride()
+    assert bool((like == poison_value("sentinel", torch.float32)).all())
+    assert bool((zeros == 0).all())
+    assert [a.label for a in mode.allocations] == ["scratch 0", "scratch 1"]
+    assert mode.allocations[0].view.data_ptr() == scratch.data_ptr()
+
+
+def test_expanded_layout_refuses_values_that_vary_along_the_broadcast() -> None:
+    with pytest.raises(ValueError, match="stride 0"):
+        place("input 0", torch.randn(4, 6), "expanded", "cpu")
