@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan
+from kernelaudit.checks.labels import tensor_name
 from kernelaudit.checks.sweep import boundary_cases
 
 
@@ -38,7 +39,9 @@ class Aliasing:
                 failures.append(
                     Failure(
                         key=f"alias:{alias}",
-                        title=f"{alias.replace('~', 'shares storage with')}",
+                        title=" shares storage with ".join(
+                            tensor_name(observation.problem, side) for side in alias.split(" ~ ")
+                        ),
                         evidence=(("call", call), ("alias", alias)),
                     )
                 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.labels import tensor_name
 
 
 class Bounds:
@@ -22,14 +23,15 @@ class Bounds:
             if breach.tensor in seen:
                 continue
             seen.add(breach.tensor)
+            name = tensor_name(observation.problem, breach.tensor)
             failures.append(
                 Failure(
                     key=f"oob:{breach.tensor.split()[0]}",
                     title=f"wrote {breach.bytes_changed} bytes outside the elements of "
-                    f"{breach.tensor} (byte offsets {breach.first_offset}..{breach.last_offset} "
+                    f"{name} (byte offsets {breach.first_offset}..{breach.last_offset} "
                     "from its first element)",
                     evidence=(
-                        ("tensor", breach.tensor),
+                        ("tensor", name),
                         ("call", breach.call),
                         ("bytes changed", breach.bytes_changed),
                         ("first byte offset", breach.first_offset),

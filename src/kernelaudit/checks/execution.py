@@ -28,12 +28,14 @@ class Execution:
     def judge(self, observation: Observation) -> list[Failure]:
         result = observation.result
         if result.error:
-            first_line = result.error.strip().splitlines()[0] if result.error.strip() else ""
+            line = headline(result.error)
             kind = result.error_kind or "exception"
+            # the exception's type groups failures; its message may name sizes or addresses
+            cause = line.split(":")[0] if kind == "exception" else ""
             return [
                 Failure(
-                    key=f"{kind}:{first_line[:80]}",
-                    title=f"{_TITLES.get(kind, kind)}: {first_line}",
+                    key=f"{kind}:{cause}",
+                    title=f"{_TITLES.get(kind, kind)}: {line}",
                     evidence=(
                         ("kind", kind),
                         ("message", result.error[-4000:]),
@@ -48,9 +50,8 @@ class Execution:
                     return [
                         Failure(
                             key="output-count",
-                            title=f"returned {len(outcome.outputs)} tensors but the problem "
-                            "declares "
-                            f"{declared} outputs",
+                            title=f"returned {len(outcome.outputs)} tensor(s) but the problem "
+                            f"declares {declared} output(s)",
                             evidence=(
                                 ("call", index),
                                 ("returned", len(outcome.outputs)),
@@ -62,3 +63,18 @@ class Execution:
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         return []
+
+
+def headline(error: str) -> str:
+    """The line of an error text a person reads first: for a traceback, the exception line that
+    follows the last frame list ("ValueError: bad shape"); otherwise the first line."""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    headers = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+    if not headers:
+        return lines[0]
+    for line in lines[headers[-1] + 1 :]:
+        if not line[0].isspace():
+            return line
+    return lines[-1]

@@ -12,7 +12,9 @@ from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, Ru
 from kernelaudit.checks.sweep import boundary_cases
 from kernelaudit.runner.poison import poison_value
 
-_PLAN = RunPlan(poisons=("nan", "sentinel"))
+# NaN, sentinel, NaN: an element that follows the poison in all three calls was never written;
+# one that is NaN exactly in the NaN calls was computed from poisoned memory
+_PLAN = RunPlan(poisons=("nan", "sentinel", "nan"))
 
 
 class Unwritten:
@@ -25,15 +27,16 @@ class Unwritten:
 
     def judge(self, observation: Observation) -> list[Failure]:
         result = observation.result
-        if observation.probe.check != self.name or result.error or len(result.calls) < 2:
+        if observation.probe.check != self.name or result.error or len(result.calls) < 3:
             return []
-        first, second = result.calls[0].outputs, result.calls[1].outputs
+        first, second, third = (call.outputs for call in result.calls[:3])
         failures = []
-        for k, out in enumerate(observation.problem.outputs[: min(len(first), len(second))]):
-            a, b = first[k], second[k]
-            if a.shape != b.shape or a.dtype != b.dtype or a.dtype == torch.bool:
+        count = min(len(first), len(second), len(third))
+        for k, out in enumerate(observation.problem.outputs[:count]):
+            a, b, c = first[k], second[k], third[k]
+            if a.dtype == torch.bool or not (a.shape == b.shape == c.shape):
                 continue
-            unwritten = _holds(a, "nan") & _holds(b, "sentinel")
+            unwritten = _holds(a, "nan") & _holds(b, "sentinel") & _holds(c, "nan")
             count = int(unwritten.sum())
             if count:
                 failures.append(
@@ -45,19 +48,24 @@ class Unwritten:
                     )
                 )
                 continue
-            if observation.problem.contract.deterministic:
-                differ = ~_same_bits(a, b)
-                count = int(differ.sum())
-                if count:
-                    failures.append(
-                        Failure(
-                            key=f"poison-dependence:{out.name}",
-                            title=f"{out.name!r}: {count} elements change with the poison in "
-                            "memory the candidate did not write (reads of uninitialised memory)",
-                            evidence=_locate(differ),
-                            score=count / max(a.numel(), 1),
-                        )
+            # NaN in both NaN-poisoned calls but not in the sentinel call: a value computed from
+            # memory nobody wrote (run-to-run noise cannot make NaN appear and disappear)
+            tainted = (
+                torch.isnan(a) & torch.isnan(c) & ~torch.isnan(b) & ~_holds(b, "sentinel")
+                if a.dtype.is_floating_point
+                else torch.zeros_like(a, dtype=torch.bool)
+            )
+            count = int(tainted.sum())
+            if count:
+                failures.append(
+                    Failure(
+                        key=f"poison-dependence:{out.name}",
+                        title=f"{out.name!r}: {count} elements change with the poison in memory "
+                        "the candidate did not write (reads of uninitialised memory)",
+                        evidence=_locate(tainted),
+                        score=count / max(a.numel(), 1),
                     )
+                )
         return failures
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
@@ -69,12 +77,6 @@ def _holds(values: torch.Tensor, poison: str) -> torch.Tensor:
     if values.dtype.is_floating_point and marker != marker:  # NaN poison
         return torch.isnan(values)
     return values == torch.tensor(marker, dtype=values.dtype)
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if a.dtype.is_floating_point:
-        return (a == b) | (torch.isnan(a) & torch.isnan(b))
-    return a == b
 
 
 def _locate(mask: torch.Tensor) -> tuple[tuple[str, Any], ...]:

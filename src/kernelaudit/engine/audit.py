@@ -15,11 +15,12 @@ import torch
 import kernelaudit
 from kernelaudit.checks import build_checks
 from kernelaudit.checks.base import Check, Failure, PlanContext, Probe
+from kernelaudit.checks.numerics import Numerics
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.shrink import shrink
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
-from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.case import Case, dtype_name
 from kernelaudit.problem.load import load_problem
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile, profile_named
@@ -81,7 +82,12 @@ def run_audit(
 ) -> AuditReport:
     started = time.perf_counter()
     ctx = PlanContext(problem, profile, device, _sm_count(device))
-    queue = deque(dict.fromkeys(p for check in checks for p in check.plan(ctx)))
+    planned = [p for check in checks for p in check.plan(ctx)]
+    if not planned:
+        # checks that only watch (execution, bounds, mutation) judge the cases others run:
+        # chosen alone, they watch the numerics sweep
+        planned = Numerics().plan(ctx)
+    queue = deque(dict.fromkeys(planned))
     seen = set(queue)
     followups: set[Probe] = set()
     groups: dict[tuple[str, str], list[tuple[Probe, Failure]]] = {}
@@ -158,7 +164,7 @@ def _finding(
         shrunk = shrink(executor, check, probe, failure, profile.shrink_budget)
         probe, failure, steps = shrunk.probe, shrunk.failure, shrunk.steps
     same_check = [r for r in records if r.check == items[0][0].check]
-    evidence = (*failure.evidence, ("cases", _by_variant(items, same_check)))
+    evidence = (*failure.evidence, ("cases", _by_variant(executor.problem, items, same_check)))
     return Finding(
         id="",
         check=check.name,
@@ -174,20 +180,25 @@ def _finding(
     )
 
 
-def _variant(case: Case) -> str:
+def _variant(problem: Problem, case: Case) -> str:
+    """A case's values, layouts, shape label and floating dtypes, e.g.
+    "ids~zipf @ workload 0 [float16]"."""
     values = ", ".join(f"{name}~{dist}" for name, dist in case.values) or "default values"
     layouts = ", ".join(f"{name}:{layout}" for name, layout in case.layouts)
     label = case.label.removesuffix(" (shrunk)")
-    return f"{values}; {layouts} @ {label}" if layouts else f"{values} @ {label}"
+    config = problem.dtype_configs()[case.dtype_config]
+    dtypes = "/".join(sorted({dtype_name(d) for d in config.values() if d.is_floating_point}))
+    where = f"{values}; {layouts}" if layouts else values
+    return f"{where} @ {label}" + (f" [{dtypes}]" if dtypes else "")
 
 
-def _by_variant(items: list[tuple[Probe, Failure]], records: list[CaseRecord]) -> dict[str, str]:
+def _by_variant(
+    problem: Problem, items: list[tuple[Probe, Failure]], records: list[CaseRecord]
+) -> dict[str, str]:
     """Failing / total cases per value-and-layout variant: shows which inputs expose the bug
     and which hide it."""
-    failed = Counter(_variant(p.case) for p, _ in items)
-    total = Counter(_variant(r.case) for r in records)
-    for probe, _ in items:
-        total.setdefault(_variant(probe.case), failed[_variant(probe.case)])
+    failed = Counter(_variant(problem, p.case) for p, _ in items)
+    total = Counter(_variant(problem, r.case) for r in records)
     return {
         variant: f"failed {failed.get(variant, 0)} of {count}"
         for variant, count in sorted(total.items(), key=lambda kv: -failed.get(kv[0], 0))

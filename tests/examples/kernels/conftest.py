@@ -1,23 +1,19 @@
 """Fixtures for testing the bundled examples' kernels directly, without the audit engine.
 
-Without a GPU the Triton kernels run in Triton's interpreter. Triton chooses between compiling
-and interpreting when a kernel is decorated, that is when its module is imported, so candidate
-modules are imported with TRITON_INTERPRET=1 set and the variable is restored right after: no
-other test sees it, whatever imported triton before.
+These tests run on a CUDA GPU, or on the CPU through Triton's interpreter. The interpreter needs
+TRITON_INTERPRET=1 before triton is first imported, so without a GPU they run only in a process
+started that way: `tests/examples/test_kernels_interpreted.py` starts one.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 import torch
@@ -25,8 +21,9 @@ import torch
 from kernelaudit import Problem
 from kernelaudit.problem.load import load_problem
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+RUNNABLE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def worst_row_error(result: torch.Tensor, truth: torch.Tensor) -> float:
@@ -62,8 +59,9 @@ class Run:
 
     @property
     def budget(self) -> float:
-        """Twice the baseline's error, or a few roundings of the output's dtype if more."""
-        return 2 * max(self.baseline_error, 2 * torch.finfo(self.baseline.dtype).eps)
+        """Three times the baseline's error, or two roundings of the output's dtype if more:
+        sound summation orders differ by up to ~2x, lost precision costs 10x and more."""
+        return 3 * max(self.baseline_error, torch.finfo(self.baseline.dtype).eps)
 
     @property
     def same_nonfinite(self) -> bool:
@@ -92,22 +90,6 @@ def _fp64(value: object) -> object:
     return value
 
 
-@contextmanager
-def _interpreted_without_gpu() -> Iterator[None]:
-    if DEVICE == "cuda":
-        yield
-        return
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
-
-
 @dataclass(frozen=True)
 class Example:
     folder: Path
@@ -125,9 +107,6 @@ class Example:
         assert result.dtype == baseline.dtype, f"{candidate} returned {result.dtype}"
         return Run(result, truth, baseline)
 
-    def manifest(self) -> dict[str, Any]:
-        return json.loads((self.folder / "expected.json").read_text())
-
 
 def _import_candidates(folder: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(
@@ -135,8 +114,7 @@ def _import_candidates(folder: Path) -> ModuleType:
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    with _interpreted_without_gpu():
-        spec.loader.exec_module(module)
+    spec.loader.exec_module(module)
     return module
 
 
@@ -159,3 +137,9 @@ def example() -> Callable[[str], Example]:
 @pytest.fixture
 def device() -> str:
     return DEVICE
+
+
+@pytest.fixture(autouse=True)
+def _kernels_can_run() -> None:
+    if not RUNNABLE:
+        pytest.skip("no GPU: these run under TRITON_INTERPRET=1 in test_kernels_interpreted.py")

@@ -1,0 +1,92 @@
+"""The numerics check: results are compared with fp64 truth across value distributions and
+boundary sizes, and a failure says by how much, and under which inputs it shows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from kernelaudit.findings import AuditReport, Finding
+from kernelaudit.oracle.compare import RATIO_LIMIT
+
+pytestmark = pytest.mark.slow
+
+DISTRIBUTIONS = ("normal", "offset", "small_integers", "large")
+
+
+@pytest.fixture(scope="module")
+def audit_of(tiny_audit: Callable[..., AuditReport]) -> Callable[[str], AuditReport]:
+    def run(candidate: str) -> AuditReport:
+        return tiny_audit(
+            "row_scale",
+            f"row_scale_kernels.py::{candidate}",
+            ["numerics"],
+            float_distributions=DISTRIBUTIONS,
+        )
+
+    return run
+
+
+def _keyed(report: AuditReport) -> dict[str, Finding]:
+    return {f.key: f for f in report.findings}
+
+
+def _cases(finding: Finding) -> dict[str, str]:
+    """The finding's failing/total count per variant, keyed by the variant without its dtype
+    suffix ("default values @ workload 0")."""
+    cases = dict(finding.evidence)["cases"]
+    return {variant.split(" [")[0]: count for variant, count in cases.items()}
+
+
+def test_computing_in_float16_fails_with_its_error_ratio(
+    audit_of: Callable[[str], AuditReport],
+) -> None:
+    report = audit_of("in_half")
+    finding = _keyed(report)["error:y"]
+    metrics = dict(finding.evidence)["metrics"]
+    assert report.verdict == "FAIL"
+    assert finding.check == "numerics"
+    # float16 rounds about 8000 times coarser than float32
+    assert metrics["normwise_error_ratio"] > 10 * RATIO_LIMIT
+    assert finding.title.startswith("y: normwise error ")
+    assert f"limit {RATIO_LIMIT:g}x" in finding.title
+    # float16 also overflows where float32 does not
+    assert "inf-where-finite:y" in _keyed(report)
+
+
+def test_a_bug_at_odd_sizes_is_found_at_a_boundary_size_and_kept_odd(
+    audit_of: Callable[[str], AuditReport],
+) -> None:
+    report = audit_of("drop_odd_tail")
+    finding = _keyed(report)["error:y"]
+    cases = _cases(finding)
+    assert report.verdict == "FAIL"
+    assert finding.probe.case.size_map()["cols"] % 2 == 1
+    assert finding.original.label.startswith("boundary cols=")
+    assert cases["default values @ workload 0"] == "failed 0 of 1"
+    assert cases["default values @ boundary cols=1"] == "failed 1 of 1"
+
+
+def test_a_bug_under_large_values_shows_which_distributions_expose_it(
+    audit_of: Callable[[str], AuditReport],
+) -> None:
+    report = audit_of("clamp_above_16")
+    finding = _keyed(report)["error:y"]
+    cases = _cases(finding)
+    assert report.verdict == "FAIL"
+    assert cases["default values @ workload 0"] == "failed 0 of 1"
+    assert cases["x~offset @ workload 0"] == "failed 1 of 1"
+    assert cases["x~large @ workload 0"] == "failed 1 of 1"
+    assert dict(finding.probe.case.values)["x"] in ("offset", "large")
+
+
+def test_nan_where_the_truth_is_finite_fails(audit_of: Callable[[str], AuditReport]) -> None:
+    report = audit_of("nan_on_zero")
+    finding = _keyed(report)["nan-where-finite:y"]
+    assert report.verdict == "FAIL"
+    assert "NaN where the truth is finite" in finding.title
+    assert "nan instead of 0" in finding.title
+    # only exact small integers put zeros in x
+    assert dict(finding.probe.case.values) == {"x": "small_integers"}
+    assert _cases(finding)["default values @ workload 0"] == "failed 0 of 1"

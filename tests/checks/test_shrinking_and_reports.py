@@ -1,0 +1,77 @@
+"""Findings are shrunk to the smallest case that still fails, replay from their probe, and
+survive a trip through the JSON report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.checks.numerics import Numerics
+from kernelaudit.engine.executor import Executor
+from kernelaudit.findings import AuditReport, Finding, read_reports, write_reports
+from kernelaudit.problem.load import load_problem
+from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.process import Worker
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def flipped(tiny_audit: Callable[..., AuditReport]) -> AuditReport:
+    # wrong only when there is a second row and the weight has two different ends
+    return tiny_audit(
+        "row_scale",
+        "row_scale_kernels.py::flipped_weight_after_first_row",
+        ["numerics"],
+        shrink_budget=16,
+    )
+
+
+def test_a_failure_at_the_workload_shrinks_to_the_smallest_sizes_that_fail(
+    flipped: AuditReport, finding_of: Callable[[AuditReport, str], Finding]
+) -> None:
+    finding = finding_of(flipped, "numerics")
+    original, shrunk = finding.original.size_map(), finding.probe.case.size_map()
+    assert original == {"rows": 8, "cols": 16}
+    assert all(shrunk[axis] <= original[axis] for axis in original)
+    assert shrunk == {"rows": 2, "cols": 2}
+    assert finding.shrink_steps
+    assert finding.shrink_steps[-1] == "cols=2"
+    assert finding.probe.case.label.endswith("(shrunk)")
+
+
+def test_the_shrunk_probe_replays_the_failure(
+    flipped: AuditReport, finding_of: Callable[[AuditReport, str], Finding]
+) -> None:
+    finding = finding_of(flipped, "numerics")
+    problem = load_problem(flipped.problem_path)
+    candidate = CandidateRef(flipped.candidate_path, flipped.candidate_function)
+    with Worker(candidate, "cpu", timeout_s=20.0) as worker:
+        observation = Executor(problem, worker, "cpu").observe(finding.probe)
+    assert [f.key for f in Numerics().judge(observation)] == [finding.key]
+
+
+def test_a_report_read_back_from_json_holds_the_same_findings(
+    tiny_audit: Callable[..., AuditReport], tmp_path: Path
+) -> None:
+    # a reused buffer gives a finding whose probe has a follow-up call, and a note
+    report = tiny_audit(
+        "identity", "identity_kernels.py::reused_buffer", ["aliasing", "numerics", "weak-cases"]
+    )
+    assert {f.severity for f in report.findings} == {"fail", "note"}
+    write_reports([report], tmp_path / "report.json")
+    (back,) = read_reports(tmp_path / "report.json")
+    assert back.verdict == report.verdict
+    assert [(f.id, f.check, f.key, f.severity, f.title) for f in back.findings] == [
+        (f.id, f.check, f.key, f.severity, f.title) for f in report.findings
+    ]
+    for restored, finding in zip(back.findings, report.findings, strict=True):
+        assert restored.probe == finding.probe
+        assert restored.original == finding.original
+        assert restored.shrink_steps == finding.shrink_steps
+        assert restored.occurrences == finding.occurrences
+    assert [(r.check, r.case, r.failures) for r in back.records] == [
+        (r.check, r.case, r.failures) for r in report.records
+    ]

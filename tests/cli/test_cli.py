@@ -1,0 +1,83 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.cli import main
+
+ROOT = Path(__file__).parents[1]
+PROBLEM = ROOT / "problem" / "fixtures" / "good.py"
+CANDIDATES = Path(__file__).parent / "fixtures" / "candidates.py"
+
+pytestmark = pytest.mark.slow
+
+
+def _check(tmp_path: Path, *names: str) -> tuple[int, dict]:
+    report = tmp_path / "report.json"
+    code = main(
+        [
+            "check",
+            str(PROBLEM),
+            *(f"{CANDIDATES}::{n}" for n in names),
+            "--profile",
+            "quick",
+            "--device",
+            "cpu",
+            "--json",
+            str(report),
+        ]
+    )
+    return code, json.loads(report.read_text())
+
+
+def test_a_passing_candidate_exits_0_and_a_failing_one_exits_1(tmp_path: Path) -> None:
+    code, document = _check(tmp_path, "scale")
+    assert code == 0
+    assert [r["verdict"] for r in document["reports"]] == ["PASS"]
+    code, document = _check(tmp_path, "scale", "scale_in_half")
+    assert code == 1
+    assert [r["verdict"] for r in document["reports"]] == ["PASS", "FAIL"]
+
+
+def test_repro_replays_a_finding_from_the_json_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, document = _check(tmp_path, "leave_second_half")
+    assert code == 1
+    findings = document["reports"][0]["findings"]
+    unwritten = next(f for f in findings if f["check"] == "unwritten")
+    capsys.readouterr()
+    code = main(["repro", str(tmp_path / "report.json"), unwritten["id"], "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "reproduced" in out
+    assert "never written" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["check", "missing_problem.py", f"{CANDIDATES}::scale"], "does not exist"),
+        (["check", str(PROBLEM), f"{CANDIDATES}::no_such_function"], "no_such_function"),
+        (["check", str(PROBLEM), str(CANDIDATES)], "::"),
+        (["check", str(PROBLEM), f"{ROOT}/nowhere.py::scale"], "nowhere.py"),
+        (
+            [
+                "check",
+                str(ROOT / "problem" / "fixtures" / "unknown_field.py"),
+                f"{CANDIDATES}::scale",
+            ],
+            "wrkloads",
+        ),
+        (["check", str(PROBLEM), f"{CANDIDATES}::scale", "--checks", "numerix"], "numerix"),
+        (["repro", "no_report.json", "F1"], "does not exist"),
+    ],
+)
+def test_usage_errors_exit_2_with_an_actionable_message(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main([*argv, *(["--json", str(tmp_path / "r.json")] if argv[0] == "check" else [])])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert words in err
+    assert "Traceback" not in err

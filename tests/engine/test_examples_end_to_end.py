@@ -1,0 +1,46 @@
+"""The bundled examples audited end to end on this machine, as `kernelaudit demo` does."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.cli import main
+from kernelaudit.demo import find_examples, load_examples
+from kernelaudit.engine.audit import audit
+
+pytestmark = pytest.mark.slow
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def test_demo_passes_every_correct_example_and_fails_every_buggy_one(tmp_path: Path) -> None:
+    report = tmp_path / "demo.json"
+    code = main(["demo", "--profile", "quick", "--json", str(report)])
+    examples = load_examples(find_examples(EXAMPLES))
+    reports = json.loads(report.read_text())["reports"]
+    assert len(reports) == len(examples) >= 8
+    for example, got in zip(examples, reports, strict=True):
+        assert got["verdict"] == example.verdict, example.candidate
+        if example.verdict == "FAIL":
+            checks = {f["check"] for f in got["findings"] if f["severity"] == "fail"}
+            assert example.check in checks, (example.candidate, checks)
+    assert code == 0
+
+
+def test_low_precision_embedding_accumulation_fails_in_the_rows_zipf_makes_hot() -> None:
+    problem = EXAMPLES / "embedding_backward" / "problem.py"
+    candidate = f"{EXAMPLES / 'embedding_backward' / 'candidates.py'}::accumulate_in_low_precision"
+    report = audit(problem, candidate, profile="default", device="cpu", checks=["numerics"])
+    assert report.verdict == "FAIL"
+    finding = next(f for f in report.failures if f.key.startswith("error:"))
+    evidence = dict(finding.evidence)
+    worst = evidence["worst rows"]
+    median = evidence["id counts"]["median count of used ids"]
+    # the worst rows are the ids a Zipf draw repeats hundreds of times, not typical ones
+    assert min(row["id_count"] for row in worst[:3]) > 20 * median
+    assert evidence["share of squared error in the 5 worst rows"] > 0.5
+    by_case = evidence["cases"]
+    workload = report.records[0].case.label
+    assert by_case[f"ids~zipf @ {workload}"].startswith("failed 1")
+    # with uniform ids (the defaults) at the workload's own sizes the same kernel passes
+    assert by_case[f"default values @ {workload}"].startswith("failed 0")
