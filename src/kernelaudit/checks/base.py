@@ -70,6 +70,9 @@ class Expected:
     baseline: tuple[torch.Tensor, ...]
     dtypes: tuple[torch.dtype, ...]
     """The dtype each result must have."""
+    depth: int = 1
+    """How many terms each result may sum: the product of the sizes of the axes the inputs have
+    and the outputs do not (the reduced axes). The oracle's noise floor grows with it."""
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,18 @@ def judge_results(observation: Observation, call: int) -> list[Failure]:
     failures = []
     for k, name in enumerate(expected.names):
         comparison = compare(
-            name, values[k], expected.truth[k], expected.baseline[k], expected.dtypes[k]
+            name,
+            values[k],
+            expected.truth[k],
+            expected.baseline[k],
+            expected.dtypes[k],
+            depth=expected.depth,
         )
         if comparison.passed:
             continue
-        evidence = comparison_evidence(comparison)
-        evidence += _row_evidence(observation, name, values[k], expected.truth[k])
+        rows = _row_evidence(observation, name, values[k], expected.truth[k])
+        result, reason, metrics = comparison_evidence(comparison)
+        evidence = (result, reason, *rows, metrics)
         failures.append(
             Failure(
                 key=f"{comparison.failure}:{name}",
@@ -89,14 +95,18 @@ def _row_evidence(
         return ()
     top = torch.topk(errors.nan_to_num(float("inf")), min(_TOP_ROWS, errors.numel()))
     rows: list[dict[str, Any]] = [
-        {"row": int(r), "error": float(e)} for e, r in zip(top.values, top.indices, strict=True)
+        {"row": int(r), "error": float(e)}
+        for e, r in zip(top.values, top.indices, strict=True)
+        if e > 0
     ]
+    if not rows:
+        return ()
     squared = (values.double() - truth.double()).nan_to_num(0.0, 0.0, 0.0).pow(2)
     squared = squared.reshape(-1, values.shape[-1]).sum(dim=1)
     total = float(squared.sum())
     evidence: list[tuple[str, Any]] = []
     if total > 0:
-        share = float(squared[top.indices].sum()) / total
+        share = float(squared[[row["row"] for row in rows]].sum()) / total
         evidence.append((f"share of squared error in the {len(rows)} worst rows", round(share, 4)))
     counts = _row_multiplicity(observation, name, values.shape[0]) if values.dim() == 2 else None
     if counts is not None:

@@ -30,7 +30,9 @@ class WeakCases:
             if not dtype.is_floating_point or truth.numel() == 0:
                 continue
             for label, impostor in _impostors(observation, truth, dtype):
-                verdict = compare(name, impostor, truth, expected.baseline[k], dtype)
+                verdict = compare(
+                    name, impostor, truth, expected.baseline[k], dtype, depth=expected.depth
+                )
                 if verdict.passed:
                     failures.append(
                         Failure(

@@ -164,7 +164,11 @@ def _finding(
         shrunk = shrink(executor, check, probe, failure, profile.shrink_budget)
         probe, failure, steps = shrunk.probe, shrunk.failure, shrunk.steps
     same_check = [r for r in records if r.check == items[0][0].check]
-    evidence = (*failure.evidence, ("cases", _by_variant(executor.problem, items, same_check)))
+    evidence = (
+        *failure.evidence,
+        ("cases", _by_variant(executor.problem, items, same_check)),
+        ("other failing cases", _others(executor.problem, items, probe)),
+    )
     return Finding(
         id="",
         check=check.name,
@@ -178,6 +182,25 @@ def _finding(
         probes=len(same_check),
         shrink_steps=steps,
     )
+
+
+_OTHERS_SHOWN = 8
+_HEADLINE_SKIPPED = ("result", "reason", "metrics", "message")
+
+
+def _others(
+    problem: Problem, items: list[tuple[Probe, Failure]], shown: Probe
+) -> list[dict[str, object]]:
+    """The worst few other failing cases, each with its title and leading evidence: the one
+    finding shows how the failure looks under each input that exposes it."""
+    others = sorted((i for i in items if i[0] != shown), key=lambda item: -item[1].score)
+    rows = []
+    for probe, failure in others[:_OTHERS_SHOWN]:
+        row: dict[str, object] = {"case": _variant(problem, probe.case), "title": failure.title}
+        headline = [(k, v) for k, v in failure.evidence if k not in _HEADLINE_SKIPPED]
+        row.update(headline[:3])
+        rows.append(row)
+    return rows
 
 
 def _variant(problem: Problem, case: Case) -> str:

@@ -22,6 +22,7 @@ from kernelaudit.oracle.metrics import ErrorMetrics, error_metrics, unit_roundof
 
 RATIO_LIMIT = 4.0
 ACCUMULATION_NOISE_FACTOR = 16
+DEPTH_NOISE_FACTOR = 2
 WORST_ROW_FLOOR_FACTOR = 2
 COMPONENTWISE_FLOOR_FACTOR = 4
 BUDGET_EXPONENT = 0.5
@@ -72,6 +73,16 @@ CONSTANTS: tuple[Constant, ...] = (
         "to be nearly exact (error below one rounding to the output, or below the reordering "
         "noise of a float32 accumulation over many terms) must not make an equally sound "
         "candidate look many times worse.",
+    ),
+    Constant(
+        "DEPTH_NOISE_FACTOR",
+        f"{DEPTH_NOISE_FACTOR}",
+        "floor_normwise = max(u_out, u_acc * max(ACCUMULATION_NOISE_FACTOR, DEPTH_NOISE_FACTOR * "
+        "sqrt(depth))), depth being how many terms a result sums (the product of the axes the "
+        "inputs have and the outputs do not). The rounding error of a sound float32 sum grows "
+        "with the square root of its length (a sum in atomics' arbitrary order included), so "
+        "a 16384-term reduction may carry about 128 float32 roundings; TF32 or half-precision "
+        "arithmetic stays far above this for any realistic depth.",
     ),
     Constant(
         "WORST_ROW_FLOOR_FACTOR",
@@ -157,16 +168,21 @@ class Comparison:
     """The first few positions that failed (non-finite pattern, bit-exact rule, exact kind)."""
 
 
-def noise_floor(metric: str, dtype: torch.dtype) -> float:
-    """The smallest baseline error a ratio is taken against, for a result of `dtype`."""
+def noise_floor(metric: str, dtype: torch.dtype, depth: int = 1) -> float:
+    """The smallest baseline error a ratio is taken against, for a result of `dtype` that sums
+    up to `depth` terms."""
     accumulation = unit_roundoff(torch.float32 if dtype.itemsize <= 4 else dtype)
-    normwise = max(unit_roundoff(dtype), ACCUMULATION_NOISE_FACTOR * accumulation)
+    reordering = max(ACCUMULATION_NOISE_FACTOR, DEPTH_NOISE_FACTOR * math.sqrt(max(depth, 1)))
+    normwise = max(unit_roundoff(dtype), reordering * accumulation)
     return _FLOOR_FACTORS[metric] * normwise
 
 
-def budget(metric: str, dtype: torch.dtype, ratio_limit: float = RATIO_LIMIT) -> float:
+def budget(
+    metric: str, dtype: torch.dtype, ratio_limit: float = RATIO_LIMIT, depth: int = 1
+) -> float:
     """The largest error a result of `dtype` may have for `metric`, whatever the baseline's."""
-    return max(ratio_limit * noise_floor(metric, dtype), unit_roundoff(dtype) ** BUDGET_EXPONENT)
+    floor = noise_floor(metric, dtype, depth)
+    return max(ratio_limit * floor, unit_roundoff(dtype) ** BUDGET_EXPONENT)
 
 
 def compare(
@@ -176,11 +192,12 @@ def compare(
     baseline: torch.Tensor,
     dtype: torch.dtype,
     ratio_limit: float = RATIO_LIMIT,
+    depth: int = 1,
 ) -> Comparison:
     """Judge a candidate's result `values` against the fp64 `truth` and the native `baseline`.
 
-    `dtype` is the dtype the result must have. Never raises on a bad result: a wrong shape or
-    dtype is a failed comparison.
+    `dtype` is the dtype the result must have; `depth` how many terms it may sum (see
+    `noise_floor`). Never raises on a bad result: a wrong shape or dtype is a failed comparison.
     """
     kind: Literal["floating", "exact"] = "exact" if is_exact(dtype) else "floating"
     if tuple(values.shape) != tuple(truth.shape):
@@ -189,7 +206,7 @@ def compare(
     if values.dtype != dtype:
         reason = f"{name} is {dtype_name(values.dtype)}, expected {dtype_name(dtype)}"
         return Comparison(name, kind, passed=False, reason=reason, failure="dtype")
-    return _COMPARISONS[kind](name, values, truth, baseline, dtype, ratio_limit)
+    return _COMPARISONS[kind](name, values, truth, baseline, dtype, ratio_limit, depth)
 
 
 def is_exact(dtype: torch.dtype) -> bool:
@@ -204,7 +221,9 @@ def _compare_exact(
     baseline: torch.Tensor,
     dtype: torch.dtype,
     ratio_limit: float,
+    depth: int,
 ) -> Comparison:
+    del depth  # exact results have no rounding noise
     differ = values != truth
     count = int(differ.sum())
     baseline_count = int((baseline != truth).sum())
@@ -239,6 +258,7 @@ def _compare_floating(
     baseline: torch.Tensor,
     dtype: torch.dtype,
     ratio_limit: float,
+    depth: int,
 ) -> Comparison:
     if dtype.is_complex:
         values, truth, baseline = (_interleaved(t) for t in (values, truth, baseline))
@@ -253,7 +273,9 @@ def _compare_floating(
     compared_truth = truth.masked_fill(overflow, math.nan) if bool(overflow.any()) else truth
     measured = error_metrics(candidate, compared_truth, dtype)
     reference_error = error_metrics(reference, compared_truth, dtype)
-    results = tuple(_judge(m, measured, reference_error, dtype, ratio_limit) for m in METRICS)
+    results = tuple(
+        _judge(m, measured, reference_error, dtype, ratio_limit, depth) for m in METRICS
+    )
     compared = torch.isfinite(compared_truth)
     exact = _bit_exact_mismatches(candidate, reference, compared_truth, compared, dtype)
 
@@ -310,8 +332,9 @@ def _judge(
     baseline: ErrorMetrics,
     dtype: torch.dtype,
     ratio_limit: float,
+    depth: int,
 ) -> MetricResult:
-    floor = noise_floor(metric, dtype)
+    floor = noise_floor(metric, dtype, depth)
     c, b = getattr(candidate, metric), getattr(baseline, metric)
     return MetricResult(
         metric=metric,
@@ -319,7 +342,7 @@ def _judge(
         baseline=b,
         floor=floor,
         error_ratio=c / max(b, floor),
-        budget=budget(metric, dtype, ratio_limit),
+        budget=budget(metric, dtype, ratio_limit, depth),
         ratio_limit=ratio_limit,
     )
 

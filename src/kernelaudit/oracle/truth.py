@@ -53,7 +53,13 @@ def expected(
     names = tuple(out.name for out in problem.outputs)
     names += tuple(f"{name} (after call)" for name in problem.contract.mutates)
     dtypes += tuple(t.dtype for t in _tensors(native, mutated))
-    return Expected(names=names, truth=truth, baseline=baseline, dtypes=dtypes)
+    return Expected(
+        names=names,
+        truth=truth,
+        baseline=baseline,
+        dtypes=dtypes,
+        depth=reduction_depth(problem, sizes),
+    )
 
 
 def _native_copy(value: object, dtype: torch.dtype | None, device: str) -> object:
@@ -202,3 +208,19 @@ def _outputs(
         # a floating baseline is rounded to the declared dtype, as a correct candidate's must be
         results.append(_on_cpu(value, promoted_dtype(dtype) if to_truth else dtype))
     return tuple(results)
+
+
+def reduction_depth(problem: Problem, sizes: Mapping[str, int]) -> int:
+    """The product of the sizes of the axes some input has and no output has: how many terms
+    a result may sum (the k of a matmul, the tokens of an embedding gradient)."""
+
+    def named(shapes: object) -> set[str]:
+        return {d for shape in shapes for d in shape if isinstance(d, str)}  # type: ignore[attr-defined]
+
+    reduced = named(i.shape for i in problem.tensor_inputs) - named(
+        o.shape for o in problem.outputs
+    )
+    depth = 1
+    for axis in reduced:
+        depth *= max(int(sizes.get(axis, 1)), 1)
+    return depth

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# What a GPU machine runs for this project, in one go: the GPU tests, the audit benchmark of
+# every example (quick and default profiles, verdicts checked against expected.json) and the
+# thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
+#   bash benchmarks/gpu_run.sh [tests|bench|thorough ...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-results}"
+mkdir -p "$out"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+steps=("${@:-tests bench thorough}")
+for step in ${steps[@]}; do
+  case "$step" in
+    tests)
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+      python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$out/gpu.txt"
+      python3 -m pytest -q -p no:cacheprovider -m "gpu" tests 2>&1 | tail -n 25 | tee "$out/gpu-tests.txt"
+      python3 -m pytest -q -p no:cacheprovider tests/examples tests/engine/test_examples_end_to_end.py -k "not demo_passes" 2>&1 | tail -n 15 | tee -a "$out/gpu-tests.txt"
+      ;;
+    bench)
+      python3 benchmarks/audit_examples.py --profiles quick default --out "$out/bench.json" 2>&1 | tee "$out/bench.txt"
+      ;;
+    thorough)
+      python3 -m kernelaudit.cli demo --profile thorough --json "$out/thorough.json" > "$out/thorough.txt" 2>&1
+      echo "thorough demo exit code $?" | tee -a "$out/thorough.txt"
+      tail -n 40 "$out/thorough.txt"
+      ;;
+  esac
+done

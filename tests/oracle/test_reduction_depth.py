@@ -1,0 +1,49 @@
+"""The float32 noise floor widens with how many terms a result sums, and only that much."""
+
+import torch
+
+from kernelaudit import Output, Problem, TensorInput
+from kernelaudit.oracle.compare import compare, noise_floor
+from kernelaudit.oracle.truth import reduction_depth
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a @ b
+
+
+MATMUL = Problem(
+    name="matmul",
+    reference=_matmul,
+    axes=("m", "n", "k"),
+    inputs=[TensorInput("a", ("m", "k")), TensorInput("b", ("k", "n"))],
+    outputs=[Output("c", ("m", "n"))],
+    workloads=[{"m": 4, "n": 4, "k": 64}],
+)
+
+
+def test_depth_is_the_product_of_the_axes_the_outputs_do_not_have() -> None:
+    assert reduction_depth(MATMUL, {"m": 8, "n": 8, "k": 4096}) == 4096
+
+
+def test_a_sound_long_float32_sum_passes_and_a_tf32_sum_still_fails() -> None:
+    generator = torch.Generator().manual_seed(0)
+    terms = torch.randn(32, 16384, dtype=torch.float64, generator=generator).float()
+    truth = terms.double().sum(dim=1)
+    # one term at a time, in fp32, in a shuffled order: what float atomics do
+    order = torch.randperm(16384, generator=generator)
+    sequential = torch.zeros(32, dtype=torch.float32)
+    for start in range(0, 16384, 512):
+        for column in order[start : start + 512]:
+            sequential += terms[:, column]
+    pairwise = terms.sum(dim=1)  # torch's own, far more accurate, is the baseline
+    verdict = compare("s", sequential, truth, pairwise, torch.float32, depth=16384)
+    assert verdict.passed, verdict.reason
+    # rounding every term to TF32's 10-bit mantissa: a precision downgrade
+    tf32 = (terms.view(torch.int32) & ~0x1FFF).view(torch.float32).sum(dim=1)
+    verdict = compare("s", tf32, truth, pairwise, torch.float32, depth=16384)
+    assert not verdict.passed
+
+
+def test_depth_never_loosens_low_precision_outputs() -> None:
+    for dtype in (torch.bfloat16, torch.float16):
+        assert noise_floor("normwise", dtype, depth=1) == noise_floor("normwise", dtype, 16384)
