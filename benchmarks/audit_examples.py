@@ -45,17 +45,24 @@ def main() -> None:
             started = time.perf_counter()
             report = run_audit(problem, candidate, profile, device, build_checks())
             seconds = time.perf_counter() - started
-            rows.append({
-                "profile": profile_name,
-                "problem": problem.name,
-                "candidate": candidate.function,
-                "verdict": report.verdict,
-                "expected": example.verdict,
-                "cases": len(report.records),
-                "seconds": round(seconds, 2),
-            })
-            print(f"{profile_name:8} {problem.name:20} {candidate.function:30} "
-                  f"{report.verdict:4} {len(report.records):4} cases {seconds:7.1f} s", flush=True)
+            rows.append(
+                {
+                    "profile": profile_name,
+                    "problem": problem.name,
+                    "candidate": candidate.function,
+                    "verdict": report.verdict,
+                    "expected": example.verdict,
+                    "cases": len(report.records),
+                    "seconds": round(seconds, 2),
+                    "phases": dict(report.phases),
+                }
+            )
+            phases = " ".join(f"{k.split()[0]}={v:.1f}" for k, v in report.phases)
+            print(
+                f"{profile_name:8} {problem.name:20} {candidate.function:30} "
+                f"{report.verdict:4} {len(report.records):4} cases {seconds:7.1f} s  {phases}",
+                flush=True,
+            )
 
     per_problem: dict[tuple[str, str], float] = defaultdict(float)
     for row in rows:
@@ -63,8 +70,11 @@ def main() -> None:
     print("\nper problem (all candidates):")
     for (profile_name, problem_name), seconds in per_problem.items():
         target = TARGET_S.get(profile_name)
-        mark = "" if target is None else ("  within target" if seconds <= target
-                                          else f"  OVER the {target:.0f} s target")
+        mark = (
+            ""
+            if target is None
+            else ("  within target" if seconds <= target else f"  OVER the {target:.0f} s target")
+        )
         print(f"  {profile_name:8} {problem_name:20} {seconds:7.1f} s{mark}")
     record = {
         "date": time.strftime("%Y-%m-%d"),

@@ -119,6 +119,9 @@ class AuditReport:
     records: tuple[CaseRecord, ...]
     seconds: float
     environment: tuple[tuple[str, str], ...] = ()
+    phases: tuple[tuple[str, float], ...] = ()
+    """Where the time went: planning; worker start, truth and baseline, candidate runs and
+    judging while probing; then shrinking (its reruns included)."""
 
     @property
     def failures(self) -> tuple[Finding, ...]:
@@ -144,6 +147,7 @@ class AuditReport:
             "verdict": self.verdict,
             "seconds": round(self.seconds, 3),
             "environment": dict(self.environment),
+            "phases": dict(self.phases),
             "findings": [f.to_json() for f in self.findings],
             "cases": [r.to_json() for r in self.records],
         }
@@ -163,6 +167,7 @@ class AuditReport:
             records=tuple(CaseRecord.from_json(r) for r in data["cases"]),
             seconds=float(data["seconds"]),
             environment=tuple(data.get("environment", {}).items()),
+            phases=tuple(data.get("phases", {}).items()),
         )
 
 

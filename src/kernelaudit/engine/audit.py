@@ -7,7 +7,7 @@ import platform
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -82,47 +82,29 @@ def run_audit(
 ) -> AuditReport:
     started = time.perf_counter()
     ctx = PlanContext(problem, profile, device, _sm_count(device))
-    planned = [p for check in checks for p in check.plan(ctx)]
-    if not planned:
-        # checks that only watch (execution, bounds, mutation) judge the cases others run:
-        # chosen alone, they watch the numerics sweep
-        planned = Numerics().plan(ctx)
-    queue = deque(dict.fromkeys(planned))
-    seen = set(queue)
-    followups: set[Probe] = set()
-    groups: dict[tuple[str, str], list[tuple[Probe, Failure]]] = {}
-    records: list[CaseRecord] = []
+    # the worker imports torch and the candidate while the probes are planned
     with Worker(candidate, device, profile.timeout_s) as worker:
+        planned = [p for check in checks for p in check.plan(ctx)]
+        if not planned:
+            # checks that only watch (execution, bounds, mutation) judge the cases others run:
+            # chosen alone, they watch the numerics sweep
+            planned = Numerics().plan(ctx)
+        planning = time.perf_counter() - started
         executor = Executor(problem, worker, device)
-        while queue:
-            probe = queue.popleft()
-            tick = time.perf_counter()
-            observation = executor.observe(probe)
-            keys = []
-            for check in checks:
-                failures = check.judge(observation)
-                for failure in failures:
-                    groups.setdefault((check.name, failure.key), []).append((probe, failure))
-                    keys.append(failure.key)
-                if probe in followups:
-                    continue  # one round of follow-ups: they never ask for more
-                for extra in check.followups(observation, failures):
-                    if extra not in seen:
-                        seen.add(extra)
-                        followups.add(extra)
-                        queue.append(extra)
-            records.append(
-                CaseRecord(probe.check, probe.case, tuple(keys), time.perf_counter() - tick)
-            )
-            if progress is not None:
-                progress(
-                    len(records), len(records) + len(queue), f"{probe.check}: {probe.case.label}"
-                )
+        probing = _probe_all(executor, checks, planned, progress)
+        shrinking_began = time.perf_counter()
         by_name = {check.name: check for check in checks}
         findings = [
-            _finding(executor, by_name[name], key, items, records, profile)
-            for (name, key), items in groups.items()
+            _finding(executor, by_name[name], key, items, probing.records, profile)
+            for (name, key), items in probing.groups.items()
         ]
+    phases = {
+        "planning": planning,
+        **probing.seconds,
+        "judging": probing.judging,
+        "shrinking": time.perf_counter() - shrinking_began,
+    }
+    records = probing.records
     # the most specific diagnosis first: an unwritten output also shows as NaN in the numerics
     order = {check.name: i for i, check in enumerate(checks)}
     findings.sort(
@@ -147,7 +129,54 @@ def run_audit(
         records=tuple(records),
         seconds=time.perf_counter() - started,
         environment=environment(device),
+        phases=tuple((name, round(t, 3)) for name, t in phases.items()),
     )
+
+
+@dataclass
+class _Probing:
+    groups: dict[tuple[str, str], list[tuple[Probe, Failure]]]
+    records: list[CaseRecord]
+    seconds: dict[str, float]
+    judging: float
+
+
+def _probe_all(
+    executor: Executor, checks: list[Check], planned: list[Probe], progress: Progress | None
+) -> _Probing:
+    """Run every planned probe (and one round of the follow-ups checks ask for), judging each
+    observation with every check."""
+    queue = deque(dict.fromkeys(planned))
+    seen = set(queue)
+    followups: set[Probe] = set()
+    probing = _Probing(groups={}, records=[], seconds={}, judging=0.0)
+    while queue:
+        probe = queue.popleft()
+        tick = time.perf_counter()
+        observation = executor.observe(probe)
+        judging_began = time.perf_counter()
+        keys = []
+        for check in checks:
+            failures = check.judge(observation)
+            for failure in failures:
+                probing.groups.setdefault((check.name, failure.key), []).append((probe, failure))
+                keys.append(failure.key)
+            if probe in followups:
+                continue  # one round of follow-ups: they never ask for more
+            for extra in check.followups(observation, failures):
+                if extra not in seen:
+                    seen.add(extra)
+                    followups.add(extra)
+                    queue.append(extra)
+        probing.judging += time.perf_counter() - judging_began
+        probing.records.append(
+            CaseRecord(probe.check, probe.case, tuple(keys), time.perf_counter() - tick)
+        )
+        if progress is not None:
+            done = len(probing.records)
+            progress(done, done + len(queue), f"{probe.check}: {probe.case.label}")
+    probing.seconds = dict(executor.seconds)
+    return probing
 
 
 def _finding(

@@ -3,6 +3,7 @@ run the candidate in its worker, and pair the two up."""
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 
 import torch
@@ -26,6 +27,11 @@ class Executor:
         self.worker = worker
         self.device = device
         self._expected: OrderedDict[Case, tuple[dict[str, object], Expected]] = OrderedDict()
+        self.seconds: dict[str, float] = {
+            "worker start": 0.0,
+            "truth and baseline": 0.0,
+            "candidate runs": 0.0,
+        }
 
     def prepare(self, case: Case) -> tuple[dict[str, object], Expected]:
         """The logical inputs of a case and the trusted results for them (memoised: checks
@@ -33,9 +39,11 @@ class Executor:
         if case in self._expected:
             self._expected.move_to_end(case)
             return self._expected[case]
+        began = time.perf_counter()
         inputs = materialize(self.problem, case)
         config = self.problem.dtype_configs()[case.dtype_config]
         prepared = (inputs, expected(self.problem, inputs, config, self.device))
+        self.seconds["truth and baseline"] += time.perf_counter() - began
         self._expected[case] = prepared
         if len(self._expected) > _CACHE_SIZE:
             self._expected.popitem(last=False)
@@ -51,7 +59,12 @@ class Executor:
         tensor_positions = tuple(
             i for i, inp in enumerate(self.problem.inputs) if not isinstance(inp, ScalarInput)
         )
+        began = time.perf_counter()
+        self.worker.start()  # waits for a worker launched earlier, or restarts a crashed one
+        started = time.perf_counter()
         result = self.worker.run(Invocation(calls=tuple(calls), return_inputs=tensor_positions))
+        self.seconds["worker start"] += started - began
+        self.seconds["candidate runs"] += time.perf_counter() - started
         return Observation(self.problem, probe, result, inputs, expect, followup_expected)
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:

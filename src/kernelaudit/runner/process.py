@@ -165,9 +165,10 @@ class Worker:
         self._from_child = -1
         self._stderr: IO[bytes] | None = None
         self._load_failure: InvocationResult | None = None
+        self._ready = False
 
     def __enter__(self) -> Worker:
-        self.start()
+        self.launch()
         return self
 
     def __exit__(
@@ -178,13 +179,9 @@ class Worker:
     ) -> None:
         self.close()
 
-    def start(self) -> None:
-        """Start the child and wait until it has imported the candidate.
-
-        Raises UsageError when the file or the function is missing. A candidate whose import
-        fails (a syntax error, an exception, a crash, a hang) does not raise here: every run
-        then returns that failure.
-        """
+    def launch(self) -> None:
+        """Start the child without waiting for it: it imports torch and the candidate while
+        the auditor prepares its first cases. `start` (or the first `run`) waits for it."""
         if self._proc is not None or self._load_failure is not None:
             return
         if not Path(self.candidate.path).is_file():
@@ -193,6 +190,18 @@ class Worker:
                 "check the path."
             )
         self._spawn()
+        self._ready = False
+
+    def start(self) -> None:
+        """Start the child and wait until it has imported the candidate.
+
+        Raises UsageError when the file or the function is missing. A candidate whose import
+        fails (a syntax error, an exception, a crash, a hang) does not raise here: every run
+        then returns that failure.
+        """
+        self.launch()
+        if self._proc is None or self._ready:
+            return
         try:
             reply = self._receive(time.monotonic() + self.load_timeout_s)
         except _Timeout:
@@ -206,6 +215,7 @@ class Worker:
             text = f"the worker {self._exit_description()} while importing {self.candidate.label}."
         else:
             if reply == ("ready",):
+                self._ready = True
                 return
             kind = "exception"
             if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "usage":
@@ -221,7 +231,7 @@ class Worker:
 
     def run(self, invocation: Invocation) -> InvocationResult:
         """Run every call of `invocation` in the child and return what it observed."""
-        if self._load_failure is None and self._proc is None:
+        if self._load_failure is None and not self._ready:
             self.start()
         if self._load_failure is not None:
             return self._load_failure
@@ -304,6 +314,7 @@ class Worker:
     def _kill(self) -> None:
         """Kill the child's whole process group and forget it."""
         proc = self._proc
+        self._ready = False
         self._close_fds()
         if proc is None:
             return
