@@ -18,7 +18,7 @@ for step in ${steps[@]}; do
       python3 -m pytest -q -p no:cacheprovider tests/examples tests/engine/test_examples_end_to_end.py -k "not demo_passes" 2>&1 | tail -n 15 | tee -a "$out/gpu-tests.txt"
       ;;
     bench)
-      python3 benchmarks/audit_examples.py --profiles quick default --out "$out/bench.json" 2>&1 | tee "$out/bench.txt"
+      python3 benchmarks/audit_examples.py --profiles quick default --rounds 2 --out "$out/bench.json" 2>&1 | tee "$out/bench.txt"
       ;;
     thorough)
       python3 -m kernelaudit.cli demo --profile thorough --json "$out/thorough.json" > "$out/thorough.txt" 2>&1

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from kernelaudit.checks import REGISTRY, build_checks
 from kernelaudit.demo import find_examples, load_examples
-from kernelaudit.engine.audit import resolve_device, run_audit
+from kernelaudit.engine.audit import audit_in_turn, resolve_device
 from kernelaudit.engine.executor import Executor
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, read_reports, write_reports
@@ -108,18 +108,20 @@ def _audit_all(
     profile = profile_named(args.profile)
     device = resolve_device(args.device)
     problems = {path: load_problem(path) for path in dict.fromkeys(p for p, _ in pairs)}
-    reports = []
-    for path, candidate in pairs:
-        problem = problems[path]
-        with progress_bar(console, f"{problem.name} / {candidate.function}") as progress:
-            reports.append(
-                run_audit(problem, candidate, profile, device, build_checks(checks), progress)
+    jobs = [(problems[path], candidate) for path, candidate in pairs]
+    reports: list[AuditReport] = []
+    with progress_bar(console) as bar:
+
+        def progress(done: int, total: int, what: str) -> None:
+            problem, candidate = jobs[len(reports)]
+            bar(done, total, f"{problem.name} / {candidate.function}  {what}")
+
+        for report in audit_in_turn(jobs, profile, device, checks, progress):
+            reports.append(report)
+            console.print(
+                f"{report.verdict:4}  {escape(report.problem)} / {escape(report.candidate)}  "
+                f"({len(report.records)} cases, {report.seconds:.1f} s)"
             )
-        report = reports[-1]
-        console.print(
-            f"{report.verdict:4}  {escape(problem.name)} / {escape(candidate.label)}  "
-            f"({len(report.records)} cases, {report.seconds:.1f} s)"
-        )
     write_reports(reports, args.json)
     return reports
 

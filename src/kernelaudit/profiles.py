@@ -13,6 +13,9 @@ class Profile:
     float_distributions: tuple[str, ...]
     index_distributions: tuple[str, ...]
     mask_distributions: tuple[str, ...]
+    vary_weights: bool
+    """Whether inputs with role "weight" are swept through the float distributions too (they
+    always get their own default, never all ones)."""
     boundary_sizes_per_axis: int
     """How many boundary sizes each axis is tried at (besides its workload sizes)."""
     layouts: tuple[str, ...]
@@ -49,6 +52,7 @@ PROFILES: dict[str, Profile] = {
         float_distributions=("normal", "offset", "small_integers", "large"),
         index_distributions=("uniform", "zipf", "hot"),
         mask_distributions=("random", "masked_rows"),
+        vary_weights=False,
         boundary_sizes_per_axis=2,
         layouts=("transposed", "offset"),
         seeds=1,
@@ -61,6 +65,7 @@ PROFILES: dict[str, Profile] = {
         float_distributions=_ALL_FLOATS,
         index_distributions=_ALL_INDICES,
         mask_distributions=_ALL_MASKS,
+        vary_weights=True,
         boundary_sizes_per_axis=4,
         layouts=_ALL_LAYOUTS,
         seeds=1,
@@ -73,6 +78,7 @@ PROFILES: dict[str, Profile] = {
         float_distributions=_ALL_FLOATS,
         index_distributions=_ALL_INDICES,
         mask_distributions=_ALL_MASKS,
+        vary_weights=True,
         boundary_sizes_per_axis=8,
         layouts=_ALL_LAYOUTS,
         seeds=2,

@@ -8,6 +8,7 @@ from typing import ClassVar
 import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.runner.guard import same_bits
 
 
 class Mutation:
@@ -28,9 +29,9 @@ class Mutation:
             for name, after in zip(names, outcome.inputs_after, strict=False):
                 before = observation.inputs[name]
                 assert isinstance(before, torch.Tensor)
-                if name in allowed or after.shape != before.shape:
+                if name in allowed or after.shape != before.shape or same_bits(before, after):
                     continue
-                changed = ~_same_bits(before, after)
+                changed = ~_same_elements(before, after)
                 count = int(changed.sum())
                 if count and not any(f.key == f"mutated:{name}" for f in failures):
                     first = changed.nonzero()[0]
@@ -57,7 +58,7 @@ class Mutation:
         return []
 
 
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _same_elements(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     same = a == b
     if a.dtype.is_floating_point:
         same |= torch.isnan(a) & torch.isnan(b)

@@ -39,6 +39,8 @@ def value_variants(ctx: PlanContext) -> list[tuple[tuple[str, str], ...]]:
     for inp in ctx.problem.inputs:
         if isinstance(inp, ScalarInput):
             continue
+        if isinstance(inp, TensorInput) and inp.role == "weight" and not ctx.profile.vary_weights:
+            continue
         default = default_distribution(inp)
         for name in _profile_names(ctx, inp):
             if name != default:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import platform
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -72,6 +72,29 @@ def audit(
     return run_audit(problem, ref, chosen, resolve_device(device), build_checks(checks), progress)
 
 
+def audit_in_turn(
+    jobs: list[tuple[Problem, CandidateRef]],
+    profile: Profile,
+    device: str,
+    checks: list[str] | None = None,
+    progress: Progress | None = None,
+) -> Iterator[AuditReport]:
+    """Audit each (problem, candidate) in order, yielding each report as it is done. The next
+    candidate's worker is launched while the current one is audited, so its start-up (importing
+    torch, initialising the device, importing the candidate) is off the critical path."""
+    workers = [Worker(candidate, device, profile.timeout_s) for _, candidate in jobs]
+    try:
+        for index, (problem, candidate) in enumerate(jobs):
+            if index + 1 < len(workers):
+                workers[index + 1].launch()
+            yield run_audit(
+                problem, candidate, profile, device, build_checks(checks), progress, workers[index]
+            )
+    finally:
+        for worker in workers:
+            worker.close()
+
+
 def run_audit(
     problem: Problem,
     candidate: CandidateRef,
@@ -79,11 +102,14 @@ def run_audit(
     device: str,
     checks: list[Check],
     progress: Progress | None = None,
+    worker: Worker | None = None,
 ) -> AuditReport:
+    """Audit `candidate` on `problem`. `worker`, when given, is the candidate's worker launched
+    ahead of time (see `Worker.launch`); the audit closes it."""
     started = time.perf_counter()
     ctx = PlanContext(problem, profile, device, _sm_count(device))
     # the worker imports torch and the candidate while the probes are planned
-    with Worker(candidate, device, profile.timeout_s) as worker:
+    with worker or Worker(candidate, device, profile.timeout_s) as worker:
         planned = [p for check in checks for p in check.plan(ctx)]
         if not planned:
             # checks that only watch (execution, bounds, mutation) judge the cases others run:

@@ -21,20 +21,19 @@ _SEVERITY = {"fail": "red", "warn": "yellow", "note": "cyan"}
 
 
 @contextmanager
-def progress_bar(console: Console, title: str) -> Iterator[ProgressCallback]:
-    """A live bar for one audit; yields the callback the engine reports progress through."""
+def progress_bar(console: Console) -> Iterator[ProgressCallback]:
+    """A live bar; yields the callback the engine reports progress through."""
     columns = (
-        TextColumn("[bold]{task.fields[title]}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.description}"),
     )
     with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("", total=None, title=title)
+        task = bar.add_task("", total=None)
 
         def update(done: int, total: int, what: str) -> None:
-            bar.update(task, completed=done, total=total, description=what[:60])
+            bar.update(task, completed=done, total=total, description=escape(what[:90]))
 
         yield update
 
