@@ -32,9 +32,14 @@ problem = Problem(
     reference=embedding_backward,
     axes=(Axis("tokens"), Axis("vocab"), Axis("hidden")),
     inputs=(
-        # fp16 first: it is where low-precision accumulation shows. No bfloat16: the Triton
-        # interpreter, which runs these kernels on CPU, has no bf16 atomics.
-        TensorInput("grad_out", ("tokens", "hidden"), dtypes=(torch.float16, torch.float32)),
+        # fp16 first: it is where low-precision accumulation shows on every machine. bf16 is
+        # the case from the field; Triton's CPU interpreter has no bf16 atomics, so there the
+        # bf16-accumulating candidate fails by raising instead of by drifting.
+        TensorInput(
+            "grad_out",
+            ("tokens", "hidden"),
+            dtypes=(torch.float16, torch.bfloat16, torch.float32),
+        ),
         IndexInput("ids", ("tokens",), bound="vocab"),
         ScalarInput("num_embeddings", value="vocab"),
     ),

@@ -197,7 +197,7 @@ def _repro(args: argparse.Namespace, console: Console) -> int:
         failures = [f for f in check.judge(observation) if f.key == finding.key]
         console.print(f"recorded: {finding.title}")
         if failures:
-            failing = True
+            failing = failing or finding.severity == "fail"
             console.print("[bold red]reproduced[/]")
             for failure in failures:
                 print_evidence(

@@ -4,6 +4,7 @@ them. Everything here round-trips through JSON so `kernelaudit repro` can replay
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,7 +175,7 @@ class AuditReport:
 def write_reports(reports: list[AuditReport], path: Path) -> None:
     """Write one JSON file holding every candidate's report."""
     document = {"format": REPORT_FORMAT, "reports": [r.to_json() for r in reports]}
-    path.write_text(json.dumps(document, indent=1, default=_json_default))
+    path.write_text(json.dumps(_strict(document), indent=1, default=_json_default, allow_nan=False))
 
 
 def read_reports(path: Path) -> list[AuditReport]:
@@ -196,6 +197,20 @@ def read_reports(path: Path) -> list[AuditReport]:
             f"{REPORT_FORMAT!r}); pass a file written by `kernelaudit check --json`"
         )
     return [AuditReport.from_json(r) for r in document["reports"]]
+
+
+def _strict(value: Any) -> Any:
+    """The document with non-finite floats spelled as strings ("nan", "inf", "-inf"): strict
+    JSON has no NaN, and jq and browsers reject files that use it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "numel", lambda: 0)() == 1:
+        return _strict(value.item())
+    return value
 
 
 def _json_default(value: object) -> object:

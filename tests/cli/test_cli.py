@@ -81,3 +81,28 @@ def test_usage_errors_exit_2_with_an_actionable_message(
     assert code == 2
     assert words in err
     assert "Traceback" not in err
+
+
+def test_several_candidates_get_finding_ids_unique_in_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, document = _check(tmp_path, "scale_in_half", "leave_second_half")
+    ids = [f["id"] for r in document["reports"] for f in r["findings"]]
+    assert code == 1
+    assert len(ids) == len(set(ids))
+    assert all(i.startswith(("C1.", "C2.")) for i in ids)
+    # the report names the problem by absolute path, so it replays from any directory
+    assert all(Path(r["problem_path"]).is_absolute() for r in document["reports"])
+    second = next(f["id"] for f in document["reports"][1]["findings"] if f["check"] == "unwritten")
+    capsys.readouterr()
+    assert main(["repro", str(tmp_path / "report.json"), second, "--device", "cpu"]) == 1
+    assert "leave_second_half" in capsys.readouterr().out
+
+
+def test_the_json_report_is_strict_json_even_with_nan_evidence(tmp_path: Path) -> None:
+    _check(tmp_path, "leave_second_half")
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"non-standard JSON constant {constant}")
+
+    json.loads((tmp_path / "report.json").read_text(), parse_constant=refuse)

@@ -26,6 +26,7 @@ def test_a_valid_problem_loads_with_its_source_recorded() -> None:
         ("syntax_error.py", "syntax", "syntax", 3),
         ("workload_missing_axis.py", "workloads[0]", "'cols'", None),
         ("bad_index_bound.py", "bound", "vocab, tokens, hidden", 16),
+        ("dtype_as_string.py", "dtype", "torch.int64", 14),
     ],
 )
 def test_malformed_problems_name_the_file_the_field_and_the_fix(

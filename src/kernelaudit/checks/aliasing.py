@@ -48,7 +48,7 @@ class Aliasing:
                 break
         if observation.probe.check == self.name:
             for call, output in result.changed_later:
-                name = observation.problem.outputs[output].name
+                name = tensor_name(observation.problem, f"output {output}")
                 failures.append(
                     Failure(
                         key=f"changed-later:{name}",

@@ -8,6 +8,7 @@ from typing import ClassVar
 import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan
+from kernelaudit.checks.labels import tensor_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.checks.sweep import boundary_cases
 
@@ -48,7 +49,7 @@ class Determinism:
                 count = int(differ.sum())
                 if not count:
                     continue
-                name = observation.problem.outputs[k].name
+                name = tensor_name(observation.problem, f"output {k}")
                 gap = (a.double() - b.double()).abs()[differ]
                 return [
                     Failure(

@@ -49,7 +49,7 @@ def value_variants(ctx: PlanContext) -> list[tuple[tuple[str, str], ...]]:
 
 
 def numerics_cases(ctx: PlanContext) -> list[Case]:
-    """Every workload with every value variant (for every dtype configuration); every boundary
+    """For every dtype configuration: every workload with every value variant; every boundary
     shape with default values and with offset-mean activations; every allowed layout, one input
     at a time, at the first workload."""
     problem, profile = ctx.problem, ctx.profile
@@ -77,9 +77,9 @@ def numerics_cases(ctx: PlanContext) -> list[Case]:
                 continue  # a stride-0 view cannot be written element by element
             if geometry(layout, shape) is None:
                 continue
-            cases.append(
-                Case(tuple(first_sizes.items()), 0, (), ((inp.name, layout),), 0, first_label)
-            )
+            for config in range(len(problem.dtype_configs())):
+                layouts = ((inp.name, layout),)
+                cases.append(Case(tuple(first_sizes.items()), config, (), layouts, 0, first_label))
     return cases
 
 

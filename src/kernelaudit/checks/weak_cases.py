@@ -10,6 +10,7 @@ import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.sweep import activations
+from kernelaudit.inputs.case import Case
 from kernelaudit.oracle.compare import budget, compare
 from kernelaudit.oracle.metrics import absolute_floor
 
@@ -44,7 +45,11 @@ class WeakCases:
                             key=f"weak:{name}",
                             title=f"cases where {label} would pass for {name!r} cannot "
                             "discriminate; "
-                            "stronger cases were added",
+                            + (
+                                "stronger cases were added"
+                                if _stronger(observation)
+                                else "no stronger values exist for this problem"
+                            ),
                             evidence=(
                                 ("result", name),
                                 ("impostor", label),
@@ -57,14 +62,19 @@ class WeakCases:
         return failures
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
-        if not failures:
-            return []
-        case = observation.probe.case
-        stronger = []
-        for distribution in ("offset", "small_integers"):
-            values = dict(case.values)
-            for inp in activations(observation.problem):
-                values[inp.name] = distribution
+        return [Probe("numerics", case) for case in _stronger(observation)] if failures else []
+
+
+def _stronger(observation: Observation) -> list[Case]:
+    """The case again with every activation at an offset mean, then at small integers: values
+    that make outputs large and varied. Empty when that changes nothing."""
+    case = observation.probe.case
+    stronger = []
+    for distribution in ("offset", "small_integers"):
+        values = dict(case.values)
+        for inp in activations(observation.problem):
+            values[inp.name] = distribution
+        if tuple(sorted(values.items())) != case.values:
             stronger.append(
                 replace(
                     case,
@@ -72,7 +82,7 @@ class WeakCases:
                     label=f"{case.label} (stronger values)",
                 )
             )
-        return [Probe("numerics", c) for c in stronger if c != case]
+    return stronger
 
 
 def _impostors(
@@ -80,15 +90,12 @@ def _impostors(
 ) -> list[tuple[str, torch.Tensor]]:
     finite = truth[torch.isfinite(truth)]
     mean = float(finite.mean()) if finite.numel() else 0.0
-    impostors = [
-        ("an all-zeros output", torch.zeros(truth.shape, dtype=dtype)),
+    impostors = [("an all-zeros output", torch.zeros(truth.shape, dtype=dtype))]
+    if truth.numel() > 1:  # one value is always "constant": that would say nothing
         # built in fp64 then rounded: a mean beyond the dtype's range becomes inf, as a
         # kernel's would
-        (
-            f"a constant output ({mean:.3g})",
-            torch.full(truth.shape, mean, dtype=torch.float64).to(dtype),
-        ),
-    ]
+        constant = torch.full(truth.shape, mean, dtype=torch.float64).to(dtype)
+        impostors.append((f"a constant output ({mean:.3g})", constant))
     for name, value in observation.inputs.items():
         if (
             isinstance(value, torch.Tensor)

@@ -3,6 +3,7 @@ observation with every check, group failures into findings, shrink them, and rep
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from collections import Counter, deque
@@ -25,10 +26,14 @@ from kernelaudit.problem.load import load_problem
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile, profile_named
 from kernelaudit.runner.candidate import CandidateRef, from_callable, parse_candidate
+from kernelaudit.runner.messages import AUDITOR_PID
 from kernelaudit.runner.process import Worker
 
 Progress = Callable[[int, int, str], None]
 """Called after each probe with (done, total, what just ran)."""
+
+_HANGS_BEFORE_STOPPING = 2
+"""Hung calls after which an audit stops running further cases."""
 
 _CPU_SM_TARGET = 132
 """Without a GPU, plan "fewer rows than SMs" sizes for an H100-class part (132 SMs)."""
@@ -44,6 +49,13 @@ def resolve_device(device: str | None) -> str:
         )
     if device != "cpu" and not device.startswith("cuda"):
         raise UsageError(f"unknown device {device!r}; use auto, cpu or cuda[:N]")
+    if device.startswith("cuda:"):
+        index, count = device.removeprefix("cuda:"), torch.cuda.device_count()
+        if not index.isdigit() or int(index) >= count:
+            raise UsageError(
+                f"device {device!r} does not exist: this machine has {count} CUDA device(s), "
+                f"cuda:0 to cuda:{count - 1}"
+            )
     return device
 
 
@@ -81,14 +93,23 @@ def audit_in_turn(
 ) -> Iterator[AuditReport]:
     """Audit each (problem, candidate) in order, yielding each report as it is done. The next
     candidate's worker is launched while the current one is audited, so its start-up (importing
-    torch, initialising the device, importing the candidate) is off the critical path."""
+    torch, initialising the device, importing the candidate) is off the critical path. With
+    several jobs, finding ids carry the job's number ("C2.F1") so they are unique in a file."""
     workers = [Worker(candidate, device, profile.timeout_s) for _, candidate in jobs]
     try:
         for index, (problem, candidate) in enumerate(jobs):
             if index + 1 < len(workers):
                 workers[index + 1].launch()
+            prefix = f"C{index + 1}." if len(jobs) > 1 else ""
             yield run_audit(
-                problem, candidate, profile, device, build_checks(checks), progress, workers[index]
+                problem,
+                candidate,
+                profile,
+                device,
+                build_checks(checks),
+                progress,
+                workers[index],
+                prefix,
             )
     finally:
         for worker in workers:
@@ -103,9 +124,16 @@ def run_audit(
     checks: list[Check],
     progress: Progress | None = None,
     worker: Worker | None = None,
+    finding_prefix: str = "",
 ) -> AuditReport:
     """Audit `candidate` on `problem`. `worker`, when given, is the candidate's worker launched
-    ahead of time (see `Worker.launch`); the audit closes it."""
+    ahead of time (see `Worker.launch`); the audit closes it. Findings are numbered
+    `{finding_prefix}F1`, `F2`, ..."""
+    if AUDITOR_PID in os.environ:
+        raise UsageError(
+            "an audit was started while a candidate's file was being imported in its worker; "
+            'put the code that starts the audit under `if __name__ == "__main__":`'
+        )
     started = time.perf_counter()
     ctx = PlanContext(problem, profile, device, _sm_count(device))
     # the worker imports torch and the candidate while the probes are planned
@@ -140,7 +168,7 @@ def run_audit(
             -f.occurrences,
         )
     )
-    findings = [replace(f, id=f"F{i}") for i, f in enumerate(findings, start=1)]
+    findings = [replace(f, id=f"{finding_prefix}F{i}") for i, f in enumerate(findings, start=1)]
     verdict = "FAIL" if any(f.severity == "fail" for f in findings) else "PASS"
     return AuditReport(
         problem=problem.name,
@@ -176,6 +204,7 @@ def _probe_all(
     seen = set(queue)
     followups: set[Probe] = set()
     probing = _Probing(groups={}, records=[], seconds={}, judging=0.0)
+    hangs = 0
     while queue:
         probe = queue.popleft()
         tick = time.perf_counter()
@@ -195,6 +224,18 @@ def _probe_all(
                     followups.add(extra)
                     queue.append(extra)
         probing.judging += time.perf_counter() - judging_began
+        hangs += observation.result.error_kind == "timeout"
+        if hangs >= _HANGS_BEFORE_STOPPING and queue:
+            # every further hang costs a whole timeout: the verdict is already FAIL
+            stopped = Failure(
+                key="stopped",
+                title=f"the audit stopped after {hangs} hangs: {len(queue)} planned case(s) "
+                "were not run",
+                evidence=(("cases not run", len(queue)),),
+                severity="warn",
+            )
+            probing.groups.setdefault(("execution", "stopped"), []).append((probe, stopped))
+            queue.clear()
         probing.records.append(
             CaseRecord(probe.check, probe.case, tuple(keys), time.perf_counter() - tick)
         )

@@ -33,7 +33,7 @@ def shrink(executor: Executor, check: Check, probe: Probe, failure: Failure, bud
                 break
             trial = _with_case(current, case)
             attempts += 1
-            found = _same_failure(check.judge(executor.observe(trial)), check, failure.key)
+            found = _same_failure(check.judge(executor.observe(trial)), failure.key)
             if found is not None:
                 current, current_failure = trial, found
                 steps.append(label)
@@ -51,14 +51,8 @@ def _with_case(probe: Probe, case: Case) -> Probe:
     return replace(probe, case=case, plan=plan)
 
 
-def _same_failure(failures: list[Failure], check: Check, key: str) -> Failure | None:
-    for found in failures:
-        if found.key == key:
-            return found
-        # crash messages name sizes and addresses; the kind of failure is what must survive
-        if check.name == "execution" and found.key.split(":")[0] == key.split(":")[0]:
-            return found
-    return None
+def _same_failure(failures: list[Failure], key: str) -> Failure | None:
+    return next((found for found in failures if found.key == key), None)
 
 
 def simplifications(problem: Problem, case: Case) -> Iterator[tuple[str, Case]]:

@@ -106,10 +106,13 @@ CONSTANTS: tuple[Constant, ...] = (
     ),
     Constant(
         "absolute floor A",
-        "finfo(dtype).smallest_normal / u_out",
-        "Denominators are at least A (times sqrt(count) for norms), so an absolute error of one "
-        "smallest normal, what flushing subnormals to zero costs, counts as one unit roundoff "
-        "and never fails a result on its own.",
+        "finfo(dtype).smallest_normal",
+        "Where the truth is subnormal, each element's absolute error is reduced by A (never "
+        "below zero): a difference no larger than what flushing subnormals to zero costs is "
+        "not an error. Denominators are "
+        "at least A (times sqrt(count) for norms), so a truth of about zero measures larger "
+        "errors in units of A. (Dividing A by u instead would forgive float16 outputs below "
+        "about 0.1 almost any error.)",
     ),
     Constant(
         "SHOWN_MISMATCHES",
@@ -400,9 +403,10 @@ def _bit_exact_mismatches(
     representable = torch.equal(exact_truth.to(dtype).to(torch.float64), exact_truth)
     if not representable or not torch.equal(torch.where(compared, baseline, 0.0), exact_truth):
         return None
-    # compared by value, so -0.0 equals +0.0; differences no larger than the smallest normal
-    # are what flushing subnormals to zero does, which the metrics forgive too
-    flushed = (candidate - truth).abs() <= torch.finfo(dtype).smallest_normal
+    # compared by value, so -0.0 equals +0.0; where the truth is subnormal, differences no
+    # larger than the smallest normal are what flushing to zero does, which the metrics forgive
+    tiny = torch.finfo(dtype).smallest_normal
+    flushed = (truth.abs() < tiny) & ((candidate - truth).abs() <= tiny)
     return compared & (candidate != truth) & ~flushed
 
 

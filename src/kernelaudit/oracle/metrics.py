@@ -5,11 +5,12 @@ worst_row: the worst row (all dimensions but the last flattened), so an error co
     few rows (a hot embedding row, one attention head) is not averaged away.
 componentwise: the worst single element, relative to its own magnitude or the result's RMS.
 
-Every denominator has a floor. The absolute floor `A = smallest_normal / unit_roundoff` of the
-output dtype is the magnitude whose rounding error is one subnormal step: errors the size of a
-flush-to-zero count as one unit roundoff and so never fail a result on their own. The row floor
-`||T|| / sqrt(rows)` (the RMS row norm) keeps rows whose true values cancel to about zero from
-dominating; the element floor `rms(T)` does the same for single elements.
+Where the truth is below the normal range of the output dtype, each element's absolute error is
+first reduced by `A = smallest_normal` (never below zero): a difference no larger than what
+flushing subnormals to zero costs is not an error. Every denominator has a floor: `A` itself
+(times sqrt(count) for norms), so a truth of about zero measures errors in units of `A`. The
+row floor `||T|| / sqrt(rows)` (the RMS row norm) keeps rows whose true values cancel to about
+zero from dominating; the element floor `rms(T)` does the same for single elements.
 
 All arithmetic is float64 over positions where both the result and the truth are finite
 (non-finite values are the comparison's business). Large results are processed in chunks of
@@ -48,8 +49,17 @@ def unit_roundoff(dtype: torch.dtype) -> float:
 
 
 def absolute_floor(dtype: torch.dtype) -> float:
-    """The magnitude below which errors of flush-to-zero size are not counted (`A`)."""
-    return torch.finfo(dtype).smallest_normal / unit_roundoff(dtype)
+    """The absolute error forgiven per element, and the smallest denominator (`A`): the
+    dtype's smallest normal number, what a flush to zero can cost."""
+    return torch.finfo(dtype).smallest_normal
+
+
+def _excess(c: torch.Tensor, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """|c - t|, less A where the truth is below the normal range (a flush to zero there costs
+    up to A), never below zero."""
+    floor = absolute_floor(dtype)
+    forgiven = torch.where(t.abs() < floor, floor, 0.0)
+    return torch.clamp((c - t).abs() - forgiven, min=0.0)
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -88,14 +98,14 @@ class _RowNorms:
     row_length: int
 
 
-def _row_norms_of(values: torch.Tensor, truth: torch.Tensor) -> _RowNorms:
+def _row_norms_of(values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype) -> _RowNorms:
     row_length = _rows(values).shape[1]
     if values.numel() == 0:
         empty = torch.zeros(0, dtype=torch.float64)
         return _RowNorms(error=empty, truth=empty, compared=0, row_length=row_length)
     errors, truths, compared = [], [], 0
     for _, c, t, finite in _chunks(values, truth):
-        errors.append(_row_norms(c - t))
+        errors.append(_row_norms(_excess(c, t, dtype)))
         truths.append(_row_norms(t))
         compared += int(finite.sum())
     return _RowNorms(torch.cat(errors), torch.cat(truths), compared, row_length)
@@ -116,13 +126,14 @@ def row_errors(
     """Each row's relative error ||C_r - T_r|| / max(||T_r||, ||T|| / sqrt(rows), sqrt(len)·A),
     in float64, one entry per row (leading dimensions flattened). `dtype` is the output's
     (`values.dtype` when not given); it sets the absolute floor A."""
-    return _row_errors(_row_norms_of(values, truth), dtype or values.dtype)
+    dtype = dtype or values.dtype
+    return _row_errors(_row_norms_of(values, truth, dtype), dtype)
 
 
 def error_metrics(values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype) -> ErrorMetrics:
     """Error of `values` against `truth` (same shape), for a result of floating dtype `dtype`."""
     floor = absolute_floor(dtype)
-    norms = _row_norms_of(values, truth)
+    norms = _row_norms_of(values, truth, dtype)
     per_row = _row_errors(norms, dtype)
     if norms.compared == 0:
         return ErrorMetrics(0.0, 0.0, 0, 0.0, 0, 0.0, 0.0, 0)
@@ -133,7 +144,7 @@ def error_metrics(values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype)
     rms = truth_norm / math.sqrt(norms.compared)
     worst, worst_index, worst_value, worst_truth = -1.0, 0, 0.0, 0.0
     for start, c, t, _ in _chunks(values, truth):
-        relative = (c - t).abs() / torch.clamp(t.abs(), min=max(rms, floor))
+        relative = _excess(c, t, dtype) / torch.clamp(t.abs(), min=max(rms, floor))
         position = int(torch.argmax(relative))
         if float(relative.reshape(-1)[position]) > worst:
             worst = float(relative.reshape(-1)[position])

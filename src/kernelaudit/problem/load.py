@@ -61,7 +61,7 @@ def load_problem(path: str | Path) -> Problem:
             f"`problem` is a {type(problem).__name__}, not a Problem",
             "build it with kernelaudit.Problem(...)",
         )
-    problem = replace(problem, source=str(file))
+    problem = replace(problem, source=str(file.resolve()))
     validate(problem, source_text=file.read_text())
     return problem
 
@@ -159,6 +159,14 @@ def _validate_axes(v: _Validator) -> list[str]:
             v.fail(where, f"{axis!r} is not an axis", 'name it with a string or Axis("name", ...)')
         if axis.name in names:
             v.fail(where, f"axis {axis.name!r} is declared twice", "remove one", near=axis.name)
+        numbers = (axis.min, axis.multiple_of, 0 if axis.max is None else axis.max)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+            v.fail(
+                f"{where} ({axis.name!r})",
+                "min, max and multiple_of must be integers",
+                'write them as plain integers, e.g. Axis("n", min=1, multiple_of=16)',
+                near=axis.name,
+            )
         if axis.min < 0 or axis.multiple_of < 1 or (axis.max is not None and axis.max < axis.min):
             v.fail(
                 f"{where} ({axis.name!r})",
@@ -252,6 +260,13 @@ def _validate_inputs(v: _Validator, axes: list[str]) -> dict[str, spec.Input]:
                 )
             if len(inp.dtypes) > 1:
                 multi.add(len(inp.dtypes))
+        if isinstance(inp, (IndexInput, MaskInput)) and not isinstance(inp.dtype, torch.dtype):
+            v.fail(
+                f"{where}.dtype",
+                f"{inp.dtype!r} is not a torch dtype",
+                "write a torch dtype such as torch.int64 or torch.bool",
+                inp.name,
+            )
         if isinstance(inp, IndexInput):
             if inp.bound not in axes:
                 v.fail(
@@ -272,6 +287,13 @@ def _validate_inputs(v: _Validator, axes: list[str]) -> dict[str, spec.Input]:
                 f"{where}.kind",
                 f"unknown mask kind {inp.kind!r}",
                 'use "bool" or "additive"',
+                inp.name,
+            )
+        if isinstance(inp, MaskInput) and (inp.kind == "bool") != (inp.dtype == torch.bool):
+            v.fail(
+                f"{where}.dtype",
+                f"a {inp.kind} mask cannot be {inp.dtype}",
+                'use torch.bool for kind="bool" and a floating dtype for kind="additive"',
                 inp.name,
             )
     if len(multi) > 1:

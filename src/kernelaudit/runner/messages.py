@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
+AUDITOR_PID = "KERNELAUDIT_AUDITOR_PID"
+"""Set in every worker's environment: the auditor's pid. Its presence also tells an audit that
+it was started from inside a worker."""
+
 
 @dataclass(frozen=True)
 class TensorArg:

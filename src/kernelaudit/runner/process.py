@@ -34,7 +34,7 @@ import kernelaudit
 from kernelaudit.errors import UsageError
 from kernelaudit.runner import messages
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.messages import Invocation, InvocationResult
+from kernelaudit.runner.messages import AUDITOR_PID, Invocation, InvocationResult
 
 _U64 = struct.Struct(">Q")
 _MAX_PIECES = 1 << 16
@@ -441,6 +441,7 @@ def _widen(fd: int) -> None:
 
 def _child_environment(device: str) -> dict[str, str]:
     env = dict(os.environ)
+    env[AUDITOR_PID] = str(os.getpid())
     # A source checkout the auditor was imported from must be importable by the child too;
     # an installed package already is, and site-packages must not move ahead of the stdlib.
     root = str(Path(kernelaudit.__file__).resolve().parent.parent)

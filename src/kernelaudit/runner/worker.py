@@ -35,6 +35,7 @@ from kernelaudit.runner.guard import (
     storage_span,
 )
 from kernelaudit.runner.messages import (
+    AUDITOR_PID,
     Call,
     CallOutcome,
     GuardBreach,
@@ -316,7 +317,9 @@ def _read(fd: int, count: int) -> bytearray:
 def _exit_with_the_auditor() -> None:
     """End this process if the auditor dies: a candidate stuck in a loop would never see the
     channel close."""
-    auditor = os.getppid()
+    # the auditor's pid comes from the environment: if it died before this point, the parent
+    # is already someone else and the watch ends the process at once
+    auditor = int(os.environ.get(AUDITOR_PID, os.getppid()))
 
     def watch() -> None:
         while os.getppid() == auditor:
