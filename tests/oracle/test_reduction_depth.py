@@ -47,3 +47,18 @@ def test_a_sound_long_float32_sum_passes_and_a_tf32_sum_still_fails() -> None:
 def test_depth_never_loosens_low_precision_outputs() -> None:
     for dtype in (torch.bfloat16, torch.float16):
         assert noise_floor("normwise", dtype, depth=1) == noise_floor("normwise", dtype, 16384)
+
+
+def test_subnormal_terms_flushed_inside_a_float32_sum_are_forgiven_and_no_more() -> None:
+    tiny = torch.finfo(torch.float32).smallest_normal
+    # 16 terms: 8 normal, 8 subnormal; a GPU atomic add flushes the subnormal ones
+    terms = torch.tensor([3 * tiny] * 8 + [tiny / 4] * 8, dtype=torch.float64)
+    truth = terms.sum().reshape(1)
+    flushed = terms[:8].sum().reshape(1).to(torch.bfloat16)
+    verdict = compare("s", flushed, truth, flushed, torch.bfloat16, depth=16)
+    assert verdict.passed, verdict.reason
+    # losing the normal terms as well is an error, not a flush
+    halved = (truth / 2).to(torch.bfloat16)
+    assert not compare(
+        "s", halved, truth, truth.to(torch.bfloat16), torch.bfloat16, depth=16
+    ).passed

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan
-from kernelaudit.checks.labels import tensor_name
+from kernelaudit.checks.labels import output_name, tensor_name
 from kernelaudit.checks.sweep import boundary_cases
 
 
@@ -48,7 +48,7 @@ class Aliasing:
                 break
         if observation.probe.check == self.name:
             for call, output in result.changed_later:
-                name = tensor_name(observation.problem, f"output {output}")
+                name = output_name(observation.problem, output)
                 failures.append(
                     Failure(
                         key=f"changed-later:{name}",

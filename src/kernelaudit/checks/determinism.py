@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan
-from kernelaudit.checks.labels import tensor_name
+from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.checks.sweep import boundary_cases
 
@@ -49,7 +49,7 @@ class Determinism:
                 count = int(differ.sum())
                 if not count:
                     continue
-                name = tensor_name(observation.problem, f"output {k}")
+                name = output_name(observation.problem, k)
                 gap = (a.double() - b.double()).abs()[differ]
                 return [
                     Failure(

@@ -90,7 +90,7 @@ def _row_evidence(
     input, how often each of those rows' ids occurs in it."""
     if values.shape != truth.shape or not values.dtype.is_floating_point or values.dim() < 2:
         return ()
-    errors = row_errors(values, truth)
+    errors = row_errors(values, truth, depth=observation.expected.depth)
     if errors.numel() < 2:
         return ()
     top = torch.topk(errors.nan_to_num(float("inf")), min(_TOP_ROWS, errors.numel()))

@@ -75,6 +75,14 @@ CONSTANTS: tuple[Constant, ...] = (
         "candidate look many times worse.",
     ),
     Constant(
+        "flushed-terms allowance",
+        "depth * finfo(accumulator).smallest_normal",
+        "Subtracted from every element's absolute error, the accumulator being float32 (float64 "
+        "for float64 results): GPUs flush subnormal terms to zero in atomics and fast-math "
+        "paths, which can cost a sum up to one smallest normal per term. It only matters for "
+        "results that are themselves near the bottom of the float32 range.",
+    ),
+    Constant(
         "DEPTH_NOISE_FACTOR",
         f"{DEPTH_NOISE_FACTOR}",
         "floor_normwise = max(u_out, u_acc * max(ACCUMULATION_NOISE_FACTOR, DEPTH_NOISE_FACTOR * "
@@ -274,8 +282,8 @@ def _compare_floating(
     pattern = _nonfinite_pattern(candidate, truth, overflow, dtype)
     # positions where the truth overflows the dtype are judged by the pattern alone
     compared_truth = truth.masked_fill(overflow, math.nan) if bool(overflow.any()) else truth
-    measured = error_metrics(candidate, compared_truth, dtype)
-    reference_error = error_metrics(reference, compared_truth, dtype)
+    measured = error_metrics(candidate, compared_truth, dtype, depth)
+    reference_error = error_metrics(reference, compared_truth, dtype, depth)
     results = tuple(
         _judge(m, measured, reference_error, dtype, ratio_limit, depth) for m in METRICS
     )

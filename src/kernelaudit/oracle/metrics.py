@@ -54,11 +54,19 @@ def absolute_floor(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).smallest_normal
 
 
-def _excess(c: torch.Tensor, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """|c - t|, less A where the truth is below the normal range (a flush to zero there costs
-    up to A), never below zero."""
+def flushed_terms_allowance(dtype: torch.dtype, depth: int) -> float:
+    """What flushing subnormal terms of a float32 (float64 for float64 results) accumulation of
+    `depth` terms to zero can cost a result: `depth` smallest normals of the accumulator. GPUs
+    flush in atomics and fast-math paths; it only matters where results are themselves tiny."""
+    accumulator = torch.float32 if dtype.itemsize <= 4 else torch.float64
+    return max(depth, 1) * torch.finfo(accumulator).smallest_normal
+
+
+def _excess(c: torch.Tensor, t: torch.Tensor, dtype: torch.dtype, depth: int) -> torch.Tensor:
+    """|c - t| less what flushing subnormals to zero can cost: A where the truth is below the
+    output's normal range, and the flushed-terms allowance everywhere; never below zero."""
     floor = absolute_floor(dtype)
-    forgiven = torch.where(t.abs() < floor, floor, 0.0)
+    forgiven = torch.where(t.abs() < floor, floor, 0.0) + flushed_terms_allowance(dtype, depth)
     return torch.clamp((c - t).abs() - forgiven, min=0.0)
 
 
@@ -98,14 +106,16 @@ class _RowNorms:
     row_length: int
 
 
-def _row_norms_of(values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype) -> _RowNorms:
+def _row_norms_of(
+    values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype, depth: int
+) -> _RowNorms:
     row_length = _rows(values).shape[1]
     if values.numel() == 0:
         empty = torch.zeros(0, dtype=torch.float64)
         return _RowNorms(error=empty, truth=empty, compared=0, row_length=row_length)
     errors, truths, compared = [], [], 0
     for _, c, t, finite in _chunks(values, truth):
-        errors.append(_row_norms(_excess(c, t, dtype)))
+        errors.append(_row_norms(_excess(c, t, dtype, depth)))
         truths.append(_row_norms(t))
         compared += int(finite.sum())
     return _RowNorms(torch.cat(errors), torch.cat(truths), compared, row_length)
@@ -121,19 +131,21 @@ def _row_errors(norms: _RowNorms, dtype: torch.dtype) -> torch.Tensor:
 
 
 def row_errors(
-    values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype | None = None
+    values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype | None = None, depth: int = 1
 ) -> torch.Tensor:
     """Each row's relative error ||C_r - T_r|| / max(||T_r||, ||T|| / sqrt(rows), sqrt(len)·A),
     in float64, one entry per row (leading dimensions flattened). `dtype` is the output's
     (`values.dtype` when not given); it sets the absolute floor A."""
     dtype = dtype or values.dtype
-    return _row_errors(_row_norms_of(values, truth, dtype), dtype)
+    return _row_errors(_row_norms_of(values, truth, dtype, depth), dtype)
 
 
-def error_metrics(values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype) -> ErrorMetrics:
+def error_metrics(
+    values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype, depth: int = 1
+) -> ErrorMetrics:
     """Error of `values` against `truth` (same shape), for a result of floating dtype `dtype`."""
     floor = absolute_floor(dtype)
-    norms = _row_norms_of(values, truth, dtype)
+    norms = _row_norms_of(values, truth, dtype, depth)
     per_row = _row_errors(norms, dtype)
     if norms.compared == 0:
         return ErrorMetrics(0.0, 0.0, 0, 0.0, 0, 0.0, 0.0, 0)
@@ -144,7 +156,7 @@ def error_metrics(values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype)
     rms = truth_norm / math.sqrt(norms.compared)
     worst, worst_index, worst_value, worst_truth = -1.0, 0, 0.0, 0.0
     for start, c, t, _ in _chunks(values, truth):
-        relative = _excess(c, t, dtype) / torch.clamp(t.abs(), min=max(rms, floor))
+        relative = _excess(c, t, dtype, depth) / torch.clamp(t.abs(), min=max(rms, floor))
         position = int(torch.argmax(relative))
         if float(relative.reshape(-1)[position]) > worst:
             worst = float(relative.reshape(-1)[position])
