@@ -10,7 +10,7 @@ import pytest
 
 from kernelaudit import Contract
 from kernelaudit.findings import AuditReport, Finding
-from kernelaudit.oracle.compare import RATIO_LIMIT
+from kernelaudit.oracle.rule import RATIO_LIMIT
 from kernelaudit.problem.spec import Problem
 
 pytestmark = pytest.mark.slow

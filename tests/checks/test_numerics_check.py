@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from kernelaudit.findings import AuditReport, Finding
-from kernelaudit.oracle.compare import RATIO_LIMIT
+from kernelaudit.oracle.rule import RATIO_LIMIT
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelaudit.oracle.compare import CONSTANTS, budget, compare, noise_floor
+from kernelaudit.oracle.compare import compare
+from kernelaudit.oracle.rule import CONSTANTS, budget, noise_floor
 
 F64 = torch.float64
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "oracle.md"

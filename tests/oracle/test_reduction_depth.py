@@ -3,7 +3,8 @@
 import torch
 
 from kernelaudit import Output, Problem, TensorInput
-from kernelaudit.oracle.compare import compare, noise_floor
+from kernelaudit.oracle.compare import compare
+from kernelaudit.oracle.rule import noise_floor
 from kernelaudit.oracle.truth import reduction_depth
 
 

@@ -11,8 +11,9 @@ import torch
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.sweep import activations
 from kernelaudit.inputs.case import Case
-from kernelaudit.oracle.compare import budget, compare
+from kernelaudit.oracle.compare import compare
 from kernelaudit.oracle.metrics import absolute_floor
+from kernelaudit.oracle.rule import budget
 
 
 class WeakCases:

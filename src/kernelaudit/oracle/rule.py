@@ -1,0 +1,134 @@
+"""The judging rule's numbers: the error-ratio limit, the noise floors, the budgets, and every
+constant with the reason for its value (docs/oracle.md is written from the same table)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kernelaudit.oracle.metrics import unit_roundoff
+
+RATIO_LIMIT = 4.0
+ACCUMULATION_NOISE_FACTOR = 16
+DEPTH_NOISE_FACTOR = 2
+WORST_ROW_FLOOR_FACTOR = 2
+COMPONENTWISE_FLOOR_FACTOR = 4
+BUDGET_EXPONENT = 0.5
+SHOWN_MISMATCHES = 5
+
+METRICS: tuple[str, ...] = ("normwise", "worst_row", "componentwise")
+_FLOOR_FACTORS = {
+    "normwise": 1,
+    "worst_row": WORST_ROW_FLOOR_FACTOR,
+    "componentwise": COMPONENTWISE_FLOOR_FACTOR,
+}
+
+
+@dataclass(frozen=True)
+class Constant:
+    name: str
+    value: str
+    reasoning: str
+
+
+CONSTANTS: tuple[Constant, ...] = (
+    Constant(
+        "RATIO_LIMIT",
+        f"{RATIO_LIMIT:g}",
+        "A candidate may be this many times less accurate than the baseline (or the noise "
+        "floor). Different but sound summation orders and blockings change an error by up to "
+        "about 2-3x; an error of 4x or more means lost precision, not a different order.",
+    ),
+    Constant(
+        "unit roundoff u",
+        "finfo(dtype).eps / 2",
+        "The relative error of one correct rounding to the dtype: 2^-8 for bfloat16, 2^-11 for "
+        "float16, 2^-24 for float32, 2^-53 for float64.",
+    ),
+    Constant(
+        "accumulation unit u_acc",
+        "u(float32) for outputs of 32 bits or fewer, u(float64) for float64",
+        "Kernels accumulate low-precision results in float32; the noise of reordering such an "
+        "accumulation is a few float32 roundings, independent of the output dtype.",
+    ),
+    Constant(
+        "ACCUMULATION_NOISE_FACTOR",
+        f"{ACCUMULATION_NOISE_FACTOR}",
+        "floor_normwise = max(u_out, ACCUMULATION_NOISE_FACTOR * u_acc): a baseline that happens "
+        "to be nearly exact (error below one rounding to the output, or below the reordering "
+        "noise of a float32 accumulation over many terms) must not make an equally sound "
+        "candidate look many times worse.",
+    ),
+    Constant(
+        "flushed-terms allowance",
+        "depth * finfo(accumulator).smallest_normal",
+        "Subtracted from every element's absolute error, the accumulator being float32 (float64 "
+        "for float64 results): GPUs flush subnormal terms to zero in atomics and fast-math "
+        "paths, which can cost a sum up to one smallest normal per term. It only matters for "
+        "results that are themselves near the bottom of the float32 range.",
+    ),
+    Constant(
+        "DEPTH_NOISE_FACTOR",
+        f"{DEPTH_NOISE_FACTOR}",
+        "floor_normwise = max(u_out, u_acc * max(ACCUMULATION_NOISE_FACTOR, DEPTH_NOISE_FACTOR * "
+        "sqrt(depth))), depth being how many terms a result sums (the product of the axes the "
+        "inputs have and the outputs do not). The rounding error of a sound float32 sum grows "
+        "with the square root of its length (a sum in atomics' arbitrary order included), so "
+        "a 16384-term reduction may carry about 128 float32 roundings; TF32 or half-precision "
+        "arithmetic stays far above this for any realistic depth.",
+    ),
+    Constant(
+        "WORST_ROW_FLOOR_FACTOR",
+        f"{WORST_ROW_FLOOR_FACTOR}",
+        "floor_worst_row = 2 * floor_normwise: the worst of many rows fluctuates more than the "
+        "whole result's error does.",
+    ),
+    Constant(
+        "COMPONENTWISE_FLOOR_FACTOR",
+        f"{COMPONENTWISE_FLOOR_FACTOR}",
+        "floor_componentwise = 4 * floor_normwise: the single worst element fluctuates most; "
+        "one rounding of the output already costs up to u_out per element.",
+    ),
+    Constant(
+        "BUDGET_EXPONENT",
+        f"{BUDGET_EXPONENT:g}",
+        "budget_m = max(RATIO_LIMIT * floor_m, u_out ** BUDGET_EXPONENT): a result that lost more "
+        "than half its significant bits fails whatever the baseline did, so a poor baseline "
+        "cannot excuse a poor candidate. It never undercuts what the ratio rule allows at the "
+        "floor.",
+    ),
+    Constant(
+        "absolute floor A",
+        "finfo(dtype).smallest_normal",
+        "Where the truth is subnormal, each element's absolute error is reduced by A (never "
+        "below zero): a difference no larger than what flushing subnormals to zero costs is "
+        "not an error. Denominators are "
+        "at least A (times sqrt(count) for norms), so a truth of about zero measures larger "
+        "errors in units of A. (Dividing A by u instead would forgive float16 outputs below "
+        "about 0.1 almost any error.)",
+    ),
+    Constant(
+        "SHOWN_MISMATCHES",
+        f"{SHOWN_MISMATCHES}",
+        "How many mismatching positions a failure lists, in row-major order.",
+    ),
+)
+
+
+def noise_floor(metric: str, dtype: torch.dtype, depth: int = 1) -> float:
+    """The smallest baseline error a ratio is taken against, for a result of `dtype` that sums
+    up to `depth` terms."""
+    accumulation = unit_roundoff(torch.float32 if dtype.itemsize <= 4 else dtype)
+    reordering = max(ACCUMULATION_NOISE_FACTOR, DEPTH_NOISE_FACTOR * math.sqrt(max(depth, 1)))
+    normwise = max(unit_roundoff(dtype), reordering * accumulation)
+    return _FLOOR_FACTORS[metric] * normwise
+
+
+def budget(
+    metric: str, dtype: torch.dtype, ratio_limit: float = RATIO_LIMIT, depth: int = 1
+) -> float:
+    """The largest error a result of `dtype` may have for `metric`, whatever the baseline's."""
+    floor = noise_floor(metric, dtype, depth)
+    return max(ratio_limit * floor, unit_roundoff(dtype) ** BUDGET_EXPONENT)
