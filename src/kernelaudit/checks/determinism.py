@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
-
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan
 from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.checks.sweep import boundary_cases
+from kernelaudit.runner.guard import same_elements
 
 
 class Determinism:
@@ -43,9 +42,7 @@ class Determinism:
             for k, (a, b) in enumerate(zip(first, result.calls[call].outputs, strict=False)):
                 if a.shape != b.shape or a.dtype != b.dtype:
                     continue
-                differ = a != b
-                if a.dtype.is_floating_point:
-                    differ &= ~(torch.isnan(a) & torch.isnan(b))
+                differ = ~same_elements(a, b)
                 count = int(differ.sum())
                 if not count:
                     continue

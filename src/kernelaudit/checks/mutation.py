@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
-from kernelaudit.runner.guard import same_bits
+from kernelaudit.runner.guard import same_bits, same_elements
 
 
 class Mutation:
@@ -31,7 +31,7 @@ class Mutation:
                 assert isinstance(before, torch.Tensor)
                 if name in allowed or after.shape != before.shape or same_bits(before, after):
                     continue
-                changed = ~_same_elements(before, after)
+                changed = ~same_elements(before, after)
                 count = int(changed.sum())
                 if count and not any(f.key == f"mutated:{name}" for f in failures):
                     first = changed.nonzero()[0]
@@ -56,10 +56,3 @@ class Mutation:
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         return []
-
-
-def _same_elements(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    same = a == b
-    if a.dtype.is_floating_point:
-        same |= torch.isnan(a) & torch.isnan(b)
-    return same

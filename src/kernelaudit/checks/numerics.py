@@ -75,12 +75,7 @@ def comparison_evidence(comparison: Comparison) -> tuple[tuple[str, Any], ...]:
 
 
 def _score(comparison: Comparison) -> float:
-    ratios = [
-        float(v)
-        for k, v in comparison.metrics
-        if k.endswith("ratio") and isinstance(v, (int, float))
-    ]
-    return max(ratios, default=1.0)
+    return max((m.error_ratio for m in comparison.errors), default=1.0)
 
 
 def _row_evidence(

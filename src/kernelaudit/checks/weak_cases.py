@@ -72,17 +72,11 @@ def _stronger(observation: Observation) -> list[Case]:
     case = observation.probe.case
     stronger = []
     for distribution in ("offset", "small_integers"):
-        values = dict(case.values)
+        changed = case
         for inp in activations(observation.problem):
-            values[inp.name] = distribution
-        if tuple(sorted(values.items())) != case.values:
-            stronger.append(
-                replace(
-                    case,
-                    values=tuple(sorted(values.items())),
-                    label=f"{case.label} (stronger values)",
-                )
-            )
+            changed = changed.with_value(inp.name, distribution)
+        if changed.values != case.values:
+            stronger.append(replace(changed, label=f"{case.label} (stronger values)"))
     return stronger
 
 

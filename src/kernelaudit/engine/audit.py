@@ -255,6 +255,7 @@ def _finding(
     profile: Profile,
 ) -> Finding:
     probe, failure = max(items, key=lambda item: item[1].score)
+    original = probe.case
     steps: tuple[str, ...] = ()
     if failure.severity == "fail" and not key.startswith("timeout"):
         shrunk = shrink(executor, check, probe, failure, profile.shrink_budget)
@@ -273,7 +274,7 @@ def _finding(
         title=failure.title,
         evidence=evidence,
         probe=probe,
-        original=max(items, key=lambda item: item[1].score)[0].case,
+        original=original,
         occurrences=len(items),
         probes=len(same_check),
         shrink_steps=steps,

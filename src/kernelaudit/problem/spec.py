@@ -185,9 +185,6 @@ class Problem:
             workloads = tuple(Workload.of(w, i) for i, w in enumerate(workloads))
         object.__setattr__(self, "workloads", workloads)
 
-    def axis(self, name: str) -> Axis:
-        return next(a for a in self.axes if a.name == name)
-
     def input(self, name: str) -> Input:
         return next(i for i in self.inputs if i.name == name)
 

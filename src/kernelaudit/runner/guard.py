@@ -108,6 +108,14 @@ def place(
     return guarded
 
 
+def same_elements(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise equality that counts NaN as equal to NaN."""
+    same = a == b
+    if a.dtype.is_floating_point:
+        same |= torch.isnan(a) & torch.isnan(b)
+    return same
+
+
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors hold the same shape, dtype and bytes (NaNs included)."""
     if a.shape != b.shape or a.dtype != b.dtype:

@@ -2,131 +2,38 @@
 
 The candidate runs in a child Python process (`kernelaudit.runner.worker`) in a session and
 process group of its own, so a hang is ended by killing the whole group and a crash takes
-only the child down. The two sides exchange length-prefixed pickles over two private pipes.
-What comes back is decoded by an unpickler that builds only the protocol's dataclasses and
-plain CPU tensors: a hostile candidate that writes to the pipe cannot run code in the
-auditor.
+only the child down. The two sides exchange messages over two private pipes in the format of
+`kernelaudit.runner.wire`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import io
 import os
-import pickle
 import select
 import signal
 import site
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO
 
 import torch
 
 import kernelaudit
 from kernelaudit.errors import UsageError
-from kernelaudit.runner import messages
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.messages import AUDITOR_PID, Invocation, InvocationResult
+from kernelaudit.runner.wire import decode, encode
 
-_U64 = struct.Struct(">Q")
-_MAX_PIECES = 1 << 16
 _POLL_S = 0.05
 _STDERR_TAIL_BYTES = 4000
 _CLOSE_GRACE_S = 2.0
 _PIPE_BYTES = 1 << 20
-
-
-# --- the wire -------------------------------------------------------------------------------
-
-
-def _tensor_from_bytes(dtype: str, shape: tuple[int, ...], data: bytearray) -> torch.Tensor:
-    kind = getattr(torch, dtype, None)
-    if not isinstance(kind, torch.dtype):
-        raise pickle.UnpicklingError(f"unknown tensor dtype {dtype!r}")
-    tensor = torch.empty(shape, dtype=kind)
-    if not isinstance(data, bytearray) or len(data) != tensor.numel() * tensor.element_size():
-        raise pickle.UnpicklingError(f"tensor data does not match {dtype}{list(shape)}")
-    if not data:
-        return tensor
-    return torch.frombuffer(data, dtype=torch.uint8).view(kind).reshape(shape)
-
-
-class _Pickler(pickle.Pickler):
-    def reducer_override(self, obj: object) -> Any:
-        if not isinstance(obj, torch.Tensor):
-            return NotImplemented
-        if obj.device.type != "cpu":
-            raise ValueError(f"only CPU tensors cross the worker boundary, not {obj.device}")
-        flat = obj.detach().contiguous().reshape(-1).view(torch.uint8)
-        data = pickle.PickleBuffer(flat.numpy())
-        dtype = str(obj.dtype).removeprefix("torch.")
-        return _tensor_from_bytes, (dtype, tuple(obj.shape), data)
-
-
-_ALLOWED = {
-    **{
-        ("kernelaudit.runner.messages", name): getattr(messages, name)
-        for name in (
-            "TensorArg",
-            "OutputSlot",
-            "Call",
-            "Invocation",
-            "GuardBreach",
-            "CallOutcome",
-            "InvocationResult",
-        )
-    },
-    (__name__, "_tensor_from_bytes"): _tensor_from_bytes,
-}
-
-
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        found = _ALLOWED.get((module, name))
-        if found is not None:
-            return found
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        raise pickle.UnpicklingError(f"{module}.{name} may not cross the worker boundary")
-
-
-def encode(message: object) -> list[memoryview]:
-    """A message as the pieces written for it, in order: a header (the number of pieces that
-    follow and each one's length), the pickle, then the bytes of each tensor in it.
-
-    Tensor bytes travel beside the pickle (pickle protocol 5's out-of-band buffers), so they
-    go from the tensor's memory to the pipe and from the pipe into the new tensor's memory
-    without copies.
-    """
-    buffers: list[pickle.PickleBuffer] = []
-    body = io.BytesIO()
-    _Pickler(body, protocol=5, buffer_callback=buffers.append).dump(message)
-    pieces = [body.getbuffer(), *(b.raw() for b in buffers)]
-    header = struct.pack(f">{len(pieces) + 1}Q", len(pieces), *(p.nbytes for p in pieces))
-    return [memoryview(header), *pieces]
-
-
-def decode(read: Callable[[int], bytearray]) -> object:
-    """Read one message with `read` (which returns exactly n bytes), refusing anything that
-    is not part of the protocol."""
-    (count,) = _U64.unpack(read(_U64.size))
-    if not 1 <= count <= _MAX_PIECES:
-        raise pickle.UnpicklingError(f"a message of {count} pieces is not part of the protocol")
-    lengths = struct.unpack(f">{count}Q", read(_U64.size * count))
-    payload = read(lengths[0])
-    buffers = [read(n) for n in lengths[1:]]
-    return _Unpickler(io.BytesIO(payload), buffers=buffers).load()
-
-
-# --- the worker -----------------------------------------------------------------------------
 
 
 class _Timeout(Exception):

@@ -44,7 +44,7 @@ from kernelaudit.runner.messages import (
     TensorArg,
 )
 from kernelaudit.runner.poison import PoisonMode, fill_poison
-from kernelaudit.runner.process import decode, encode
+from kernelaudit.runner.wire import decode, encode
 
 _HARNESS_DIR = str(Path(__file__).resolve().parent)
 _MESSAGE_CHARS = 6000
