@@ -8,7 +8,9 @@ line runs them: the next candidate's worker starts up while the current one is a
 problem's time is the sum over its candidates. The targets on an H100: 60 s per example problem
 for `default`, 10 s for `quick`. Triton compiles a kernel for every new block size and
 specialisation it meets; `--rounds 2` runs everything twice, so the second round shows the
-time with Triton's on-disk cache warm. Writes a JSON record with versions and the device.
+time with Triton's on-disk cache warm. `--checks` audits with a subset of the checks (to
+measure what the others add); every row also gives the seconds spent in each check's own
+probes. Writes a JSON record with versions and the device.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def main() -> None:
     parser.add_argument("--examples", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path("benchmark-audit-examples.json"))
     parser.add_argument("--rounds", type=int, default=1, help="run every profile this often")
+    parser.add_argument("--checks", nargs="+", default=None, help="only these checks")
     args = parser.parse_args()
 
     device = resolve_device(args.device)
@@ -46,11 +49,15 @@ def main() -> None:
         profile = profile_named(profile_name)
         jobs = [(load_problem(e.problem), parse_candidate(e.candidate)) for e in examples]
         began = time.perf_counter()
-        for example, report in zip(examples, audit_in_turn(jobs, profile, device), strict=True):
+        reports = audit_in_turn(jobs, profile, device, args.checks)
+        for example, report in zip(examples, reports, strict=True):
             # wall time since the previous report: what a user waits for this candidate, with
             # its worker's start-up overlapped with the previous audit as the CLI does
             seconds = time.perf_counter() - began
             began = time.perf_counter()
+            by_check: dict[str, float] = defaultdict(float)
+            for record in report.records:
+                by_check[record.check] += record.seconds
             rows.append(
                 {
                     "profile": profile_name,
@@ -62,6 +69,7 @@ def main() -> None:
                     "cases": len(report.records),
                     "seconds": round(seconds, 2),
                     "phases": dict(report.phases),
+                    "probe seconds by check": {k: round(v, 2) for k, v in by_check.items()},
                 }
             )
             phases = " ".join(f"{k.split()[0]}={v:.1f}" for k, v in report.phases)
@@ -84,6 +92,7 @@ def main() -> None:
     record = {
         "date": time.strftime("%Y-%m-%d"),
         "device": device,
+        "checks": args.checks or "all",
         "environment": dict(environment(device)),
         "rows": rows,
         "per_problem_seconds": {

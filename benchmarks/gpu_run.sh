@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# What a GPU machine runs for this project, in one go: the GPU tests, the audit benchmark of
-# every example (quick and default profiles, verdicts checked against expected.json) and the
-# thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|bench|thorough ...]
+# What a GPU machine runs for this project, in one go: the GPU tests (the hostile corpus's GPU
+# cases among them), the timing cross-check against the profiler, the audit benchmark of every
+# example (quick and default profiles, verdicts checked against expected.json) and the thorough
+# demo (no false positives). Results land in $OUT (default ./gpu-results).
+#   bash benchmarks/gpu_run.sh [tests|timing|bench|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -16,6 +17,9 @@ for step in ${steps[@]}; do
       python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$out/gpu.txt"
       python3 -m pytest -q -p no:cacheprovider -m "gpu" tests 2>&1 | tail -n 25 | tee "$out/gpu-tests.txt"
       python3 -m pytest -q -p no:cacheprovider tests/examples tests/engine/test_examples_end_to_end.py -k "not demo_passes" 2>&1 | tail -n 15 | tee -a "$out/gpu-tests.txt"
+      ;;
+    timing)
+      python3 benchmarks/timing_agreement.py --device cuda --out "$out/timing.json" 2>&1 | tee "$out/timing.txt"
       ;;
     bench)
       python3 benchmarks/audit_examples.py --profiles quick default --rounds 2 --out "$out/bench.json" 2>&1 | tee "$out/bench.txt"

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from kernelaudit.checks import REGISTRY, build_checks
 from kernelaudit.demo import find_examples, load_examples
-from kernelaudit.engine.audit import audit_in_turn, resolve_device
+from kernelaudit.engine.audit import audit_in_turn, limits_for, resolve_device
 from kernelaudit.engine.executor import Executor
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, read_reports, write_reports
@@ -190,9 +190,17 @@ def _repro(args: argparse.Namespace, console: Console) -> int:
         finding = report.finding(args.finding)
         problem = load_problem(report.problem_path)
         candidate = CandidateRef(report.candidate_path, report.candidate_function)
+        if finding.probe is None:
+            console.print(
+                f"{finding.id} was found in the candidate's source, not in a run: "
+                f"{finding.title}; `kernelaudit check` scans the source again"
+            )
+            failing = failing or finding.severity == "fail"
+            continue
         check = next(c for c in build_checks([finding.check]) if c.name == finding.check)
         console.print(f"replaying {finding.id} of {report.candidate} on {problem.name} ({device})")
-        with Worker(candidate, device, profile_named(report.profile).timeout_s) as worker:
+        limits = limits_for(profile_named(report.profile), device)
+        with Worker(candidate, device, limits=limits) as worker:
             observation = Executor(problem, worker, device).observe(finding.probe)
         failures = [f for f in check.judge(observation) if f.key == finding.key]
         console.print(f"recorded: {finding.title}")

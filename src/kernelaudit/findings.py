@@ -20,8 +20,9 @@ REPORT_FORMAT = "kernelaudit-report/1"
 class Finding:
     """One way the candidate failed (or a warning or note), shrunk to its simplest case.
 
-    probe: the shrunk probe; rerunning it reproduces the finding.
-    original: the case the failure was first seen in, before shrinking.
+    probe: the shrunk probe; rerunning it reproduces the finding. None for a finding made
+        without running anything (a tripwire in the candidate's source).
+    original: the case the failure was first seen in, before shrinking (None likewise).
     occurrences: how many probes failed this way; probes: how many the check judged.
     """
 
@@ -31,8 +32,8 @@ class Finding:
     severity: Severity
     title: str
     evidence: tuple[tuple[str, Any], ...]
-    probe: Probe
-    original: Case
+    probe: Probe | None
+    original: Case | None
     occurrences: int
     probes: int
     shrink_steps: tuple[str, ...] = ()
@@ -45,12 +46,14 @@ class Finding:
             "severity": self.severity,
             "title": self.title,
             "evidence": {k: v for k, v in self.evidence},
-            "probe": {
+            "probe": None
+            if self.probe is None
+            else {
                 "check": self.probe.check,
                 "case": self.probe.case.to_json(),
                 "plan": self.probe.plan.to_json(),
             },
-            "original_case": self.original.to_json(),
+            "original_case": None if self.original is None else self.original.to_json(),
             "occurrences": self.occurrences,
             "probes": self.probes,
             "shrink_steps": list(self.shrink_steps),
@@ -59,6 +62,7 @@ class Finding:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:
         probe = data["probe"]
+        original = data.get("original_case")
         return cls(
             id=data["id"],
             check=data["check"],
@@ -66,10 +70,12 @@ class Finding:
             severity=data["severity"],
             title=data["title"],
             evidence=tuple(data.get("evidence", {}).items()),
-            probe=Probe(
+            probe=None
+            if probe is None
+            else Probe(
                 probe["check"], Case.from_json(probe["case"]), RunPlan.from_json(probe["plan"])
             ),
-            original=Case.from_json(data["original_case"]),
+            original=None if original is None else Case.from_json(original),
             occurrences=int(data["occurrences"]),
             probes=int(data["probes"]),
             shrink_steps=tuple(data.get("shrink_steps", ())),

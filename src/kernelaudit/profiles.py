@@ -28,6 +28,13 @@ class Profile:
     """Most reruns spent shrinking one failing case."""
     timeout_s: float
     """Wall time one call of the candidate may take before it counts as hung."""
+    warmup_calls: int = 20
+    """Calls made before the judged one when looking for behaviour that changes after a
+    warm-up (a call counter, a cache filled on the way)."""
+    host_memory_bytes: int = 0
+    """Host memory the candidate's processes may use; 0: half of the machine's."""
+    gpu_memory_bytes: int = 0
+    """Device memory the candidate may hold; 0: three quarters of what is free at the start."""
 
 
 _ALL_FLOATS = (
@@ -59,6 +66,7 @@ PROFILES: dict[str, Profile] = {
         repeats=2,
         shrink_budget=8,
         timeout_s=60.0,
+        warmup_calls=8,
     ),
     "default": Profile(
         name="default",
@@ -85,6 +93,7 @@ PROFILES: dict[str, Profile] = {
         repeats=5,
         shrink_budget=48,
         timeout_s=300.0,
+        warmup_calls=50,
     ),
 }
 

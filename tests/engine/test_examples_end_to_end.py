@@ -40,7 +40,9 @@ def test_low_precision_embedding_accumulation_fails_in_the_rows_zipf_makes_hot()
     # with uniform ids (the defaults) at the workload's own sizes the same kernel passes
     assert by_case[f"default values {workload}"] == "failed 0 of 1"
     shown = [evidence, *evidence["other failing cases"]]
-    zipf = next(e for e in shown if e.get("case") == f"ids~zipf {workload}")
+    # on a GPU the bfloat16 cases fail too and may crowd the float16 one out of those shown
+    label = report.records[0].case.label
+    zipf = next(e for e in shown if str(e.get("case", "")).startswith(f"ids~zipf @ {label} "))
     median = zipf["id counts"]["median count of used ids"]
     # the error sits in the ids a Zipf draw repeats hundreds of times, not in typical ones
     assert min(row["id_count"] for row in zipf["worst rows"][:3]) > 20 * median

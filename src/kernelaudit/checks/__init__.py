@@ -8,10 +8,19 @@ from __future__ import annotations
 from kernelaudit.checks.aliasing import Aliasing
 from kernelaudit.checks.base import Check
 from kernelaudit.checks.bounds import Bounds
+from kernelaudit.checks.deferred_work import DeferredWork
 from kernelaudit.checks.determinism import Determinism
 from kernelaudit.checks.execution import Execution
+from kernelaudit.checks.global_state import GlobalState
+from kernelaudit.checks.kernels import Kernels
 from kernelaudit.checks.mutation import Mutation
 from kernelaudit.checks.numerics import Numerics
+from kernelaudit.checks.output_objects import OutputObjects
+from kernelaudit.checks.replay import Replay
+from kernelaudit.checks.specialisation import Specialisation
+from kernelaudit.checks.stale_memory import StaleMemory
+from kernelaudit.checks.timing import Timing
+from kernelaudit.checks.tripwires import Tripwires
 from kernelaudit.checks.unwritten import Unwritten
 from kernelaudit.checks.weak_cases import WeakCases
 from kernelaudit.errors import UsageError
@@ -19,13 +28,22 @@ from kernelaudit.errors import UsageError
 REGISTRY: tuple[type[Check], ...] = (
     # in order of diagnosis: the findings of earlier checks explain those of later ones
     Execution,
+    OutputObjects,
+    GlobalState,
     Unwritten,
+    StaleMemory,
     Bounds,
     Mutation,
     Aliasing,
+    DeferredWork,
+    Replay,
     Determinism,
+    Specialisation,
     Numerics,
+    Timing,
+    Kernels,
     WeakCases,
+    Tripwires,
 )
 
 

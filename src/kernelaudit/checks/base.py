@@ -8,7 +8,7 @@ findings, shrinks them and reports them; adding a check is one module and one li
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -17,9 +17,64 @@ import torch
 from kernelaudit.inputs.case import Case
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
+from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.messages import InvocationResult
 
 Severity = Literal["fail", "warn", "note"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call in a probe's sequence of calls, all made in one worker, back to back.
+
+    case: the case whose inputs this call gets; None for the probe's own case.
+    poison: what fills preallocated outputs and `torch.empty*` allocations ("nan", "sentinel").
+    reuse: write this call's values into the very input (and output) buffers of an earlier
+        step, the same tensor objects with their version counters untouched, instead of fresh
+        ones: a candidate that caches by address, `id()` or version sees a call it has seen.
+    keep: whether the outputs come back; without, only their fingerprints do.
+    scrub: fill the device memory the allocator holds free with poison before the call.
+    settle_s: how long to wait after the call, and the device synchronise, before the outputs
+        are fingerprinted again and copied (work left running in a thread shows as a change).
+    timed: after the call, time repeated calls on the same inputs (see `kernelaudit.timing`).
+    profiled: list the device kernels the call launches.
+    """
+
+    case: Case | None = None
+    poison: str = "nan"
+    reuse: int | None = None
+    keep: bool = True
+    scrub: bool = False
+    settle_s: float = 0.0
+    timed: bool = False
+    profiled: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "case": None if self.case is None else self.case.to_json(),
+            "poison": self.poison,
+            "reuse": self.reuse,
+            "keep": self.keep,
+            "scrub": self.scrub,
+            "settle_s": self.settle_s,
+            "timed": self.timed,
+            "profiled": self.profiled,
+        }
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Step:
+        case = data.get("case")
+        return cls(
+            case=None if case is None else Case.from_json(case),
+            poison=str(data.get("poison", "nan")),
+            reuse=data.get("reuse"),
+            keep=bool(data.get("keep", True)),
+            scrub=bool(data.get("scrub", False)),
+            settle_s=float(data.get("settle_s", 0.0)),
+            timed=bool(data.get("timed", False)),
+            profiled=bool(data.get("profiled", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -28,16 +83,30 @@ class RunPlan:
 
     poisons: one entry per call on identical inputs ("nan" or "sentinel").
     followup: a second case called right after, on fresh inputs (for state kept between calls).
+    steps: an explicit sequence of calls; when given, `poisons` and `followup` are not used.
     """
 
     poisons: tuple[str, ...] = ("nan",)
     followup: Case | None = None
+    steps: tuple[Step, ...] = ()
+
+    def sequence(self) -> tuple[Step, ...]:
+        """The calls this plan makes, in order."""
+        if self.steps:
+            return self.steps
+        calls = tuple(Step(poison=poison) for poison in self.poisons)
+        if self.followup is not None:
+            calls += (Step(case=self.followup),)
+        return calls
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "poisons": list(self.poisons),
             "followup": None if self.followup is None else self.followup.to_json(),
         }
+        if self.steps:
+            data["steps"] = [step.to_json() for step in self.steps]
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunPlan:
@@ -45,6 +114,7 @@ class RunPlan:
         return cls(
             poisons=tuple(data.get("poisons", ("nan",))),
             followup=None if followup is None else Case.from_json(followup),
+            steps=tuple(Step.from_json(step) for step in data.get("steps", ())),
         )
 
 
@@ -77,7 +147,13 @@ class Expected:
 
 @dataclass(frozen=True)
 class Observation:
-    """What one probe produced, with everything a check needs to judge it."""
+    """What one probe produced, with everything a check needs to judge it.
+
+    `inputs` and `expected` belong to the probe's own case; `step_inputs` and `step_expected`
+    hold them for every call of the plan's sequence, in order (see `RunPlan.sequence`).
+    `measurements` holds what the trusted side measured for the probe besides the truth: the
+    reference's timing and kernels, the device's roofline, the problem's FLOPs and bytes.
+    """
 
     problem: Problem
     probe: Probe
@@ -85,21 +161,33 @@ class Observation:
     inputs: Mapping[str, object]
     """The logical input values of the probe's case (dense, CPU)."""
     expected: Expected
-    followup_expected: Expected | None = None
+    step_inputs: tuple[Mapping[str, object], ...] = ()
+    step_expected: tuple[Expected, ...] = ()
+    measurements: Mapping[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+    """Where the candidate ran ("cpu", "cuda", "cuda:1")."""
+
+    def expected_at(self, call: int) -> Expected:
+        return self.step_expected[call] if call < len(self.step_expected) else self.expected
+
+    def inputs_at(self, call: int) -> Mapping[str, object]:
+        return self.step_inputs[call] if call < len(self.step_inputs) else self.inputs
 
     def results(self, call: int = 0) -> tuple[torch.Tensor, ...]:
-        """What the candidate produced in one call, aligned with `expected.names`: the
+        """What the candidate produced in one call, aligned with `expected_at(call).names`: the
         outputs, then the after-call values of the inputs the contract lets it mutate."""
+        return self.aligned(self.result.calls[call].outputs, call)
+
+    def aligned(self, outputs: tuple[torch.Tensor, ...], call: int) -> tuple[torch.Tensor, ...]:
+        """`outputs` of one call followed by the after-call values of mutable inputs."""
         outcome = self.result.calls[call]
-        tensor_names = [n for n, v in self.inputs.items() if isinstance(v, torch.Tensor)]
+        inputs = self.inputs_at(call)
+        tensor_names = [n for n, v in inputs.items() if isinstance(v, torch.Tensor)]
         after = dict(zip(tensor_names, outcome.inputs_after, strict=False))
-        mutated = [
-            n.removesuffix(" (after call)")
-            for n in self.expected.names
-            if n.endswith(" (after call)")
-        ]
-        declared = len(self.expected.names) - len(mutated)
-        return tuple(outcome.outputs[:declared]) + tuple(after[n] for n in mutated if n in after)
+        names = self.expected_at(call).names
+        mutated = [n.removesuffix(" (after call)") for n in names if n.endswith(" (after call)")]
+        declared = len(names) - len(mutated)
+        return tuple(outputs[:declared]) + tuple(after[n] for n in mutated if n in after)
 
 
 @dataclass(frozen=True)
@@ -123,6 +211,7 @@ class PlanContext:
     profile: Profile
     device: str
     sm_count: int
+    candidate: CandidateRef | None = None
 
 
 class Check(Protocol):
@@ -142,4 +231,13 @@ class Check(Protocol):
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         """More probes worth running after seeing this observation (usually none)."""
+        ...
+
+
+class Concluding(Protocol):
+    """A check that also speaks once the probes are judged (a static scan, say): its failures
+    stand without a probe, and it sees what the runtime checks found."""
+
+    def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
+        """Failures to report, given (check name, failure) of every runtime failure."""
         ...

@@ -12,6 +12,7 @@ _TITLES = {
     "crash": "the candidate's process crashed",
     "timeout": "the candidate did not return in time (hang)",
     "cuda": "the candidate triggered a CUDA error",
+    "memory": "the candidate exceeded its memory limit",
     "contract": "the candidate broke the calling contract",
 }
 
@@ -46,15 +47,17 @@ class Execution:
         declared = len(observation.problem.outputs)
         if observation.problem.contract.style == "return":
             for index, outcome in enumerate(result.calls):
-                if len(outcome.outputs) != declared:
+                # calls whose outputs stay in the worker send their fingerprints only
+                returned = max(len(outcome.outputs), len(outcome.fingerprints))
+                if returned != declared:
                     return [
                         Failure(
                             key="output-count",
-                            title=f"returned {len(outcome.outputs)} tensor(s) but the problem "
+                            title=f"returned {returned} tensor(s) but the problem "
                             f"declares {declared} output(s)",
                             evidence=(
                                 ("call", index),
-                                ("returned", len(outcome.outputs)),
+                                ("returned", returned),
                                 ("declared", [o.name for o in observation.problem.outputs]),
                             ),
                         )

@@ -22,12 +22,12 @@ class Mutation:
         if observation.result.error:
             return []
         allowed = set(observation.problem.contract.mutates)
-        names = [n for n, v in observation.inputs.items() if isinstance(v, torch.Tensor)]
-        calls = len(observation.probe.plan.poisons)
         failures = []
-        for call, outcome in enumerate(observation.result.calls[:calls]):
+        for call, outcome in enumerate(observation.result.calls):
+            inputs = observation.inputs_at(call)
+            names = [n for n, v in inputs.items() if isinstance(v, torch.Tensor)]
             for name, after in zip(names, outcome.inputs_after, strict=False):
-                before = observation.inputs[name]
+                before = inputs[name]
                 assert isinstance(before, torch.Tensor)
                 if name in allowed or after.shape != before.shape or same_bits(before, after):
                     continue

@@ -34,10 +34,15 @@ class Numerics:
         return []
 
 
-def judge_results(observation: Observation, call: int) -> list[Failure]:
-    """Compare one call's results with the expected ones; one failure per failing result."""
-    expected = observation.expected
-    values = observation.results(call)
+def judge_results(
+    observation: Observation, call: int, outputs: tuple[torch.Tensor, ...] | None = None
+) -> list[Failure]:
+    """Compare one call's results (or `outputs` in place of the call's own) with the expected
+    ones for that call's case; one failure per failing result."""
+    expected = observation.expected_at(call)
+    values = observation.aligned(
+        observation.result.calls[call].outputs if outputs is None else outputs, call
+    )
     if len(values) < len(expected.names):
         return []  # the execution check reports a wrong number of outputs
     failures = []
@@ -52,7 +57,7 @@ def judge_results(observation: Observation, call: int) -> list[Failure]:
         )
         if comparison.passed:
             continue
-        rows = _row_evidence(observation, name, values[k], expected.truth[k])
+        rows = _row_evidence(observation, call, name, values[k], expected.truth[k])
         result, reason, metrics = comparison_evidence(comparison)
         evidence = (result, reason, *rows, metrics)
         failures.append(
@@ -79,13 +84,13 @@ def _score(comparison: Comparison) -> float:
 
 
 def _row_evidence(
-    observation: Observation, name: str, values: torch.Tensor, truth: torch.Tensor
+    observation: Observation, call: int, name: str, values: torch.Tensor, truth: torch.Tensor
 ) -> tuple[tuple[str, Any], ...]:
     """The rows with the largest error and, where the output's rows are indexed by an index
     input, how often each of those rows' ids occurs in it."""
     if values.shape != truth.shape or not values.dtype.is_floating_point or values.dim() < 2:
         return ()
-    errors = row_errors(values, truth, depth=observation.expected.depth)
+    errors = row_errors(values, truth, depth=observation.expected_at(call).depth)
     if errors.numel() < 2:
         return ()
     top = torch.topk(errors.nan_to_num(float("inf")), min(_TOP_ROWS, errors.numel()))
@@ -103,7 +108,9 @@ def _row_evidence(
     if total > 0:
         share = float(squared[[row["row"] for row in rows]].sum()) / total
         evidence.append((f"share of squared error in the {len(rows)} worst rows", round(share, 4)))
-    counts = _row_multiplicity(observation, name, values.shape[0]) if values.dim() == 2 else None
+    counts = (
+        _row_multiplicity(observation, call, name, values.shape[0]) if values.dim() == 2 else None
+    )
     if counts is not None:
         for row in rows:
             row["id_count"] = int(counts[row["row"]])
@@ -121,7 +128,9 @@ def _row_evidence(
     return tuple(evidence)
 
 
-def _row_multiplicity(observation: Observation, name: str, rows: int) -> torch.Tensor | None:
+def _row_multiplicity(
+    observation: Observation, call: int, name: str, rows: int
+) -> torch.Tensor | None:
     """Occurrences of each row id when an index input is bound to the output's row axis."""
     problem = observation.problem
     output = next((o for o in problem.outputs if o.name == name), None)
@@ -129,7 +138,7 @@ def _row_multiplicity(observation: Observation, name: str, rows: int) -> torch.T
         return None
     for inp in problem.inputs:
         if isinstance(inp, IndexInput) and inp.bound == output.shape[0]:
-            ids = observation.inputs[inp.name]
+            ids = observation.inputs_at(call)[inp.name]
             if isinstance(ids, torch.Tensor) and ids.numel():
                 return torch.bincount(ids.flatten().long(), minlength=rows)[:rows]
     return None

@@ -27,13 +27,14 @@ from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile, profile_named
 from kernelaudit.runner.candidate import CandidateRef, from_callable, parse_candidate
 from kernelaudit.runner.messages import AUDITOR_PID
-from kernelaudit.runner.process import Worker
+from kernelaudit.runner.process import Limits, Worker, default_limits
 
 Progress = Callable[[int, int, str], None]
 """Called after each probe with (done, total, what just ran)."""
 
 _HANGS_BEFORE_STOPPING = 2
-"""Hung calls after which an audit stops running further cases."""
+"""Hung calls (or calls killed at a memory limit) after which an audit stops running further
+cases."""
 
 _CPU_SM_TARGET = 132
 """Without a GPU, plan "fewer rows than SMs" sizes for an H100-class part (132 SMs)."""
@@ -95,7 +96,9 @@ def audit_in_turn(
     candidate's worker is launched while the current one is audited, so its start-up (importing
     torch, initialising the device, importing the candidate) is off the critical path. With
     several jobs, finding ids carry the job's number ("C2.F1") so they are unique in a file."""
-    workers = [Worker(candidate, device, profile.timeout_s) for _, candidate in jobs]
+    workers = [
+        Worker(candidate, device, limits=limits_for(profile, device)) for _, candidate in jobs
+    ]
     try:
         for index, (problem, candidate) in enumerate(jobs):
             if index + 1 < len(workers):
@@ -135,9 +138,9 @@ def run_audit(
             'put the code that starts the audit under `if __name__ == "__main__":`'
         )
     started = time.perf_counter()
-    ctx = PlanContext(problem, profile, device, _sm_count(device))
+    ctx = PlanContext(problem, profile, device, _sm_count(device), candidate)
     # the worker imports torch and the candidate while the probes are planned
-    with worker or Worker(candidate, device, profile.timeout_s) as worker:
+    with worker or Worker(candidate, device, limits=limits_for(profile, device)) as worker:
         planned = [p for check in checks for p in check.plan(ctx)]
         if not planned:
             # checks that only watch (execution, bounds, mutation) judge the cases others run:
@@ -152,6 +155,7 @@ def run_audit(
             _finding(executor, by_name[name], key, items, probing.records, profile)
             for (name, key), items in probing.groups.items()
         ]
+        findings += _concluded(checks, probing)
     phases = {
         "planning": planning,
         **probing.seconds,
@@ -224,13 +228,14 @@ def _probe_all(
                     followups.add(extra)
                     queue.append(extra)
         probing.judging += time.perf_counter() - judging_began
-        hangs += observation.result.error_kind == "timeout"
+        # a hang costs a whole timeout, a memory kill as long as the candidate takes to fill it
+        hangs += observation.result.error_kind in ("timeout", "memory")
         if hangs >= _HANGS_BEFORE_STOPPING and queue:
             # every further hang costs a whole timeout: the verdict is already FAIL
             stopped = Failure(
                 key="stopped",
-                title=f"the audit stopped after {hangs} hangs: {len(queue)} planned case(s) "
-                "were not run",
+                title=f"the audit stopped after {hangs} hangs or memory kills: {len(queue)} "
+                "planned case(s) were not run",
                 evidence=(("cases not run", len(queue)),),
                 severity="warn",
             )
@@ -246,6 +251,42 @@ def _probe_all(
     return probing
 
 
+def _concluded(checks: list[Check], probing: _Probing) -> list[Finding]:
+    """Findings of checks that speak once every probe is judged (see `Concluding`)."""
+    found = [(name, failure) for (name, _), items in probing.groups.items() for _, failure in items]
+    findings = []
+    for check in checks:
+        conclude = getattr(check, "conclude", None)
+        if conclude is None:
+            continue
+        for failure in conclude(found):
+            findings.append(
+                Finding(
+                    id="",
+                    check=check.name,
+                    key=failure.key,
+                    severity=failure.severity,
+                    title=failure.title,
+                    evidence=failure.evidence,
+                    probe=None,
+                    original=None,
+                    occurrences=1,
+                    probes=0,
+                )
+            )
+    return findings
+
+
+def limits_for(profile: Profile, device: str) -> Limits:
+    """The worker's limits: the profile's, or the machine's defaults where it leaves them 0."""
+    limits = default_limits(profile.timeout_s, device)
+    return replace(
+        limits,
+        host_memory_bytes=profile.host_memory_bytes or limits.host_memory_bytes,
+        gpu_memory_bytes=profile.gpu_memory_bytes or limits.gpu_memory_bytes,
+    )
+
+
 def _finding(
     executor: Executor,
     check: Check,
@@ -257,7 +298,7 @@ def _finding(
     probe, failure = max(items, key=lambda item: item[1].score)
     original = probe.case
     steps: tuple[str, ...] = ()
-    if failure.severity == "fail" and not key.startswith("timeout"):
+    if failure.severity == "fail" and not key.startswith(("timeout", "memory")):
         shrunk = shrink(executor, check, probe, failure, profile.shrink_budget)
         probe, failure, steps = shrunk.probe, shrunk.failure, shrunk.steps
     same_check = [r for r in records if r.check == items[0][0].check]

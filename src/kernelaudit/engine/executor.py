@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from dataclasses import replace
+from typing import Any
 
 import torch
 
-from kernelaudit.checks.base import Expected, Observation, Probe
+from kernelaudit.checks.base import Expected, Observation, Probe, Step
+from kernelaudit.engine.measure import reference_kernels, reference_timing
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle.truth import expected
@@ -50,12 +53,23 @@ class Executor:
         return prepared
 
     def observe(self, probe: Probe) -> Observation:
+        steps = probe.plan.sequence()
+        cases = [step.case or probe.case for step in steps]
+        prepared = [self.prepare(case) for case in cases]
+        calls = [
+            replace(
+                self._call(case, inputs, step.poison),
+                reuse=step.reuse,
+                keep=step.keep,
+                scrub=step.scrub,
+                settle_s=step.settle_s,
+                timed=step.timed,
+                profiled=step.profiled,
+            )
+            for step, case, (inputs, _) in zip(steps, cases, prepared, strict=True)
+        ]
         inputs, expect = self.prepare(probe.case)
-        calls = [self._call(probe.case, inputs, poison) for poison in probe.plan.poisons]
-        followup_expected = None
-        if probe.plan.followup is not None:
-            followup_inputs, followup_expected = self.prepare(probe.plan.followup)
-            calls.append(self._call(probe.plan.followup, followup_inputs, "nan"))
+        measurements = self._measure(probe, steps, cases)
         tensor_positions = tuple(
             i for i, inp in enumerate(self.problem.inputs) if not isinstance(inp, ScalarInput)
         )
@@ -65,7 +79,39 @@ class Executor:
         result = self.worker.run(Invocation(calls=tuple(calls), return_inputs=tensor_positions))
         self.seconds["worker start"] += started - began
         self.seconds["candidate runs"] += time.perf_counter() - started
-        return Observation(self.problem, probe, result, inputs, expect, followup_expected)
+        return Observation(
+            self.problem,
+            probe,
+            result,
+            inputs,
+            expect,
+            step_inputs=tuple(i for i, _ in prepared),
+            step_expected=tuple(e for _, e in prepared),
+            measurements=measurements,
+            device=self.device,
+        )
+
+    def _measure(self, probe: Probe, steps: tuple[Step, ...], cases: list[Case]) -> dict[str, Any]:
+        """What the trusted side measures for timed and profiled steps: the reference's time
+        and kernels on the same case, the device's roofline, the case's FLOPs and bytes."""
+        found: dict[str, Any] = {}
+        if not any(step.timed or step.profiled for step in steps):
+            return found
+        began = time.perf_counter()
+        for step, case in zip(steps, cases, strict=True):
+            if step.timed and "reference timing" not in found:
+                found.update(reference_timing(self.problem, case, self._inputs(case), self.device))
+            if step.profiled and "reference kernels" not in found:
+                found["reference kernels"] = reference_kernels(
+                    self.problem, case, self._inputs(case), self.device
+                )
+        self.seconds["reference timing"] = (
+            self.seconds.get("reference timing", 0.0) + time.perf_counter() - began
+        )
+        return found
+
+    def _inputs(self, case: Case) -> dict[str, object]:
+        return self.prepare(case)[0]
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:
         args = []

@@ -161,3 +161,23 @@ def shape_cases(
         for size in boundary_sizes(axis, base[axis.name], boundary_per_axis, sm_count):
             add({**base, axis.name: size}, f"boundary {axis.name}={size}")
     return cases
+
+
+def held_back_sizes(problem: Problem) -> list[tuple[dict[str, int], str]]:
+    """For every workload, a size map that no workload lists: every axis moved about a quarter
+    up (odd where the axis allows), so a candidate that only handles the listed shapes, or
+    treats them specially, meets sizes it could not have seen."""
+    listed = {tuple(sorted(w.as_dict().items())) for w in problem.workloads}
+    axes = {axis.name: axis for axis in problem.axes}
+    found: list[tuple[dict[str, int], str]] = []
+    for workload in problem.workloads:
+        sizes = {}
+        for name, size in workload.as_dict().items():
+            axis = axes.get(name, Axis(name))
+            wanted = size + max(1, size // 4) + (1 if size % 2 == 0 else 0)
+            near = _admitted_near(axis, wanted, "up") + _admitted_near(axis, size, "up")
+            sizes[name] = next((s for s in near if s != size), size)
+        key = tuple(sorted(sizes.items()))
+        if key not in listed and all(key != tuple(sorted(s.items())) for s, _ in found):
+            found.append((sizes, f"held-back shape near {workload.name}"))
+    return found

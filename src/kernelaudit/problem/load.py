@@ -393,6 +393,14 @@ def _validate_contract(v: _Validator, inputs: dict[str, spec.Input]) -> None:
             'use "return" or "destination"',
             "style",
         )
+    for flag in ("deterministic", "library_calls"):
+        if not isinstance(getattr(contract, flag), bool):
+            v.fail(
+                f"contract.{flag}",
+                f"{getattr(contract, flag)!r} is not True or False",
+                f"write {flag}=True or {flag}=False",
+                flag,
+            )
     for name in contract.mutates:
         if name not in inputs or isinstance(inputs[name], ScalarInput):
             v.fail(

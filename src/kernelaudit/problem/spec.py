@@ -143,12 +143,16 @@ class Contract:
     deterministic: repeated runs on identical inputs must agree bit for bit; when False they are
         held to the error budget instead.
     layouts: the memory layouts every tensor input must be accepted in.
+    library_calls: whether a candidate may spend its time in library kernels the reference
+        also launches (cuBLAS, torch's own kernels); when False such a candidate fails as a
+        library or reference fallback, when True it is a warning.
     """
 
     style: Literal["return", "destination"] = "return"
     mutates: tuple[str, ...] = ()
     deterministic: bool = True
     layouts: tuple[str, ...] = LAYOUTS
+    library_calls: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mutates", _tuple(self.mutates))

@@ -83,16 +83,19 @@ def _print_finding(console: Console, finding: Finding, report_path: str | None) 
         f"{escape(finding.title)}",
         highlight=False,
     )
-    console.print(
-        f"       seen in {finding.occurrences} of {finding.probes} {finding.probe.check} "
-        f"case(s); smallest failing case: {escape(finding.probe.case.describe())}",
-        highlight=False,
-    )
+    if finding.probe is None:
+        console.print("       found in the candidate's source, before it ran", highlight=False)
+    else:
+        console.print(
+            f"       seen in {finding.occurrences} of {finding.probes} {finding.probe.check} "
+            f"case(s); smallest failing case: {escape(finding.probe.case.describe())}",
+            highlight=False,
+        )
     for key, value in finding.evidence:
         if key in ("reason", "result", "message"):
             continue
         console.print(f"       {escape(key)}: {escape(_short(value))}", highlight=False)
-    if report_path:
+    if report_path and finding.probe is not None:
         console.print(
             f"       replay: kernelaudit repro {report_path} {finding.id}", highlight=False
         )
@@ -104,7 +107,8 @@ def print_evidence(console: Console, finding: Finding) -> None:
         f"[bold]{finding.id}[/] {escape(f'[{finding.check}]')} {escape(finding.title)}",
         highlight=False,
     )
-    console.print(f"  case: {escape(finding.probe.case.describe())}", highlight=False)
+    if finding.probe is not None:
+        console.print(f"  case: {escape(finding.probe.case.describe())}", highlight=False)
     for key, value in finding.evidence:
         console.print(f"  {escape(key)}: {escape(_short(value, 2000))}", highlight=False)
 

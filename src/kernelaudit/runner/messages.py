@@ -8,6 +8,7 @@ observed around the call.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -47,6 +48,20 @@ class Call:
     args: tuple[Arg, ...]
     slots: tuple[OutputSlot, ...] = ()
     poison: str = "nan"
+    reuse: int | None = None
+    """Write the values into the input and output buffers of this earlier call (the same
+    tensor objects, version counters untouched) instead of fresh ones."""
+    keep: bool = True
+    """Send the outputs back; without, only their fingerprints come back."""
+    scrub: bool = False
+    """Fill the device memory the allocator holds free with poison before the call."""
+    settle_s: float = 0.0
+    """Wait this long after the call (and the device synchronise) before the outputs are
+    fingerprinted again and copied."""
+    timed: bool = False
+    """After the call, time repeated calls on the same inputs."""
+    profiled: bool = False
+    """List the device kernels one more call on the same inputs launches."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,33 @@ class GuardBreach:
 
 
 @dataclass(frozen=True)
+class OutputObject:
+    """What a returned output is, as an object: checked before its values are trusted."""
+
+    type_name: str
+    """The qualified name of its type ("torch.Tensor" for a plain tensor)."""
+    device: str
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    layout: str
+    """"strided" for ordinary memory; "meta", "sparse", ... otherwise."""
+    overlapping: bool
+    """Whether two elements share memory (a stride-0 or expanded view)."""
+    attributes: tuple[str, ...]
+    """Names in the object's instance `__dict__`: overrides a plain tensor never has."""
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """A piece of process-wide state that differs from what it was."""
+
+    name: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
 class CallOutcome:
     """What one call produced."""
 
@@ -84,6 +126,27 @@ class CallOutcome:
     aliases: tuple[str, ...] = ()
     """Outputs that share storage with an input or with another output ("output 0 ~ input 2")."""
     seconds: float = 0.0
+    objects: tuple[OutputObject, ...] = ()
+    fingerprints: tuple[str, ...] = ()
+    """One per output, of its bits after the device synchronise (and the settle time)."""
+    deferred: tuple[int, ...] = ()
+    """Outputs whose bits changed between the call's return and the device synchronise."""
+    threads: tuple[str, ...] = ()
+    """Threads started during the call and still alive after it (and the settle time)."""
+    streams: int = 0
+    """Device streams created during the call."""
+    state_changes: tuple[StateChange, ...] = ()
+    """Process-wide state the call changed."""
+    timing: Any = None
+    """A `kernelaudit.timing.measure.Timing` of repeated calls, for a timed call."""
+    timed_fingerprints: tuple[tuple[str, ...], ...] = ()
+    """The fingerprints of every timed repetition's outputs."""
+    timed_outputs: tuple[torch.Tensor, ...] = ()
+    """The outputs of the last timed repetition."""
+    kernels: Any = None
+    """A `kernelaudit.timing.kernels.KernelProfile`, for a profiled call."""
+    device_bytes_held: int = -1
+    """Device memory allocated through torch and still held after the call, in bytes."""
 
 
 @dataclass(frozen=True)
@@ -97,4 +160,6 @@ class InvocationResult:
     breaches: tuple[GuardBreach, ...] = ()
     error: str = ""
     error_kind: str = ""
-    """"" | "exception" | "crash" | "timeout" | "cuda" | "contract" (wrong count/shape/dtype)."""
+    """"" | "exception" | "crash" | "timeout" | "cuda" | "memory" | "contract"."""
+    import_changes: tuple[StateChange, ...] = ()
+    """Process-wide state that importing the candidate changed (the same on every result)."""

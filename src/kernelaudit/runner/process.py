@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -44,6 +45,45 @@ class _Died(Exception):
     pass
 
 
+class _OverLimit(Exception):
+    pass
+
+
+_MEMORY_POLL_S = 0.2
+"""How often the host memory of the worker's process group is read while waiting on it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one candidate's worker may use. The worker's whole process group is killed when it
+    goes past one of them, and the call counts as failed.
+
+    timeout_s: wall time one call may take; an invocation of n calls gets n times as much.
+    host_memory_bytes: resident memory of the worker and every process it started.
+    gpu_memory_bytes: device memory: torch's allocator in the worker is capped at it, and the
+        device's use beyond what it was when the worker became ready is checked after every
+        invocation (memory taken around torch's allocator counts too). 0: no limit.
+    load_timeout_s: wall time the child may take to start and import the candidate (a
+        candidate that compiles an extension at import time needs minutes).
+    """
+
+    timeout_s: float = 120.0
+    host_memory_bytes: int = 0
+    gpu_memory_bytes: int = 0
+    load_timeout_s: float = 600.0
+
+
+def default_limits(timeout_s: float, device: str) -> Limits:
+    """Half of the host's memory, and three quarters of the device memory that is free now:
+    enough for any reasonable kernel, and the auditor keeps room for its own work."""
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    gpu = 0
+    if torch.device(device).type == "cuda":
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        gpu = free * 3 // 4
+    return Limits(timeout_s=timeout_s, host_memory_bytes=host, gpu_memory_bytes=gpu)
+
+
 class Worker:
     """A child process that has loaded one candidate and runs invocations of it.
 
@@ -51,22 +91,24 @@ class Worker:
     `InvocationResult` with `error_kind` set. After a timeout, a crash or a CUDA error the
     child is gone, and the next `run` starts a new one.
 
-    timeout_s: wall time one call may take; an invocation of n calls gets n times as much.
-    load_timeout_s: wall time the child may take to start and import the candidate (a
-        candidate that compiles an extension at import time needs minutes).
+    `limits` holds every limit; without it, `timeout_s` and `load_timeout_s` are the only ones.
     """
 
     def __init__(
         self,
         candidate: CandidateRef,
         device: str,
-        timeout_s: float,
+        timeout_s: float = 120.0,
         load_timeout_s: float = 600.0,
+        limits: Limits | None = None,
     ) -> None:
         self.candidate = candidate
         self.device = device
-        self.timeout_s = timeout_s
-        self.load_timeout_s = load_timeout_s
+        self.limits = limits or Limits(timeout_s=timeout_s, load_timeout_s=load_timeout_s)
+        self.timeout_s = self.limits.timeout_s
+        self.load_timeout_s = self.limits.load_timeout_s
+        self._device_baseline = 0
+        self._next_memory_poll = 0.0
         self._proc: subprocess.Popen[bytes] | None = None
         self._to_child = -1
         self._from_child = -1
@@ -120,9 +162,13 @@ class Worker:
         except _Died:
             kind = "crash"
             text = f"the worker {self._exit_description()} while importing {self.candidate.label}."
+        except _OverLimit as over:
+            kind = "memory"
+            text = f"while importing {self.candidate.label}, {over}"
         else:
             if reply == ("ready",):
                 self._ready = True
+                self._device_baseline = self._device_used()
                 return
             kind = "exception"
             if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "usage":
@@ -161,6 +207,9 @@ class Worker:
             text += self._stderr_tail(mark)
             self._kill()
             return InvocationResult(calls=(), error=text, error_kind="crash")
+        except _OverLimit as over:
+            self._kill()
+            return InvocationResult(calls=(), error=str(over), error_kind="memory")
         if not isinstance(reply, InvocationResult):
             self._kill()
             return InvocationResult(
@@ -169,9 +218,20 @@ class Worker:
                 "the candidate may have written to the worker's channel.",
                 error_kind="crash",
             )
-        if reply.error_kind in ("cuda", "crash"):
+        if reply.error_kind in ("cuda", "crash", "memory"):
             # The child exits by itself after these; make sure of it and start anew next run.
             self._kill()
+            return reply
+        held = self._device_used() - self._device_baseline
+        if self.limits.gpu_memory_bytes and held > self.limits.gpu_memory_bytes:
+            self._kill()
+            return replace(
+                reply,
+                error=f"the worker held {held / 2**30:.2f} GiB of device memory after the call, "
+                f"more than its limit of {self.limits.gpu_memory_bytes / 2**30:.2f} GiB; the "
+                "worker was killed.",
+                error_kind="memory",
+            )
         return reply
 
     def close(self) -> None:
@@ -201,6 +261,7 @@ class Worker:
                     str(child_reads),
                     str(child_writes),
                     self.device,
+                    str(self.limits.gpu_memory_bytes),
                     self.candidate.path,
                     self.candidate.function,
                 ],
@@ -272,7 +333,7 @@ class Worker:
     def _receive(self, deadline: float) -> object:
         try:
             return decode(lambda count: self._read(count, deadline))
-        except (_Died, _Timeout):
+        except (_Died, _Timeout, _OverLimit):
             raise
         except Exception as error:  # whatever garbage on the channel made decoding fail
             return error
@@ -293,7 +354,8 @@ class Worker:
         return data
 
     def _wait_for(self, fd: int, deadline: float, writing: bool) -> None:
-        """Wait until `fd` is ready, the child dies (_Died) or the deadline passes (_Timeout).
+        """Wait until `fd` is ready, the child dies (_Died), the deadline passes (_Timeout) or
+        the child's process group uses more host memory than allowed (_OverLimit).
 
         The child's death is watched for itself: a process the candidate started may hold
         the pipe open after the child is gone.
@@ -303,12 +365,35 @@ class Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _Timeout()
+            self._watch_host_memory()
             if _ready(fd, writing, min(remaining, _POLL_S)):
                 return
             if self._proc.poll() is not None:
                 if _ready(fd, writing, 0.0):
                     return
                 raise _Died()
+
+    # --- memory ---
+
+    def _watch_host_memory(self) -> None:
+        limit = self.limits.host_memory_bytes
+        if not limit or self._proc is None or time.monotonic() < self._next_memory_poll:
+            return
+        self._next_memory_poll = time.monotonic() + _MEMORY_POLL_S
+        used = group_resident_bytes(self._proc.pid)
+        if used > limit:
+            raise _OverLimit(
+                f"the worker's processes used {used / 2**30:.2f} GiB of host memory, more than "
+                f"the limit of {limit / 2**30:.2f} GiB; the worker was killed."
+            )
+
+    def _device_used(self) -> int:
+        """Device memory in use by every process, less what this process's allocator holds."""
+        if torch.device(self.device).type != "cuda":
+            return 0
+        device = torch.device(self.device)
+        free, total = torch.cuda.mem_get_info(device)
+        return total - free - torch.cuda.memory_reserved(device)
 
     # --- stderr ---
 
@@ -329,6 +414,26 @@ class Worker:
             return ""
         cut = "...\n" if start > since else ""
         return f"\nlast output on stderr:\n{cut}{text.rstrip()}"
+
+
+def group_resident_bytes(group: int) -> int:
+    """Resident memory of every process in process group `group`, from /proc (0 where /proc
+    is not there)."""
+    total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) != group:
+                continue
+            with open(f"/proc/{entry.name}/statm", "rb") as statm:
+                total += int(statm.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended while being read
+    return total
 
 
 def _ready(fd: int, writing: bool, wait: float) -> bool:

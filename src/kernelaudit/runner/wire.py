@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from kernelaudit.runner import messages
+from kernelaudit.timing import kernels, measure
 
 _U64 = struct.Struct(">Q")
 _MAX_PIECES = 1 << 16
@@ -53,7 +54,14 @@ _ALLOWED = {
             "GuardBreach",
             "CallOutcome",
             "InvocationResult",
+            "OutputObject",
+            "StateChange",
         )
+    },
+    **{
+        (module.__name__, name): getattr(module, name)
+        for module, names in ((measure, ("Timing",)), (kernels, ("KernelTime", "KernelProfile")))
+        for name in names
     },
     (__name__, "_tensor_from_bytes"): _tensor_from_bytes,
 }

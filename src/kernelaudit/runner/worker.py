@@ -1,10 +1,11 @@
 """The worker process: runs the candidate on guarded, poisoned inputs and reports what it saw.
 
 Started by `kernelaudit.runner.process.Worker` as
-`python -m kernelaudit.runner.worker READ_FD WRITE_FD DEVICE PATH FUNCTION`. It imports the
-candidate once, says it is ready, then answers every `Invocation` it reads with an
-`InvocationResult`. After a CUDA error (the context can no longer be trusted) it answers and
-exits; the auditor starts a new one.
+`python -m kernelaudit.runner.worker READ_FD WRITE_FD DEVICE GPU_BYTES PATH FUNCTION`. It
+takes a snapshot of the process-wide state, imports the candidate once, says it is ready, then
+answers every `Invocation` it reads with an `InvocationResult`. After a CUDA error (the
+context can no longer be trusted), a crash or an exhausted memory limit it answers and exits;
+the auditor starts a new one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -31,7 +32,6 @@ from kernelaudit.runner.guard import (
     breach,
     contiguous_geometry,
     place,
-    same_bits,
     storage_span,
 )
 from kernelaudit.runner.messages import (
@@ -41,10 +41,23 @@ from kernelaudit.runner.messages import (
     GuardBreach,
     Invocation,
     InvocationResult,
+    StateChange,
     TensorArg,
 )
-from kernelaudit.runner.poison import PoisonMode, fill_poison
+from kernelaudit.runner.poison import PoisonMode, fill_poison, poison_value
+from kernelaudit.runner.state import snapshot
+from kernelaudit.runner.watch import (
+    StreamCount,
+    changed,
+    describe_output,
+    fingerprint,
+    fingerprints,
+    scrub_free_memory,
+    threads_started,
+)
 from kernelaudit.runner.wire import decode, encode
+from kernelaudit.timing.kernels import profile_kernels
+from kernelaudit.timing.measure import time_calls
 
 _HARNESS_DIR = str(Path(__file__).resolve().parent)
 _MESSAGE_CHARS = 6000
@@ -60,17 +73,46 @@ class CandidateFailure(Exception):
         self.message = message
 
 
+# Captured before the candidate is imported: a candidate may replace the module attributes.
+_clock = time.perf_counter
+_sleep = time.sleep
+_cuda_synchronize = torch.cuda.synchronize
+
+
+@dataclass
+class Placed:
+    """The buffers one call ran on, kept while a later call of the invocation reuses them."""
+
+    inputs: dict[int, GuardedTensor]
+    slots: list[GuardedTensor]
+
+
+@dataclass
+class Watch:
+    """What the worker keeps across invocations: the state before the candidate's import, what
+    the import changed, and the count of streams created."""
+
+    import_changes: tuple[StateChange, ...] = ()
+    streams: StreamCount = field(default_factory=StreamCount)
+
+
 def run_invocation(
-    candidate: Callable[..., object], invocation: Invocation, device: torch.device
+    candidate: Callable[..., object],
+    invocation: Invocation,
+    device: torch.device,
+    watch: Watch | None = None,
 ) -> InvocationResult:
     """Run the calls in order; stop at the first that fails, keeping what came before."""
+    watch = watch or Watch()
     outcomes: list[CallOutcome] = []
     breaches: list[GuardBreach] = []
     held: list[tuple[torch.Tensor, ...]] = []
+    reused = {call.reuse for call in invocation.calls if call.reuse is not None}
+    placed: dict[int, Placed] = {}
     for index, call in enumerate(invocation.calls):
         try:
-            outcome, outputs = run_call(
-                candidate, call, index, invocation.return_inputs, device, breaches
+            outcome, outputs, buffers = run_call(
+                candidate, call, index, invocation.return_inputs, device, breaches, placed, watch
             )
         except CandidateFailure as failure:
             changed = () if failure.kind == "cuda" else changed_later(held, outcomes)
@@ -80,13 +122,17 @@ def run_invocation(
                 breaches=tuple(breaches),
                 error=failure.message,
                 error_kind=failure.kind,
+                import_changes=watch.import_changes,
             )
         outcomes.append(outcome)
-        held.append(outputs)
+        held.append(outputs if call.keep else ())
+        if index in reused:
+            placed[index] = buffers
     return InvocationResult(
         calls=tuple(outcomes),
         changed_later=changed_later(held, outcomes),
         breaches=tuple(breaches),
+        import_changes=watch.import_changes,
     )
 
 
@@ -97,47 +143,55 @@ def run_call(
     return_inputs: Sequence[int],
     device: torch.device,
     breaches: list[GuardBreach],
-) -> tuple[CallOutcome, tuple[torch.Tensor, ...]]:
-    """One call on fresh guarded inputs. Appends the guard breaches it sees to `breaches`.
+    placed: dict[int, Placed] | None = None,
+    watch: Watch | None = None,
+) -> tuple[CallOutcome, tuple[torch.Tensor, ...], Placed]:
+    """One call on fresh guarded inputs (or on an earlier call's buffers, rewritten). Appends
+    the guard breaches it sees to `breaches`.
 
-    Returns what goes back to the auditor and the outputs as they live on the device (held
-    until the invocation ends, to see whether later calls change them).
+    Returns what goes back to the auditor, the outputs as they live on the device (held until
+    the invocation ends, to see whether later calls change them) and the buffers used.
     """
-    inputs = {
-        position: place(f"input {position}", arg.values, arg.layout, device)
-        for position, arg in enumerate(call.args)
-        if isinstance(arg, TensorArg)
-    }
+    watch = watch or Watch()
+    buffers = _buffers(call, device, placed or {})
+    inputs, slots = buffers.inputs, buffers.slots
     args = [inputs[p].view if p in inputs else arg for p, arg in enumerate(call.args)]
-    slots = []
-    for k, slot in enumerate(call.slots):
-        stride = contiguous_geometry(tuple(slot.shape)).stride
-        guarded = allocate(f"output {k}", tuple(slot.shape), stride, slot.dtype, device)
-        fill_poison(guarded.view, call.poison)
-        slots.append(guarded)
+    slot_views = [s.view for s in slots]
+    if call.scrub:
+        scrub_free_memory(device)
+    state_before = snapshot(device)
+    threads_before = set(threading.enumerate())
+    streams_before = watch.streams.created
     mode = PoisonMode(call.poison)
     guarded_all = [*inputs.values(), *slots]
 
-    started = time.perf_counter()
+    started = _clock()
     try:
         with mode:
-            returned = candidate(*args, *(s.view for s in slots))
+            returned = candidate(*args, *slot_views)
+        produced = tuple(slot_views) if slots else _tensors_in(returned)
+        early = fingerprints(produced) if device.type != "cpu" or call.settle_s else None
         synchronize(device)
     except BaseException as error:
         failure = classify(error, device)
         if failure.kind != "cuda":
             breaches.extend(check_guards([*guarded_all, *mode.allocations], index))
         raise failure from None
-    seconds = time.perf_counter() - started
+    seconds = _clock() - started
+    if call.settle_s:
+        _sleep(call.settle_s)
+        synchronize(device)
 
     outputs: tuple[torch.Tensor, ...] = ()
     try:
-        outputs = tuple(s.view for s in slots) if slots else returned_outputs(returned)
+        outputs = tuple(slot_views) if slots else returned_outputs(returned)
     finally:
         scratch = [_named_after_output(a, outputs) for a in mode.allocations]
         breaches.extend(check_guards([*guarded_all, *scratch], index))
+    late = fingerprints(outputs)
+    deferred = changed(early, late) if early is not None else ()
     try:
-        sent = tuple(to_cpu(t) for t in outputs)
+        sent = tuple(to_cpu(t) for t in outputs) if call.keep else ()
     except Exception as error:
         failure = classify(error, device)
         message = f"copying the outputs failed:\n{failure.message}"
@@ -151,8 +205,109 @@ def run_call(
         inputs_after=inputs_after,
         aliases=aliases(outputs, {p: g.view for p, g in inputs.items()}),
         seconds=seconds,
+        objects=() if slots else tuple(describe_output(o) for o in outputs),
+        fingerprints=late,
+        deferred=deferred,
+        threads=threads_started(threads_before),
+        streams=watch.streams.created - streams_before,
+        state_changes=state_before.changes_to(snapshot(device)),
     )
-    return outcome, outputs
+    if call.timed:
+        outcome = _timed(candidate, args, slots, call, device, outcome)
+        breaches.extend(check_guards(guarded_all, index))
+    if call.profiled:
+        try:
+            profile = profile_kernels(lambda: candidate(*args, *slot_views), device)
+        except BaseException as error:
+            raise classify(error, device) from None
+        outcome = replace(outcome, kernels=profile)
+    return outcome, outputs, buffers
+
+
+def _buffers(call: Call, device: torch.device, placed: dict[int, Placed]) -> Placed:
+    """Fresh guarded buffers for the call's tensors, or the buffers of the call it reuses with
+    this call's values written in (through an alias, so the tensors the candidate sees keep
+    their identity, address and version counter)."""
+    if call.reuse is not None and call.reuse in placed:
+        earlier = placed[call.reuse]
+        for position, arg in enumerate(call.args):
+            if isinstance(arg, TensorArg) and position in earlier.inputs:
+                rewrite(earlier.inputs[position].view, arg.values)
+        for slot in earlier.slots:
+            rewrite(slot.view, torch.full((), poison_value(call.poison, slot.view.dtype)))
+        return earlier
+    inputs = {
+        position: place(f"input {position}", arg.values, arg.layout, device)
+        for position, arg in enumerate(call.args)
+        if isinstance(arg, TensorArg)
+    }
+    slots = []
+    for k, slot in enumerate(call.slots):
+        stride = contiguous_geometry(tuple(slot.shape)).stride
+        guarded = allocate(f"output {k}", tuple(slot.shape), stride, slot.dtype, device)
+        fill_poison(guarded.view, call.poison)
+        slots.append(guarded)
+    return Placed(inputs, slots)
+
+
+def rewrite(view: torch.Tensor, values: torch.Tensor) -> None:
+    """Copy `values` into `view`'s elements without touching `view`'s version counter: the
+    copy goes through a second tensor over the same storage, which has a counter of its own."""
+    alias = torch.empty(0, dtype=view.dtype, device=view.device)
+    alias.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+    with torch.no_grad():
+        alias.copy_(values.to(view.device).expand(view.shape))
+
+
+def _tensors_in(returned: object) -> tuple[torch.Tensor, ...]:
+    if isinstance(returned, torch.Tensor):
+        return (returned,)
+    if isinstance(returned, (tuple, list)):
+        return tuple(t for t in returned if isinstance(t, torch.Tensor))
+    return ()
+
+
+def _timed(
+    candidate: Callable[..., object],
+    args: list[object],
+    slots: list[GuardedTensor],
+    call: Call,
+    device: torch.device,
+    outcome: CallOutcome,
+) -> CallOutcome:
+    """Time repeated calls on the call's inputs; every repetition's outputs are fingerprinted
+    (destination slots poisoned again before the next), and the last ones sent back."""
+    slot_views = [s.view for s in slots]
+    seen: list[tuple[str, ...]] = []
+    last: list[tuple[torch.Tensor, ...]] = [()]
+
+    def after_each(result: object, repetition: int) -> None:
+        produced = tuple(slot_views) if slots else _tensors_in(result)
+        seen.append(fingerprints(produced))
+        if slots:
+            # the slots are poisoned again for the next repetition: keep this one's values
+            last[0] = tuple(view.clone() for view in slot_views)
+            for view in slot_views:
+                fill_poison(view, call.poison)
+        else:
+            last[0] = produced
+
+    for view in slot_views:
+        fill_poison(view, call.poison)
+    try:
+        timing = time_calls(
+            lambda: candidate(*args, *slot_views),
+            device,
+            on_output=after_each,
+            sync=lambda: synchronize(device),
+            clock=_clock,
+        )
+        timed_outputs = tuple(to_cpu(t) for t in last[0])
+    except BaseException as error:
+        raise classify(error, device) from None
+    return replace(
+        outcome, timing=timing, timed_fingerprints=tuple(seen), timed_outputs=timed_outputs
+    )
 
 
 def returned_outputs(returned: object) -> tuple[torch.Tensor, ...]:
@@ -189,16 +344,17 @@ def aliases(outputs: Sequence[torch.Tensor], inputs: dict[int, torch.Tensor]) ->
 def changed_later(
     held: Sequence[tuple[torch.Tensor, ...]], outcomes: Sequence[CallOutcome]
 ) -> tuple[tuple[int, int], ...]:
-    """(call, output) pairs whose device values no longer match, bit for bit, what was sent."""
+    """(call, output) pairs whose device values no longer have the bits they had when the call
+    returned."""
     changed = []
     for c, (outputs, outcome) in enumerate(zip(held, outcomes, strict=True)):
-        for o, (live, sent) in enumerate(zip(outputs, outcome.outputs, strict=True)):
+        for o, (live, then) in enumerate(zip(outputs, outcome.fingerprints, strict=False)):
             try:
-                now = to_cpu(live)
+                now = fingerprint(live)
             except Exception:
                 changed.append((c, o))
                 continue
-            if not same_bits(now, sent):
+            if now != then:
                 changed.append((c, o))
     return tuple(changed)
 
@@ -213,14 +369,15 @@ def to_cpu(tensor: torch.Tensor) -> torch.Tensor:
 
 def synchronize(device: torch.device) -> None:
     """Wait for all work queued on the device, on every stream."""
-    module = getattr(torch, device.type, None)
-    sync = getattr(module, "synchronize", None)
-    if sync is not None:
-        sync(device)
+    if device.type == "cuda":
+        _cuda_synchronize(device)
 
 
 def classify(error: BaseException, device: torch.device) -> CandidateFailure:
-    """Kind "cuda" when the device context can no longer be trusted, else "exception"."""
+    """Kind "cuda" when the device context can no longer be trusted, "memory" when an
+    allocation failed (the limit, or the machine), else "exception"."""
+    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+        return CandidateFailure("memory", describe(error))
     if device.type != "cpu" and (_names_device_error(error) or not _device_usable(device)):
         return CandidateFailure("cuda", describe(error))
     return CandidateFailure("exception", describe(error))
@@ -330,7 +487,7 @@ def _exit_with_the_auditor() -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    read_fd, write_fd, device_name, path, function = argv
+    read_fd, write_fd, device_name, gpu_bytes, path, function = argv
     reader, writer = int(read_fd), int(write_fd)
     # Whatever the candidate prints goes to stderr, never into the channel.
     os.dup2(2, 1)
@@ -339,8 +496,15 @@ def main(argv: Sequence[str]) -> int:
     for fd in (reader, writer):
         os.set_inheritable(fd, False)
     device = torch.device(device_name)
-    if device.type == "cuda" and device.index is not None:
+    if device.type == "cuda":
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
+        _limit_device_memory(device, int(gpu_bytes))
+    watch = Watch()
+    if device.type == "cuda":
+        watch.streams.install()
+    pristine = snapshot(device)
     try:
         candidate = load_candidate(CandidateRef(path=path, function=function))
     except UsageError as error:
@@ -349,6 +513,7 @@ def main(argv: Sequence[str]) -> int:
     except BaseException as error:
         _send(writer, ("exception", describe(error)))
         return 0
+    watch.import_changes = pristine.changes_to(snapshot(device))
     _send(writer, ("ready",))
     while True:
         invocation = _receive(reader)
@@ -356,7 +521,7 @@ def main(argv: Sequence[str]) -> int:
             return 0
         try:
             assert isinstance(invocation, Invocation), type(invocation)
-            result = run_invocation(candidate, invocation, device)
+            result = run_invocation(candidate, invocation, device, watch)
         except BaseException:
             result = InvocationResult(
                 calls=(),
@@ -364,7 +529,7 @@ def main(argv: Sequence[str]) -> int:
                 error_kind="crash",
             )
         _send(writer, result)
-        if result.error_kind in ("cuda", "crash"):
+        if result.error_kind in ("cuda", "crash", "memory"):
             # The device context (or the worker) cannot be trusted any more; leave at once.
             sys.stderr.flush()
             os._exit(0)
@@ -372,6 +537,15 @@ def main(argv: Sequence[str]) -> int:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _limit_device_memory(device: torch.device, limit: int) -> None:
+    """Cap what torch's allocator may hold for the candidate; allocations beyond fail with an
+    out-of-memory error. (Memory taken around torch is watched by the auditor.)"""
+    if limit <= 0:
+        return
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), device)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""No real kernel: the device kernels a candidate launches, listed by the profiler, set against
+those the reference launches on the same case. A candidate whose device time is all (or nearly
+all) in kernels the reference launches too is a library or reference fallback: it ships
+nothing of its own. A candidate that launches no kernel at all on a device computes on the host
+or answers from a cache. Both fail unless the problem allows library calls (then a warning).
+Only on a GPU: a CPU run has no device kernels to list."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.timing import timing_probe
+from kernelaudit.timing.measure import format_seconds
+
+FALLBACK_SHARE = 0.9
+"""The share of its device time a candidate may spend in kernels the reference also launches.
+A fused kernel of its own that also calls, say, one cuBLAS gemm stays below it."""
+
+
+class Kernels:
+    name: ClassVar[str] = "kernels"
+    summary: ClassVar[str] = (
+        "on a GPU, the candidate's time is in kernels of its own, not in the reference's or a "
+        "library's"
+    )
+
+    def plan(self, ctx: PlanContext) -> list[Probe]:
+        # the timing check's probe: profiled once, judged by both
+        return [timing_probe(ctx)] if ctx.device.startswith("cuda") else []
+
+    def judge(self, observation: Observation) -> list[Failure]:
+        reference = observation.measurements.get("reference kernels")
+        if observation.result.error or reference is None or reference.calls == 0:
+            return []
+        failures: list[Failure] = []
+        for outcome in observation.result.calls:
+            profile = outcome.kernels
+            if profile is None or not profile.calls:
+                continue
+            severity = "warn" if observation.problem.contract.library_calls else "fail"
+            evidence = (
+                ("candidate kernels", profile.to_json()),
+                ("reference kernels", reference.to_json()),
+            )
+            if profile.total_s <= 0:
+                failures.append(
+                    Failure(
+                        key="no-kernels",
+                        title=f"launched no device kernel in {profile.calls} profiled calls: "
+                        "the results come from the host or from a cache",
+                        evidence=evidence,
+                        severity="fail",
+                    )
+                )
+                continue
+            theirs = {k.name for k in reference.kernels}
+            shared = [k for k in profile.kernels if k.name in theirs]
+            share = sum(k.seconds for k in shared) / profile.total_s
+            if share >= FALLBACK_SHARE:
+                names = ", ".join(_short(k.name) for k in shared[:3])
+                failures.append(
+                    Failure(
+                        key="fallback",
+                        title=f"{share:.0%} of the candidate's device time "
+                        f"({format_seconds(profile.total_s)} per call) is in kernels the "
+                        f"reference launches too ({names}): a library or reference fallback, "
+                        "not a kernel of its own",
+                        evidence=(*evidence, ("shared share of time", round(share, 4))),
+                        severity=severity,
+                    )
+                )
+        return failures
+
+    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
+        return []
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 60 else name[:57] + "..."

@@ -1,0 +1,113 @@
+"""Stateful replay: outputs must follow the inputs of the call that produced them.
+
+Three sequences, each call judged against the truth of its own inputs:
+- same buffers, new contents: call 2 gets call 1's very tensors (same address, same version
+  counter) holding new values, so a cache keyed on `data_ptr`, `id()`, the version counter or
+  the shape answers with call 1's result;
+- A, B, A on fresh inputs: a result that lags one call, or is cached by shape, shows at B;
+- a long warm-up on the same inputs, then a call on new ones: behaviour that changes after a
+  number of calls (a call counter, a cache warmed on the way) shows at the end.
+A candidate whose first call already fails is left to the numerics check."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import ClassVar
+
+from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
+from kernelaudit.checks.labels import output_name
+from kernelaudit.checks.numerics import judge_results
+from kernelaudit.checks.sweep import boundary_cases
+from kernelaudit.runner.watch import changed
+
+_SEQUENCES = {
+    "same-buffers": "call 2 got call 1's input tensors (same address, same version counter) "
+    "holding new values",
+    "a-b-a": "calls on inputs A, B, A, each on fresh tensors",
+    "warm-up": "a call on new inputs after {n} calls on the same inputs",
+}
+
+
+class Replay:
+    name: ClassVar[str] = "replay"
+    summary: ClassVar[str] = (
+        "outputs follow their inputs: reused buffers with new contents, A/B/A sequences and "
+        "calls after a long warm-up"
+    )
+
+    def plan(self, ctx: PlanContext) -> list[Probe]:
+        a = boundary_cases(ctx, 0)[0]
+        b = replace(a, seed=a.seed + 101)
+        warmup = max(1, ctx.profile.warmup_calls)
+        return [
+            Probe(self.name, a, RunPlan(steps=(Step(), Step(case=b, reuse=0)))),
+            Probe(self.name, a, RunPlan(steps=(Step(), Step(case=b), Step()))),
+            Probe(
+                self.name,
+                a,
+                RunPlan(steps=(Step(),) + (Step(keep=False),) * warmup + (Step(case=b),)),
+            ),
+        ]
+
+    def judge(self, observation: Observation) -> list[Failure]:
+        result = observation.result
+        if observation.probe.check != self.name or result.error or not result.calls:
+            return []
+        if judge_results(observation, 0):
+            return []  # wrong from the first call: a numerics failure, not a replay
+        steps = observation.probe.plan.sequence()
+        sequence = _sequence(steps)
+        failures = []
+        for call in range(1, len(result.calls)):
+            if not steps[call].keep:
+                continue
+            for failure in judge_results(observation, call):
+                described = _SEQUENCES[sequence].format(n=len(steps) - 2)
+                failures.append(
+                    Failure(
+                        key=f"{sequence}:{failure.key}",
+                        title=f"call {call + 1} of {len(steps)} ({described}) returned results "
+                        f"that do not follow its inputs: {failure.title}",
+                        evidence=(("sequence", described), ("call", call), *failure.evidence),
+                        score=failure.score,
+                    )
+                )
+            if failures:
+                break
+        failures += _drift(observation, steps)
+        return failures
+
+    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
+        return []
+
+
+def _sequence(steps: tuple[Step, ...]) -> str:
+    if any(step.reuse is not None for step in steps):
+        return "same-buffers"
+    if any(not step.keep for step in steps):
+        return "warm-up"
+    return "a-b-a"
+
+
+def _drift(observation: Observation, steps: tuple[Step, ...]) -> list[Failure]:
+    """Identical inputs during a warm-up must give identical bits (deterministic problems)."""
+    if not observation.problem.contract.deterministic:
+        return []
+    calls = observation.result.calls
+    same = [i for i, step in enumerate(steps) if step.case is None and i < len(calls)]
+    if len(same) < 2:
+        return []
+    first = calls[same[0]].fingerprints
+    for i in same[1:]:
+        differ = changed(first, calls[i].fingerprints)
+        if differ:
+            name = output_name(observation.problem, differ[0])
+            return [
+                Failure(
+                    key=f"drift:{name}",
+                    title=f"output {name!r} changed at call {i + 1} although the inputs were "
+                    "those of call 1: the candidate behaves differently after repeated calls",
+                    evidence=(("output", name), ("call", i), ("calls", len(steps))),
+                )
+            ]
+    return []

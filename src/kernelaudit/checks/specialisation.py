@@ -1,0 +1,50 @@
+"""Shape specialisation: a candidate must be as right at shapes no workload lists as at the
+listed ones. Each probe calls the candidate at a held-back shape (every axis moved off its
+workload size) and then at the workload itself; failing only the held-back shape means the
+candidate was fitted to the benchmark's shapes."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
+from kernelaudit.checks.numerics import judge_results
+from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.shapes import held_back_sizes
+
+
+class Specialisation:
+    name: ClassVar[str] = "specialisation"
+    summary: ClassVar[str] = "shapes held back from the workloads pass like the listed ones"
+
+    def plan(self, ctx: PlanContext) -> list[Probe]:
+        probes = []
+        workloads = {w.name: w for w in ctx.problem.workloads}
+        for sizes, label in held_back_sizes(ctx.problem):
+            workload = workloads[label.removeprefix("held-back shape near ")]
+            listed = Case(workload.sizes, 0, (), (), 0, workload.name)
+            held = Case(tuple(sizes.items()), 0, (), (), 0, label)
+            probes.append(Probe(self.name, held, RunPlan(steps=(Step(), Step(case=listed)))))
+        return probes
+
+    def judge(self, observation: Observation) -> list[Failure]:
+        result = observation.result
+        if observation.probe.check != self.name or result.error or len(result.calls) < 2:
+            return []
+        if judge_results(observation, 1):
+            return []  # the listed shape fails too: the numerics check reports it
+        held = dict(observation.probe.case.sizes)
+        listed = dict(observation.probe.plan.sequence()[1].case.sizes)  # type: ignore[union-attr]
+        return [
+            Failure(
+                key=f"held-back:{failure.key}",
+                title=f"passes at the workload's shape {listed} but fails at the held-back "
+                f"shape {held}: {failure.title}",
+                evidence=(("workload shape", listed), ("held-back shape", held), *failure.evidence),
+                score=failure.score,
+            )
+            for failure in judge_results(observation, 0)
+        ]
+
+    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
+        return []

@@ -1,0 +1,155 @@
+"""Timing: candidate and reference times measured honestly (see `kernelaudit.timing`), and the
+outputs of every timed call validated: a candidate that behaves differently while it is timed
+(it inspects its caller, counts calls, or skips work when called back to back) fails, and so
+does a time below the physical floor of the device's measured roofline.
+
+The probe runs one call that is judged like any other, then the timed repetitions on the same
+inputs. Each repetition's outputs are fingerprinted; on a deterministic problem they must have
+the judged call's bits, and the last repetition's outputs are judged against the truth."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
+from kernelaudit.checks.labels import output_name
+from kernelaudit.checks.numerics import judge_results
+from kernelaudit.checks.sweep import boundary_cases
+from kernelaudit.runner.watch import changed
+from kernelaudit.timing.kernels import agreement, is_mismatch
+from kernelaudit.timing.measure import format_seconds
+from kernelaudit.timing.roofline import position
+
+
+def timing_probe(ctx: PlanContext) -> Probe:
+    """The one timed (and profiled) run of an audit, at the first workload."""
+    first = boundary_cases(ctx, 0)[0]
+    return Probe("timing", first, RunPlan(steps=(Step(timed=True, profiled=True),)))
+
+
+class Timing:
+    name: ClassVar[str] = "timing"
+    summary: ClassVar[str] = (
+        "candidate and reference timed honestly; timed calls give the judged call's results "
+        "and no time beats the device's physical floor"
+    )
+
+    def plan(self, ctx: PlanContext) -> list[Probe]:
+        return [timing_probe(ctx)]
+
+    def judge(self, observation: Observation) -> list[Failure]:
+        result = observation.result
+        if observation.probe.check != self.name or result.error or not result.calls:
+            return []
+        outcome = result.calls[0]
+        if outcome.timing is None:
+            return []
+        failures = _timed_outputs(observation)
+        found = observation.measurements
+        place = None
+        if "roofline" in found:
+            dtype = getattr(torch, found["dtype"])
+            place = position(
+                outcome.timing.median_s, found["flops"], found["bytes"], dtype, found["roofline"]
+            )
+            if place.beats_floor:
+                failures.append(
+                    Failure(
+                        key="beats-floor",
+                        title=f"timed at {format_seconds(outcome.timing.median_s)} per call, "
+                        f"below the physical floor of {format_seconds(place.floor_s)}: "
+                        f"{place.text}",
+                        evidence=_times(observation, place),
+                    )
+                )
+        profile = outcome.kernels
+        if profile is not None and profile.calls:
+            gap, text = agreement(outcome.timing, profile)
+            if is_mismatch(gap, profile):
+                failures.append(
+                    Failure(
+                        key="event-vs-kernel",
+                        title=f"event timing and the profiler's kernel time disagree: {text}",
+                        evidence=_times(observation, place),
+                        severity="warn",
+                    )
+                )
+        failures.append(
+            Failure(
+                key="times",
+                title=_headline(observation, place),
+                evidence=_times(observation, place),
+                severity="note",
+            )
+        )
+        return failures
+
+    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
+        return []
+
+
+def _timed_outputs(observation: Observation) -> list[Failure]:
+    outcome = observation.result.calls[0]
+    failures: list[Failure] = []
+    if observation.problem.contract.deterministic:
+        for repetition, seen in enumerate(outcome.timed_fingerprints):
+            differ = changed(outcome.fingerprints, seen)
+            if differ:
+                name = output_name(observation.problem, differ[0])
+                failures.append(
+                    Failure(
+                        key=f"timed-differs:{name}",
+                        title=f"output {name!r} of timed repetition {repetition + 1} differs "
+                        "from the judged call's on the same inputs: the candidate behaves "
+                        "differently while it is timed",
+                        evidence=(
+                            ("output", name),
+                            ("repetition", repetition + 1),
+                            ("repetitions", len(outcome.timed_fingerprints)),
+                        ),
+                    )
+                )
+                break
+    if outcome.timed_outputs:
+        for failure in judge_results(observation, 0, outputs=outcome.timed_outputs):
+            failures.append(
+                Failure(
+                    key=f"timed-output:{failure.key}",
+                    title=f"the last timed repetition's results are wrong: {failure.title}",
+                    evidence=failure.evidence,
+                    score=failure.score,
+                )
+            )
+    return failures
+
+
+def _headline(observation: Observation, place: Any) -> str:
+    found = observation.measurements
+    outcome = observation.result.calls[0]
+    parts = [f"candidate {format_seconds(outcome.timing.median_s)} per call"]
+    reference = found.get("reference timing")
+    if reference is not None and reference.median_s > 0:
+        parts.append(f"reference {format_seconds(reference.median_s)}")
+        parts.append(f"{reference.median_s / max(outcome.timing.median_s, 1e-12):.2f}x speed-up")
+    if place is not None:
+        parts.append(f"{place.fraction:.0%} of the measured roofline ({place.bound}-bound)")
+    return ", ".join(parts)
+
+
+def _times(observation: Observation, place: Any) -> tuple[tuple[str, Any], ...]:
+    found = observation.measurements
+    outcome = observation.result.calls[0]
+    evidence: list[tuple[str, Any]] = [("candidate", outcome.timing.to_json())]
+    if found.get("reference timing") is not None:
+        evidence.append(("reference", found["reference timing"].to_json()))
+    if place is not None:
+        evidence.append(("roofline", place.to_json()))
+        evidence.append(("flops", found.get("flops")))
+        evidence.append(("bytes", found.get("bytes")))
+    profile = outcome.kernels
+    if profile is not None and profile.calls:
+        evidence.append(("kernels", profile.to_json()))
+        evidence.append(("event vs kernel", agreement(outcome.timing, profile)[1]))
+    return tuple(evidence)

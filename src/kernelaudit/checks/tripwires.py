@@ -1,0 +1,63 @@
+"""Tripwires: the candidate's source (and the local modules it imports, and CUDA sources in
+its strings) read before it runs, for constructs that game a benchmark: patched timers,
+frame or `gc` walking, `ctypes`, caches keyed on addresses, module-level state, threads and
+streams, environment sniffing, dynamic code, package installs. Each is a warning with its
+line; it becomes a failure only when a runtime check that can confirm it failed too."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.tripwires import Tripwire, scan_candidate
+
+
+class Tripwires:
+    name: ClassVar[str] = "tripwires"
+    summary: ClassVar[str] = (
+        "the candidate's source holds no benchmark-gaming constructs (warnings, confirmed by "
+        "runtime checks)"
+    )
+
+    def __init__(self) -> None:
+        self.found: tuple[Tripwire, ...] = ()
+
+    def plan(self, ctx: PlanContext) -> list[Probe]:
+        if ctx.candidate is not None:
+            self.found = scan_candidate(ctx.candidate.path, ctx.candidate.function)
+        return []
+
+    def judge(self, observation: Observation) -> list[Failure]:
+        return []
+
+    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
+        return []
+
+    def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
+        failing = {check for check, failure in found if failure.severity == "fail"}
+        concluded = []
+        for wire in self.found:
+            confirmed = sorted(failing.intersection(wire.confirmed_by))
+            where = f"{Path(wire.path).name}:{wire.line}"
+            title = f"{wire.rule} at {where}: {wire.text}"
+            if confirmed:
+                title += f" (confirmed by the {', '.join(confirmed)} check)"
+            concluded.append(
+                Failure(
+                    key=f"{wire.rule}:{wire.path}:{wire.line}",
+                    title=title,
+                    evidence=(
+                        ("rule", wire.rule),
+                        ("file", wire.path),
+                        ("line", wire.line),
+                        ("source", wire.text),
+                        ("why", wire.why),
+                        ("confirmed by", confirmed),
+                        ("checks that could confirm it", list(wire.confirmed_by)),
+                    ),
+                    severity="fail" if confirmed else "warn",
+                )
+            )
+        return concluded

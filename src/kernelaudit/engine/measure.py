@@ -1,0 +1,69 @@
+"""The trusted side's measurements for timed and profiled probes: the reference's time and
+kernels at the case's own dtypes, the device's roofline, and the case's FLOPs and bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from kernelaudit.inputs.case import Case, dtype_name
+from kernelaudit.problem.spec import Problem
+from kernelaudit.timing.kernels import KernelProfile, profile_kernels
+from kernelaudit.timing.measure import time_calls
+from kernelaudit.timing.roofline import derived_bytes, derived_flops, measure_roofline
+
+
+def native_arguments(
+    problem: Problem, case: Case, inputs: Mapping[str, object], device: str
+) -> list[object]:
+    """The reference's arguments on the device, at the case's dtypes."""
+    config = problem.dtype_configs()[case.dtype_config]
+    args: list[object] = []
+    for spec in problem.inputs:
+        value = inputs[spec.name]
+        if isinstance(value, torch.Tensor):
+            value = value.to(device=device, dtype=config.get(spec.name, value.dtype), copy=True)
+        args.append(value)
+    return args
+
+
+def compute_dtype(problem: Problem, case: Case) -> torch.dtype:
+    """The dtype the roofline is read at: the first floating input's."""
+    config = problem.dtype_configs()[case.dtype_config]
+    for spec in problem.tensor_inputs:
+        dtype = config.get(spec.name)
+        if dtype is not None and dtype.is_floating_point:
+            return dtype
+    return torch.float32
+
+
+def reference_timing(
+    problem: Problem, case: Case, inputs: Mapping[str, object], device: str
+) -> dict[str, Any]:
+    """Time the reference the way the candidate is timed, and everything the roofline needs."""
+    args = native_arguments(problem, case, inputs, device)
+    with torch.no_grad():
+        returned = problem.reference(*args)
+        timing = time_calls(lambda: problem.reference(*args), device)
+        flops = derived_flops(problem.reference, args)
+    outputs = returned if isinstance(returned, (tuple, list)) else (returned,)
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    tensors += [o for o in outputs if isinstance(o, torch.Tensor)]
+    return {
+        "reference timing": timing,
+        # measured in this process: a file cache is writable by the candidates audited here
+        "roofline": measure_roofline(device, disk_cache=False),
+        "flops": flops,
+        "bytes": derived_bytes(tensors),
+        "dtype": dtype_name(compute_dtype(problem, case)),
+    }
+
+
+def reference_kernels(
+    problem: Problem, case: Case, inputs: Mapping[str, object], device: str
+) -> KernelProfile:
+    args = native_arguments(problem, case, inputs, device)
+    with torch.no_grad():
+        return profile_kernels(lambda: problem.reference(*args), device)

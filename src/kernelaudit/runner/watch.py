@@ -1,0 +1,147 @@
+"""What the worker watches around a call, besides the values: the output objects themselves,
+fingerprints of their bits before and after the device settles, threads and streams the call
+leaves behind, and the device memory the allocator holds free (poisoned before a call, so an
+output that inherits it shows)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from kernelaudit.runner.messages import OutputObject
+
+_CHUNK = 1 << 24
+"""Words hashed per step: bounds the scratch a fingerprint needs to 16 Mi int64s."""
+_PRIME = 65521
+_SMALL_REQUEST = 1 << 20
+"""The largest request PyTorch's caching allocator serves from its pool of small blocks."""
+SCRUB_BYTE = 0xFF
+"""What freed device memory is filled with: every float dtype reads it as NaN, signed integers
+as -1."""
+
+
+def describe_output(output: object) -> OutputObject:
+    """An output as an object: its exact type, where its elements live, and any instance
+    attributes (a plain tensor has none)."""
+    kind = type(output)
+    type_name = f"{kind.__module__}.{kind.__qualname__}"
+    if type_name == "torch._tensor.Tensor":
+        type_name = "torch.Tensor"
+    if not isinstance(output, torch.Tensor):
+        return OutputObject(type_name, "", "", (), (), "", False, ())
+    attributes = tuple(sorted(getattr(output, "__dict__", {}) or {}))
+    layout = str(output.layout).removeprefix("torch.")
+    if output.device.type == "meta":
+        layout = "meta"
+    strided = output.layout == torch.strided
+    return OutputObject(
+        type_name=type_name,
+        device=str(output.device),
+        dtype=str(output.dtype).removeprefix("torch."),
+        shape=tuple(output.shape),
+        stride=tuple(output.stride()) if strided else (),
+        layout=layout,
+        overlapping=strided and _overlapping(tuple(output.shape), tuple(output.stride())),
+        attributes=attributes,
+    )
+
+
+def _overlapping(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether two distinct indices reach the same element: some dimension of size > 1 steps
+    by less than the span of the dimensions nested inside it."""
+    dims = sorted((abs(s), n) for n, s in zip(shape, stride, strict=True) if n > 1)
+    reach = 1
+    for step, size in dims:
+        if step < reach:
+            return True
+        reach = step * (size - 1) + reach
+    return False
+
+
+def fingerprint(tensor: object) -> str:
+    """A digest of a tensor's bits, computed where the tensor lives: two sums of its 32-bit
+    words (one position-weighted), so a change of any element changes it."""
+    if type(tensor) is not torch.Tensor or tensor.layout != torch.strided:
+        return "<not a plain tensor>"
+    if tensor.device.type == "meta":
+        return "<meta>"
+    flat = tensor.detach().contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return "<empty>"
+    raw = flat.view(torch.uint8)
+    words = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw.to(torch.int32)
+    plain = torch.zeros((), dtype=torch.int64, device=words.device)
+    weighted = torch.zeros((), dtype=torch.int64, device=words.device)
+    for start in range(0, words.numel(), _CHUNK):
+        piece = words[start : start + _CHUNK].to(torch.int64)
+        weights = torch.arange(start, start + piece.numel(), device=piece.device) % _PRIME + 1
+        plain += piece.sum()
+        weighted += (piece * weights).sum()
+    return f"{int(plain):x}:{int(weighted):x}"
+
+
+class StreamCount:
+    """Counts the `torch.cuda.Stream` objects created while it is installed."""
+
+    def __init__(self) -> None:
+        self.created = 0
+
+    def install(self) -> None:
+        stream = torch.cuda.Stream
+        original = stream.__new__
+        count = self
+
+        def counting_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+            count.created += 1
+            return original(cls, *args, **kwargs)
+
+        stream.__new__ = counting_new  # type: ignore[method-assign]
+
+
+def threads_started(before: set[threading.Thread]) -> tuple[str, ...]:
+    """Names of live threads that were not running before the call."""
+    return tuple(t.name for t in threading.enumerate() if t not in before and t.is_alive())
+
+
+def scrub_free_memory(device: torch.device) -> int:
+    """Fill the blocks the caching allocator holds free with SCRUB_BYTE; returns the bytes
+    filled. Each free block is claimed by allocations of its size (the allocator's best fit;
+    blocks of the small-allocation pool in pieces small enough to be served from that pool),
+    filled, and released again."""
+    if device.type != "cuda":
+        return 0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    pieces = []
+    for segment in torch.cuda.memory_snapshot():
+        if segment.get("device", index) != index:
+            continue
+        small = segment.get("segment_type") == "small"
+        for block in segment.get("blocks", ()):
+            if block.get("state") != "inactive":
+                continue
+            size = int(block["size"])
+            step = _SMALL_REQUEST if small else size
+            pieces += [min(step, size - start) for start in range(0, size, step)]
+    claimed = []
+    filled = 0
+    for size in sorted(pieces, reverse=True):
+        try:
+            block = torch.empty(size, dtype=torch.uint8, device=device)
+        except torch.OutOfMemoryError:
+            break
+        block.fill_(SCRUB_BYTE)
+        claimed.append(block)
+        filled += size
+    del claimed
+    return filled
+
+
+def fingerprints(outputs: Sequence[object]) -> tuple[str, ...]:
+    return tuple(fingerprint(o) for o in outputs)
+
+
+def changed(early: Sequence[str], late: Sequence[str]) -> tuple[int, ...]:
+    return tuple(i for i, (a, b) in enumerate(zip(early, late, strict=False)) if a != b)

@@ -1,0 +1,355 @@
+"""The device's measured roofline, the least work a problem needs, and where a time sits
+between them.
+
+The roofline is measured, not taken from a data sheet: memory bandwidth from a large
+device-to-device copy and compute throughput from a square matmul per dtype, both timed with
+`time_calls`. A time is then placed against the floor `max(flops / rate, bytes / bandwidth)`:
+the fraction of the roofline it reaches, and whether it beats the floor by more than any real
+kernel could, which is what a cached output or skipped work looks like.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from kernelaudit.errors import UsageError
+from kernelaudit.timing.measure import as_device, format_seconds, l2_bytes, time_calls
+
+FLOOR_SLACK = 0.5
+"""A time under this fraction of the measured floor is physically impossible. The measured
+roofline comes from cuBLAS and a copy kernel, which reach roughly 70-90% of the hardware's
+peak, so a hand-written kernel may beat it by up to ~1.4x, never by 2x; caching or skipped work
+beats it by far more."""
+
+FASTER_PATHS = {"float32": ("tf32",)}
+"""Other rates at which a dtype's arithmetic can be done. A float32 kernel may use TF32 tensor
+cores (the numerics checks judge whether that is acceptable), so whether a time beats the
+floor is judged against the fastest of them; the fraction of the roofline uses the dtype's own
+rate."""
+
+CUDA_COPY_BYTES = 256 * 2**20
+"""Least size of the bandwidth copy on CUDA; the copy is also at least 8x the L2 so the cache
+cannot serve it. At H100 bandwidth this is a few hundred microseconds per copy."""
+
+CUDA_MATMUL_SIZES = {
+    "float16": 8192,
+    "bfloat16": 8192,
+    "tf32": 8192,
+    "float32": 4096,
+    "float64": 4096,
+}
+"""Square matmul sizes that fill every SM of a current data-centre GPU with full tiles for
+many waves; float32 without TF32 and float64 are slower per FLOP, so a smaller size already
+takes milliseconds."""
+
+CPU_COPY_BYTES = 32 * 2**20
+CPU_MATMUL_SIZES = {"float32": 512, "float64": 512, "bfloat16": 512, "float16": 128}
+"""Small enough that the whole CPU measurement takes well under a second (float16 matmul has
+no fast path on most CPUs), large enough to leave the caches and use every thread."""
+
+CACHE_FORMAT = "kernelaudit-roofline/1"
+
+_DTYPE_KEYS = {
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+}
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Measured peak rates of one device.
+
+    flops_per_s: dtype name ("float16", "bfloat16", "float32", "tf32", "float64") -> FLOP/s.
+    method: how the rates were measured, and where they were read from when cached.
+    """
+
+    device: str
+    bandwidth_bytes_per_s: float
+    flops_per_s: dict[str, float] = field(hash=False)
+    method: str
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["flops_per_s"] = dict(self.flops_per_s)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Roofline:
+        return cls(
+            device=str(data["device"]),
+            bandwidth_bytes_per_s=float(data["bandwidth_bytes_per_s"]),
+            flops_per_s={str(k): float(v) for k, v in data["flops_per_s"].items()},
+            method=str(data["method"]),
+        )
+
+
+@dataclass(frozen=True)
+class RooflinePosition:
+    """Where a time sits against the roofline floor of its work.
+
+    floor_s: max(compute_floor_s, memory_floor_s), at the dtype's own compute rate.
+    fraction: floor_s / seconds (1.0 = at the measured roofline; inf for a zero time).
+    bound: "memory" or "compute", whichever floor is higher.
+    beats_floor: the time is under FLOOR_SLACK times the floor at the fastest rate the dtype
+    can be computed at: no real kernel is that fast.
+    """
+
+    floor_s: float
+    compute_floor_s: float
+    memory_floor_s: float
+    fraction: float
+    bound: str
+    beats_floor: bool
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["fraction"] = self.fraction if math.isfinite(self.fraction) else None
+        return data
+
+
+_MEASURED: dict[tuple[str, ...], Roofline] = {}
+
+
+def measure_roofline(
+    device: torch.device | str, *, refresh: bool = False, disk_cache: bool = True
+) -> Roofline:
+    """The roofline of `device`, measured once per process and kept on disk per device model
+    and torch version (see `cache_path`). refresh=True measures anew and overwrites both caches;
+    disk_cache=False neither reads nor writes the file. Takes about a second on an H100."""
+    device = as_device(device)
+    name = device_name(device)
+    key = (name, torch.__version__, torch.version.cuda or "no-cuda")
+    if not refresh and key in _MEASURED:
+        return _MEASURED[key]
+    path = cache_path(key)
+    roofline = None if refresh or not disk_cache else _load(path, key)
+    if roofline is None:
+        roofline = _measure(device, name)
+        if disk_cache:
+            _store(path, key, roofline)
+    _MEASURED[key] = roofline
+    return roofline
+
+
+def device_name(device: torch.device) -> str:
+    """The device model, as rooflines are keyed and labelled."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        processor = platform.processor() or platform.machine() or "unknown"
+        return f"CPU {processor}, {torch.get_num_threads()} threads"
+    return device.type
+
+
+def cache_path(key: tuple[str, ...]) -> Path:
+    """$XDG_CACHE_HOME/kernelaudit (or ~/.cache/kernelaudit) / roofline-<device>-<versions>.json"""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    slug = re.sub(r"[^a-z0-9.]+", "-", "-".join(key).lower()).strip("-")
+    return Path(base) / "kernelaudit" / f"roofline-{slug}.json"
+
+
+def derived_bytes(tensors: Iterable[object]) -> int:
+    """The least memory traffic of a call: every distinct element of its inputs read once and
+    of its outputs written once. Broadcast (stride-0) dimensions count once, a view passed
+    twice counts once, non-tensors and non-strided layouts count nothing, so the result stays
+    a lower bound."""
+    seen: set[tuple[object, ...]] = set()
+    total = 0
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+            continue
+        try:
+            address = tensor.data_ptr()
+        except (RuntimeError, NotImplementedError):
+            address = 0
+        view = (address, tensor.dtype, tuple(tensor.shape), tensor.stride())
+        if address and view in seen:
+            continue
+        seen.add(view)
+        distinct = math.prod(
+            size for size, stride in zip(tensor.shape, tensor.stride(), strict=True) if stride
+        )
+        total += (distinct if tensor.numel() else 0) * tensor.element_size()
+    return total
+
+
+def derived_flops(fn: Callable[..., object], args: Sequence[object]) -> int | None:
+    """Floating-point operations of `fn(*args)` as torch's FLOP counter sees them (matmuls,
+    convolutions, attention); None when it counts none, as for elementwise work, which is then
+    judged on bytes alone. Runs `fn` once, without autograd."""
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        fn(*args)
+    total = counter.get_total_flops()
+    return int(total) if total else None
+
+
+def position(
+    seconds: float,
+    flops: int | None,
+    bytes_: int,
+    dtype: torch.dtype | str,
+    roofline: Roofline,
+    slack: float = FLOOR_SLACK,
+) -> RooflinePosition:
+    """Place a time per call against the floor of its work on `roofline`. dtype is the dtype of
+    the arithmetic (a torch.dtype, or a key of `roofline.flops_per_s` such as "tf32")."""
+    if not seconds >= 0 or bytes_ < 0 or (flops is not None and flops < 0):
+        raise UsageError(
+            f"position: seconds={seconds}, flops={flops}, bytes_={bytes_} must not be negative"
+        )
+    if not 0 < slack <= 1:
+        raise UsageError(f"position: slack={slack} must be in (0, 1]; the default is {FLOOR_SLACK}")
+    key = dtype if isinstance(dtype, str) else _DTYPE_KEYS.get(dtype, str(dtype).rsplit(".")[-1])
+    rate = roofline.flops_per_s.get(key)
+    faster = [
+        roofline.flops_per_s[k] for k in FASTER_PATHS.get(key, ()) if k in roofline.flops_per_s
+    ]
+    fastest = max([r for r in (rate, *faster) if r], default=None)
+    memory_floor = bytes_ / roofline.bandwidth_bytes_per_s
+    compute_floor = flops / rate if flops and rate else 0.0
+    floor = max(memory_floor, compute_floor)
+    least = max(memory_floor, flops / fastest if flops and fastest else 0.0)
+    # a zero time (all of it under the calibrated overhead) is infinitely fast unless no work
+    fraction = floor / seconds if seconds > 0 else (math.inf if floor > 0 else 0.0)
+    bound = "compute" if compute_floor > memory_floor else "memory"
+    beats = seconds < slack * least
+
+    work = f"{_si(bytes_, 'B')} at {_si(roofline.bandwidth_bytes_per_s, 'B/s')}"
+    if flops and rate:
+        arithmetic = f"{_si(flops, 'FLOP')} at {_si(rate, 'FLOP/s')} {key}"
+        work = f"{arithmetic}; {work}" if bound == "compute" else f"{work}; {arithmetic}"
+    elif flops:
+        work += f"; no measured {key} rate, so its {_si(flops, 'FLOP')} are judged on bytes alone"
+    where = f"the {bound}-bound floor of {format_seconds(floor)} on {roofline.device} ({work})"
+    if beats:
+        via = f", judged at the faster {FASTER_PATHS[key][0]} rate" if least < floor else ""
+        text = (
+            f"{format_seconds(seconds)} beats {where}{via} by more than {1 / slack:.3g}x: no "
+            "kernel does this work that fast on this device, so outputs were cached or work "
+            "was skipped."
+        )
+    elif least < floor and seconds < slack * floor:
+        text = (
+            f"{format_seconds(seconds)} is {fraction:.0%} of the roofline: {where}; faster than "
+            f"{key} arithmetic allows, which only the {FASTER_PATHS[key][0]} rate explains."
+        )
+    else:
+        text = f"{format_seconds(seconds)} is {fraction:.0%} of the roofline: {where}."
+    return RooflinePosition(
+        floor_s=floor,
+        compute_floor_s=compute_floor,
+        memory_floor_s=memory_floor,
+        fraction=fraction,
+        bound=bound,
+        beats_floor=beats,
+        text=text,
+    )
+
+
+def _measure(device: torch.device, name: str) -> Roofline:
+    on_cuda = device.type == "cuda"
+    if on_cuda:
+        copy_bytes = max(CUDA_COPY_BYTES, 8 * l2_bytes(device))
+        copy_bytes = min(copy_bytes, torch.cuda.mem_get_info(device)[0] // 8) // 2**20 * 2**20
+        sizes = dict(CUDA_MATMUL_SIZES)
+        if torch.cuda.get_device_capability(device) < (8, 0):
+            del sizes["tf32"]
+        budget = {"warmup": 2, "min_repetitions": 5, "max_repetitions": 50, "target_seconds": 0.05}
+    else:
+        copy_bytes = CPU_COPY_BYTES
+        sizes = dict(CPU_MATMUL_SIZES)
+        budget = {"warmup": 1, "min_repetitions": 3, "max_repetitions": 20, "target_seconds": 0.02}
+    try:
+        bandwidth = 2 * copy_bytes / _copy_seconds(copy_bytes, device, budget)
+        rates = {}
+        for key, n in sizes.items():
+            seconds = _matmul_seconds(key, n, device, budget)
+            rates[key] = 2 * n**3 / seconds
+    finally:
+        if on_cuda:
+            torch.cuda.empty_cache()
+    listed = ", ".join(f"n={n} {key}" for key, n in sizes.items())
+    clock = "CUDA events, L2 flushed, device-wide sync" if on_cuda else "host clock"
+    method = (
+        f"bandwidth: median time of a {copy_bytes / 2**20:.0f} MiB copy within the device, "
+        f"counting bytes read and written; compute: median time of a square torch.mm per dtype "
+        f"({listed}; float32 with TF32 off), at 2n^3 FLOP each; timed with {clock}"
+        + ("" if on_cuda else "; a CPU measurement with small sizes, a rough guide only")
+    )
+    return Roofline(device=name, bandwidth_bytes_per_s=bandwidth, flops_per_s=rates, method=method)
+
+
+def _copy_seconds(copy_bytes: int, device: torch.device, budget: dict[str, Any]) -> float:
+    words = copy_bytes // 4
+    source = torch.randint(-(2**31), 2**31 - 1, (words,), dtype=torch.int32, device=device)
+    target = torch.empty_like(source)
+    return time_calls(lambda: target.copy_(source), device, **budget).median_s
+
+
+def _matmul_seconds(key: str, n: int, device: torch.device, budget: dict[str, Any]) -> float:
+    dtype = torch.float32 if key == "tf32" else getattr(torch, key)
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
+    out = torch.empty(n, n, dtype=dtype, device=device)
+    before = torch.get_float32_matmul_precision()
+    # the flag is process-wide: restored even on failure, as the audit depends on it
+    torch.set_float32_matmul_precision("high" if key == "tf32" else "highest")
+    try:
+        return time_calls(lambda: torch.mm(a, b, out=out), device, **budget).median_s
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def _load(path: Path, key: tuple[str, ...]) -> Roofline | None:
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != CACHE_FORMAT or tuple(data.get("key", ())) != key:
+            return None
+        roofline = Roofline.from_json(data["roofline"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    rates = [roofline.bandwidth_bytes_per_s, *roofline.flops_per_s.values()]
+    if not all(math.isfinite(r) and r > 0 for r in rates):
+        return None
+    method = f"{roofline.method}; read from {path}, measured {data.get('measured', 'earlier')}"
+    return Roofline(roofline.device, roofline.bandwidth_bytes_per_s, roofline.flops_per_s, method)
+
+
+def _store(path: Path, key: tuple[str, ...], roofline: Roofline) -> None:
+    document = {
+        "format": CACHE_FORMAT,
+        "key": list(key),
+        "measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "roofline": roofline.to_json(),
+    }
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    # a cache that cannot be written only costs a measurement next time
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(document, indent=2))
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+
+
+def _si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"

@@ -1,0 +1,183 @@
+"""The least work of a problem, where a time sits against the roofline floor, and the measured
+roofline with its caches."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+
+import pytest
+import torch
+
+from kernelaudit.errors import UsageError
+from kernelaudit.timing import roofline as roofline_module
+from kernelaudit.timing.roofline import (
+    FLOOR_SLACK,
+    Roofline,
+    derived_bytes,
+    derived_flops,
+    measure_roofline,
+    position,
+)
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+MADE_UP = Roofline(
+    device="a made-up device",
+    bandwidth_bytes_per_s=1e12,
+    flops_per_s={"float32": 1e13, "tf32": 1e14, "bfloat16": 1e15},
+    method="made up for the test",
+)
+
+
+def test_bytes_count_each_distinct_element_once():
+    a = torch.empty(10, 20)
+    b = torch.empty(20, dtype=torch.float16)
+    broadcast = torch.empty(1, 7, dtype=torch.float64).expand(1000, 7)
+    assert derived_bytes([a, b]) == 10 * 20 * 4 + 20 * 2
+    assert derived_bytes([a, a, 3, "not a tensor"]) == 10 * 20 * 4
+    assert derived_bytes([broadcast]) == 7 * 8
+    assert derived_bytes([a.t()]) == 10 * 20 * 4
+    assert derived_bytes([torch.empty(0, 5)]) == 0
+
+
+def test_a_matmul_counts_two_flops_per_multiply_add():
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    assert derived_flops(torch.matmul, [a, b]) == 2 * 64 * 32 * 16
+
+
+def test_elementwise_work_counts_no_flops():
+    x = torch.randn(100)
+    assert derived_flops(lambda t: torch.relu(t) + 1, [x]) is None
+
+
+def test_a_memory_bound_time_at_half_the_roofline():
+    place = position(2e-3, 10**9, 10**9, torch.bfloat16, MADE_UP)
+    assert (place.memory_floor_s, place.compute_floor_s) == (pytest.approx(1e-3), 1e-6)
+    assert place.floor_s == pytest.approx(1e-3)
+    assert place.fraction == pytest.approx(0.5)
+    assert (place.bound, place.beats_floor) == ("memory", False)
+    assert "50% of the roofline" in place.text and "memory-bound" in place.text
+
+
+def test_a_compute_bound_time_at_the_roofline():
+    place = position(10e-3, 10**13, 10**6, torch.bfloat16, MADE_UP)
+    assert place.floor_s == pytest.approx(10e-3)
+    assert (place.fraction, place.bound) == (pytest.approx(1.0), "compute")
+    assert "10 TFLOP at 1 PFLOP/s bfloat16" in place.text
+
+
+def test_a_time_under_half_the_floor_beats_it():
+    assert position(0.6e-3, None, 10**9, torch.float16, MADE_UP).beats_floor is False
+    place = position(0.4e-3, None, 10**9, torch.float16, MADE_UP)
+    assert place.beats_floor is True
+    assert place.fraction == pytest.approx(2.5)
+    assert "cached" in place.text
+    assert position(0.8e-3, None, 10**9, torch.float16, MADE_UP, slack=0.9).beats_floor
+
+
+def test_float32_is_judged_against_tf32_before_it_is_called_impossible():
+    tf32_speed = position(0.2, 10**13, 0, torch.float32, MADE_UP)
+    assert tf32_speed.floor_s == pytest.approx(1.0)
+    assert tf32_speed.beats_floor is False
+    assert "only the tf32 rate explains" in tf32_speed.text
+    impossible = position(0.01, 10**13, 0, torch.float32, MADE_UP)
+    assert impossible.beats_floor is True
+    assert "tf32" in impossible.text
+
+
+def test_a_dtype_without_a_measured_rate_is_judged_on_bytes_alone():
+    place = position(1e-3, 10**12, 10**9, torch.int8, MADE_UP)
+    assert place.compute_floor_s == 0.0
+    assert place.floor_s == pytest.approx(1e-3)
+    assert "no measured int8 rate" in place.text
+
+
+def test_a_zero_time_beats_any_floor_and_stays_valid_json():
+    place = position(0.0, None, 10**6, torch.float16, MADE_UP)
+    assert place.beats_floor is True and math.isinf(place.fraction)
+    assert json.loads(json.dumps(place.to_json(), allow_nan=False))["fraction"] is None
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(UsageError, match="negative"):
+        position(-1.0, None, 10, torch.float16, MADE_UP)
+    with pytest.raises(UsageError, match="slack"):
+        position(1.0, None, 10, torch.float16, MADE_UP, slack=2.0)
+    assert 0 < FLOOR_SLACK <= 1
+
+
+def test_the_cpu_roofline_is_measured_labelled_and_kept_on_disk(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    measured = measure_roofline("cpu")
+    assert measured.device.startswith("CPU")
+    assert measured.bandwidth_bytes_per_s > 0
+    assert set(measured.flops_per_s) == {"float32", "float64", "bfloat16", "float16"}
+    assert all(rate > 0 for rate in measured.flops_per_s.values())
+    assert "CPU measurement" in measured.method
+    assert measure_roofline("cpu") is measured
+    (saved,) = (tmp_path / "kernelaudit").glob("roofline-*.json")
+    assert json.loads(saved.read_text())["roofline"]["device"] == measured.device
+    assert pickle.loads(pickle.dumps(measured)) == measured
+    assert Roofline.from_json(json.loads(json.dumps(measured.to_json()))) == measured
+
+
+def _fake_measurement(monkeypatch, rate: float) -> list[int]:
+    runs = []
+
+    def fake(device: torch.device, name: str) -> Roofline:
+        runs.append(1)
+        return Roofline(name, rate, {"float32": rate}, "fake measurement")
+
+    monkeypatch.setattr(roofline_module, "_measure", fake)
+    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    return runs
+
+
+def test_a_new_process_reads_the_roofline_from_disk(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    runs = _fake_measurement(monkeypatch, 5.0)
+    first = measure_roofline("cpu")
+    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    again = measure_roofline("cpu")
+    assert len(runs) == 1
+    assert again.bandwidth_bytes_per_s == first.bandwidth_bytes_per_s == 5.0
+    assert "read from" in again.method
+
+
+def test_refresh_and_disk_cache_off_bypass_the_caches(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    runs = _fake_measurement(monkeypatch, 5.0)
+    measure_roofline("cpu", disk_cache=False)
+    assert not (tmp_path / "kernelaudit").exists()
+    measure_roofline("cpu")
+    assert len(runs) == 1
+    measure_roofline("cpu", refresh=True)
+    assert len(runs) == 2
+    assert len(list((tmp_path / "kernelaudit").glob("roofline-*.json"))) == 1
+
+
+def test_a_corrupt_cache_file_is_measured_over(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    runs = _fake_measurement(monkeypatch, 5.0)
+    measure_roofline("cpu")
+    (saved,) = (tmp_path / "kernelaudit").glob("roofline-*.json")
+    saved.write_text('{"format": "kernelaudit-roofline/1", "roofline": ')
+    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    assert measure_roofline("cpu").bandwidth_bytes_per_s == 5.0
+    assert len(runs) == 2
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_cuda_roofline_is_plausible_and_leaves_tf32_as_it_was():
+    before = torch.get_float32_matmul_precision()
+    measured = measure_roofline("cuda", refresh=True, disk_cache=False)
+    assert torch.get_float32_matmul_precision() == before
+    assert 1e11 < measured.bandwidth_bytes_per_s < 2e13
+    rates = measured.flops_per_s
+    assert rates["bfloat16"] > rates["float32"] and rates["float16"] > rates["float32"]
+    if torch.cuda.get_device_capability() >= (8, 0):
+        assert rates["tf32"] > rates["float32"]
