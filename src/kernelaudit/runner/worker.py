@@ -89,8 +89,8 @@ class Placed:
 
 @dataclass
 class Watch:
-    """What the worker keeps across invocations: the state before the candidate's import, what
-    the import changed, and the count of streams created."""
+    """What the worker keeps across invocations: what importing the candidate changed, and the
+    count of streams created."""
 
     import_changes: tuple[StateChange, ...] = ()
     streams: StreamCount = field(default_factory=StreamCount)
@@ -276,7 +276,8 @@ def _timed(
     outcome: CallOutcome,
 ) -> CallOutcome:
     """Time repeated calls on the call's inputs; every repetition's outputs are fingerprinted
-    (destination slots poisoned again before the next), and the last ones sent back."""
+    (destination slots poisoned again before the next, the allocator's free memory scrubbed),
+    and the last ones sent back. All of it outside the timed regions."""
     slot_views = [s.view for s in slots]
     seen: list[tuple[str, ...]] = []
     last: list[tuple[torch.Tensor, ...]] = [()]
@@ -291,6 +292,8 @@ def _timed(
                 fill_poison(view, call.poison)
         else:
             last[0] = produced
+        # an output left unwritten in the next repetition must not find this one's values
+        scrub_free_memory(device)
 
     for view in slot_views:
         fill_poison(view, call.poison)
