@@ -43,11 +43,21 @@ def shrink(executor: Executor, check: Check, probe: Probe, failure: Failure, bud
 
 
 def _with_case(probe: Probe, case: Case) -> Probe:
+    """The probe on `case`; the other cases of its sequence follow its sizes and dtypes (a
+    call that reuses another's buffers needs the same shapes)."""
     plan = probe.plan
+
+    def follow(other: Case) -> Case:
+        return replace(other, sizes=case.sizes, dtype_config=case.dtype_config)
+
     if plan.followup is not None:
-        plan = replace(
-            plan, followup=replace(plan.followup, sizes=case.sizes, dtype_config=case.dtype_config)
+        plan = replace(plan, followup=follow(plan.followup))
+    if plan.steps:
+        steps = tuple(
+            step if step.case is None else replace(step, case=follow(step.case))
+            for step in plan.steps
         )
+        plan = replace(plan, steps=steps)
     return replace(probe, case=case, plan=plan)
 
 
