@@ -173,13 +173,10 @@ class Observation:
     def inputs_at(self, call: int) -> Mapping[str, object]:
         return self.step_inputs[call] if call < len(self.step_inputs) else self.inputs
 
-    def results(self, call: int = 0) -> tuple[torch.Tensor, ...]:
-        """What the candidate produced in one call, aligned with `expected_at(call).names`: the
-        outputs, then the after-call values of the inputs the contract lets it mutate."""
-        return self.aligned(self.result.calls[call].outputs, call)
-
     def aligned(self, outputs: tuple[torch.Tensor, ...], call: int) -> tuple[torch.Tensor, ...]:
-        """`outputs` of one call followed by the after-call values of mutable inputs."""
+        """`outputs` of one call (its own, or those of its timed repetitions) aligned with
+        `expected_at(call).names`: the outputs, then the after-call values of the inputs the
+        contract lets the candidate mutate."""
         outcome = self.result.calls[call]
         inputs = self.inputs_at(call)
         tensor_names = [n for n, v in inputs.items() if isinstance(v, torch.Tensor)]

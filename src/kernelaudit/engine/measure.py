@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from kernelaudit.inputs.case import Case, dtype_name
+from kernelaudit.oracle.truth import native_copy
 from kernelaudit.problem.spec import Problem
 from kernelaudit.timing.kernels import KernelProfile, profile_kernels
 from kernelaudit.timing.measure import time_calls
@@ -20,13 +21,9 @@ def native_arguments(
 ) -> list[object]:
     """The reference's arguments on the device, at the case's dtypes."""
     config = problem.dtype_configs()[case.dtype_config]
-    args: list[object] = []
-    for spec in problem.inputs:
-        value = inputs[spec.name]
-        if isinstance(value, torch.Tensor):
-            value = value.to(device=device, dtype=config.get(spec.name, value.dtype), copy=True)
-        args.append(value)
-    return args
+    return [
+        native_copy(inputs[spec.name], config.get(spec.name), device) for spec in problem.inputs
+    ]
 
 
 def compute_dtype(problem: Problem, case: Case) -> torch.dtype:

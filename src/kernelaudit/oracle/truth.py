@@ -34,7 +34,7 @@ def expected(
     raises ProblemError.
     """
     native = [
-        _native_copy(inputs[spec.name], dtype_config.get(spec.name), device)
+        native_copy(inputs[spec.name], dtype_config.get(spec.name), device)
         for spec in problem.inputs
     ]
     promoted = [_promoted_copy(value) for value in native]
@@ -62,7 +62,8 @@ def expected(
     )
 
 
-def _native_copy(value: object, dtype: torch.dtype | None, device: str) -> object:
+def native_copy(value: object, dtype: torch.dtype | None, device: str) -> object:
+    """A tensor copied to `device` at `dtype` (its own dtype when None); other values as is."""
     if not isinstance(value, torch.Tensor):
         return value
     return value.detach().to(device=device, dtype=dtype or value.dtype, copy=True)

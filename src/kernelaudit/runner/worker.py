@@ -57,7 +57,7 @@ from kernelaudit.runner.watch import (
 )
 from kernelaudit.runner.wire import decode, encode
 from kernelaudit.timing.kernels import profile_kernels
-from kernelaudit.timing.measure import time_calls
+from kernelaudit.timing.measure import synchronize, time_calls
 
 _HARNESS_DIR = str(Path(__file__).resolve().parent)
 _MESSAGE_CHARS = 6000
@@ -76,7 +76,6 @@ class CandidateFailure(Exception):
 # Captured before the candidate is imported: a candidate may replace the module attributes.
 _clock = time.perf_counter
 _sleep = time.sleep
-_cuda_synchronize = torch.cuda.synchronize
 
 
 @dataclass
@@ -302,7 +301,7 @@ def _timed(
             lambda: candidate(*args, *slot_views),
             device,
             on_output=after_each,
-            sync=lambda: synchronize(device),
+            sync=lambda: synchronize(device),  # the reference captured before the import
             clock=_clock,
         )
         timed_outputs = tuple(to_cpu(t) for t in last[0])
@@ -368,12 +367,6 @@ def to_cpu(tensor: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         copy.copy_(tensor.detach())
     return copy
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for all work queued on the device, on every stream."""
-    if device.type == "cuda":
-        _cuda_synchronize(device)
 
 
 def classify(error: BaseException, device: torch.device) -> CandidateFailure:

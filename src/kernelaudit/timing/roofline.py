@@ -176,7 +176,7 @@ def derived_bytes(tensors: Iterable[object]) -> int:
         try:
             address = tensor.data_ptr()
         except (RuntimeError, NotImplementedError):
-            address = 0
+            address = 0  # no storage behind it (a fake or functional tensor): never deduplicated
         view = (address, tensor.dtype, tuple(tensor.shape), tensor.stride())
         if address and view in seen:
             continue

@@ -1,0 +1,57 @@
+"""The tripwires check: a construct in the source is a warning on its own and a failure only
+when a runtime check it names fails in the same audit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.findings import AuditReport
+
+HONEST = "row_scale_kernels.py::scale"
+
+
+@pytest.fixture(scope="module")
+def cached(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A row-scale candidate that keeps its result keyed on the input's address."""
+    path = tmp_path_factory.mktemp("tripwires") / "cached_scale.py"
+    path.write_text(
+        "import torch\n"
+        "_seen = {}\n\n\n"
+        "def scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:\n"
+        "    key = x.data_ptr()\n"
+        "    if key not in _seen:\n"
+        "        _seen[key] = x * w\n"
+        "    return _seen[key]\n"
+    )
+    return path
+
+
+def test_an_honest_file_trips_nothing(tiny_audit: Callable[..., AuditReport]) -> None:
+    report = tiny_audit("row_scale", HONEST, ["tripwires"])
+    assert report.verdict == "PASS"
+    assert [f for f in report.findings if f.check == "tripwires"] == []
+
+
+def test_a_cache_keyed_on_addresses_is_a_warning_without_runtime_evidence(
+    tiny_audit: Callable[..., AuditReport], cached: Path
+) -> None:
+    report = tiny_audit("row_scale", f"{cached}::scale", ["tripwires"])
+    wires = [f for f in report.findings if f.check == "tripwires"]
+    assert report.verdict == "PASS"
+    assert wires and all(f.severity == "warn" for f in wires)
+    cache = next(f for f in wires if f.key.startswith("address-keyed-cache:"))
+    assert dict(cache.evidence)["line"] in (6, 7, 8, 9)
+    assert cache.probe is None
+
+
+def test_the_replay_check_confirms_it_and_the_warning_becomes_a_failure(
+    tiny_audit: Callable[..., AuditReport], cached: Path
+) -> None:
+    report = tiny_audit("row_scale", f"{cached}::scale", ["tripwires", "replay"], warmup_calls=2)
+    assert any(f.check == "replay" and f.severity == "fail" for f in report.findings)
+    cache = next(f for f in report.findings if f.key.startswith("address-keyed-cache:"))
+    assert cache.severity == "fail"
+    assert "confirmed by the replay check" in cache.title
