@@ -2,9 +2,9 @@
 # What a GPU machine runs for this project, in one go: the GPU tests (the hostile corpus's GPU
 # cases among them), the timing cross-check against the profiler, the audit benchmark of every
 # example (quick and default profiles, verdicts checked against expected.json), the training
-# check's experiment on every example wired to a slot, and the thorough
-# demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|timing|bench|training|thorough ...]
+# check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
+# race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
+#   bash benchmarks/gpu_run.sh [tests|safety|timing|bench|training|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -18,6 +18,13 @@ for step in ${steps[@]}; do
       python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$out/gpu.txt"
       python3 -m pytest -q -p no:cacheprovider -m "gpu" tests 2>&1 | tail -n 25 | tee "$out/gpu-tests.txt"
       python3 -m pytest -q -p no:cacheprovider tests/examples tests/engine/test_examples_end_to_end.py -k "not demo_passes" 2>&1 | tail -n 15 | tee -a "$out/gpu-tests.txt"
+      ;;
+    safety)
+      command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer
+      python3 -m pytest -q -p no:cacheprovider -rA --durations=15 -m gpu tests/sanitizer \
+        tests/interpret tests/checks/test_races_check.py tests/checks/test_autotune_check.py \
+        tests/checks/test_memory_check.py tests/checks/test_large_tensors_check.py \
+        tests/checks/test_batch_invariance_check.py 2>&1 | tail -n 80 | tee "$out/safety.txt"
       ;;
     timing)
       python3 benchmarks/timing_agreement.py --device cuda --out "$out/timing.json" 2>&1 | tee "$out/timing.txt"

@@ -28,7 +28,15 @@ from kernelaudit.engine.audit import environment, resolve_device
 from kernelaudit.problem.load import load_problem
 from kernelaudit.training.data import batches, token_counts, token_stream
 from kernelaudit.training.experiment import slot_dtypes
-from kernelaudit.training.loop import Experiment, Perturbed, Shadowed, Trajectory, shadow, train
+from kernelaudit.training.loop import (
+    Experiment,
+    Perturbed,
+    Rounded,
+    Shadowed,
+    Trajectory,
+    shadow,
+    train,
+)
 from kernelaudit.training.slots import Plug
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -192,10 +200,16 @@ def main() -> None:
         wanted = getattr(torch, args.dtype)
         configs = problem.dtype_configs()
         config = next((i for i, c in enumerate(configs) if wanted in c.values()), None)
-        if config is None:
-            print(f"{name} has no {args.dtype} configuration; skipped", flush=True)
-            continue
-        dtypes = slot_dtypes(problem, config)
+        if config is not None:
+            dtypes = slot_dtypes(problem, config)
+        else:
+            # a dtype the problem leaves out for the CPU interpreter's sake (bf16) still trains
+            # on a GPU: every floating argument of its first configuration takes that dtype
+            dtypes = tuple(
+                wanted if d is not None and d.is_floating_point else d
+                for d in slot_dtypes(problem, 0)
+            )
+            print(f"{name}: no {args.dtype} configuration; floats cast to it", flush=True)
         for setting in args.settings:
             optimizer, lr = setting.split(":")
             if optimizer == "sgd":
@@ -220,18 +234,15 @@ def main() -> None:
                 _summary(reference, perturbed[:k] + perturbed[k + 1 :], perturbed[k])
                 for k in range(len(perturbed))
             ]
-            reference_plug = Plug(problem.slot, problem.reference, dtypes)
-            shadows = [
-                shadow(
-                    experiment,
-                    optimizer,
-                    reference_plug,
-                    Plug(problem.slot, Perturbed(problem.reference, seed), dtypes),
-                    tokens,
-                    device,
-                )
+            # drift from the correctly rounded slot, as the check measures it; the native
+            # reference is the last member of the envelope, as in the check
+            centre = Plug(problem.slot, Rounded(problem.reference), dtypes)
+            members = [
+                Plug(problem.slot, Perturbed(problem.reference, seed), dtypes)
                 for seed in range(1, args.runs + 1)
             ]
+            members.append(Plug(problem.slot, problem.reference, dtypes))
+            shadows = [shadow(experiment, optimizer, centre, m, tokens, device) for m in members]
             for k, summary in enumerate(null):
                 summary.update(_shadow_summary(shadows[:k] + shadows[k + 1 :], shadows[k], hot))
             row: dict = {
@@ -251,7 +262,7 @@ def main() -> None:
                 shadowed = shadow(
                     experiment,
                     optimizer,
-                    reference_plug,
+                    centre,
                     Plug(problem.slot, function, dtypes),
                     tokens,
                     device,

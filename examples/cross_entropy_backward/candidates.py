@@ -12,9 +12,11 @@ import torch
 import triton
 import triton.language as tl
 
-# Elements per program: large tiles keep the number of programs (and the interpreter's cost per
-# program) low; 16 warps keep the per-thread share of a 16384-element tile at 32 elements.
+# Elements per program: 16 warps keep the per-thread share of a 16384-element tile at 32
+# elements on a GPU. Triton's interpreter (CPU tensors) has no registers to spill and pays per
+# program and operation, so there one program takes as many rows as fit in a much larger tile.
 _TILE = 16384
+_INTERPRETED_TILE = 1 << 19
 _WARPS = 16
 # The widest chunk of a row one step of the loops reads; longer rows take several steps.
 _CHUNK = 2048
@@ -86,7 +88,8 @@ def _cross_entropy_backward(
     rows, vocab = logits.shape
     grad_logits = torch.empty((rows, vocab), dtype=logits.dtype, device=logits.device)
     block_v = min(triton.next_power_of_2(vocab), _CHUNK)
-    tile_rows = max(1, min(triton.next_power_of_2(rows), _TILE // block_v))
+    tile = _TILE if logits.device.type == "cuda" else _INTERPRETED_TILE
+    tile_rows = max(1, min(triton.next_power_of_2(rows), tile // block_v))
     _cross_entropy_grad_rows[(triton.cdiv(rows, tile_rows),)](
         grad_loss,
         logits,

@@ -13,9 +13,11 @@ import torch
 import triton
 import triton.language as tl
 
-# Elements per program: large tiles keep the number of programs (and the interpreter's cost per
-# program) low; 16 warps keep the per-thread share of a 16384-element tile at 32 elements.
+# Elements per program: 16 warps keep the per-thread share of a 16384-element tile at 32
+# elements on a GPU. Triton's interpreter (CPU tensors) has no registers to spill and pays per
+# program and operation, so there a program takes four times as many rows.
 _TILE = 16384
+_INTERPRETED_TILE = 1 << 16
 _WARPS = 16
 # Columns per program of the reduction over partials.
 _REDUCE_BLOCK = 1024
@@ -121,7 +123,8 @@ def _rmsnorm_backward(
     grad_x = torch.empty((rows, hidden), dtype=x.dtype, device=x.device)
     grad_weight = torch.empty((hidden,), dtype=weight.dtype, device=x.device)
     block_h = triton.next_power_of_2(hidden)
-    tile_rows = max(1, min(triton.next_power_of_2(rows), _TILE // block_h))
+    tile = _TILE if x.device.type == "cuda" else _INTERPRETED_TILE
+    tile_rows = max(1, min(triton.next_power_of_2(rows), tile // block_h))
     programs = triton.cdiv(rows, tile_rows)
     partials = torch.empty((programs, hidden), dtype=partials_dtype, device=x.device)
     _rmsnorm_grad_rows[(programs,)](

@@ -35,6 +35,36 @@ class Profile:
     """Host memory the candidate's processes may use; 0: half of the machine's."""
     gpu_memory_bytes: int = 0
     """Device memory the candidate may hold; 0: three quarters of what is free at the start."""
+    train_broken: bool = True
+    """Whether the training check also trains a candidate that already fails a check other than
+    `numerics` or `execution`. Training answers whether an accuracy deviation matters; a
+    candidate that mishandles a layout or an upstream gradient, leaves outputs unwritten or
+    games a check is broken whatever training shows, so the quick profile spends no training
+    time on it."""
+    race_runs: int = 20
+    """Calls the races check makes while other kernels keep the GPU's SMs busy, each compared
+    bit for bit with a call alone."""
+    race_threads: int = 4
+    """Host threads the races check has call the candidate at once, on streams of their own."""
+    race_rounds: int = 2
+    """How many times the races check's threads call the candidate together."""
+    large_tensors: bool = False
+    """Whether the large-tensors check runs its case past 2^31 elements (on a GPU only)."""
+    sanitizer_tools: tuple[str, ...] = ("memcheck", "initcheck", "synccheck")
+    """compute-sanitizer tools the sanitizer check runs on a CUDA device, in this order
+    (racecheck is set apart, by `sanitizer_racecheck`)."""
+    sanitizer_racecheck: str = "never"
+    """When racecheck runs too: "never", "shared" (on the candidate's kernels known to use
+    shared memory) or "shared-or-unknown" (also where the profiler could not say)."""
+    sanitizer_cases: int = 2
+    """Small cases the sanitizer runs (the first is the tail-sizes case)."""
+    sanitizer_budget_s: float = 300.0
+    """Wall time the sanitizer runs of one audit may take together; a tool is skipped, and
+    the report says so, once it is spent."""
+    interpreted_cases: int = 2
+    """Boundary cases a Triton candidate is run at under Triton's interpreter with every memory
+    access checked (the triton-bounds check): the cheapest of each axis, then each axis one
+    past a power of two."""
 
 
 _ALL_FLOATS = (
@@ -67,6 +97,11 @@ PROFILES: dict[str, Profile] = {
         shrink_budget=8,
         timeout_s=60.0,
         warmup_calls=8,
+        train_broken=False,
+        race_runs=5,
+        sanitizer_tools=("memcheck",),
+        sanitizer_cases=1,
+        sanitizer_budget_s=120.0,
     ),
     "default": Profile(
         name="default",
@@ -94,6 +129,11 @@ PROFILES: dict[str, Profile] = {
         shrink_budget=48,
         timeout_s=300.0,
         warmup_calls=50,
+        race_runs=50,
+        large_tensors=True,
+        interpreted_cases=4,
+        sanitizer_racecheck="shared-or-unknown",
+        sanitizer_budget_s=1200.0,
     ),
 }
 

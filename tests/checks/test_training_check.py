@@ -60,3 +60,23 @@ def test_training_check_reports_through_the_audit(tmp_path: Path) -> None:
     training = [f for f in report.findings if f.check == "training"]
     assert len(training) == 1 and training[0].severity == "fail"
     assert "no kernel for this shape" in training[0].title + str(training[0].evidence)
+
+
+def test_the_quick_profile_does_not_train_a_candidate_already_broken(tmp_path: Path) -> None:
+    candidate = tmp_path / "clobbering.py"
+    candidate.write_text(
+        "import torch\n"
+        "def embedding_backward(grad_out, ids, num_embeddings):\n"
+        "    shape = (num_embeddings, grad_out.shape[1])\n"
+        "    total = torch.zeros(shape, dtype=torch.float32, device=grad_out.device)\n"
+        "    total.index_add_(0, ids, grad_out.float())\n"
+        "    grad_out.zero_()  # scratch reuse of an input: a write the contract forbids\n"
+        "    return total.to(grad_out.dtype)\n"
+    )
+    problem = load_problem(EXAMPLE / "problem.py")
+    checks = ["numerics", "mutation", "training"]
+    report = audit(problem, f"{candidate}::embedding_backward", "quick", "cpu", checks)
+    assert report.verdict == "FAIL"
+    training = [f for f in report.findings if f.check == "training"]
+    assert [f.severity for f in training] == ["note"]
+    assert "already fails mutation" in training[0].title

@@ -6,7 +6,9 @@ Adding a check is one new module and one line in REGISTRY.
 from __future__ import annotations
 
 from kernelaudit.checks.aliasing import Aliasing
+from kernelaudit.checks.autotune import Autotune
 from kernelaudit.checks.base import Check
+from kernelaudit.checks.batch_invariance import BatchInvariance
 from kernelaudit.checks.bounds import Bounds
 from kernelaudit.checks.deferred_work import DeferredWork
 from kernelaudit.checks.determinism import Determinism
@@ -14,15 +16,20 @@ from kernelaudit.checks.execution import Execution
 from kernelaudit.checks.global_state import GlobalState
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.kernels import Kernels
+from kernelaudit.checks.large_tensors import LargeTensors
+from kernelaudit.checks.memory import Memory
 from kernelaudit.checks.mutation import Mutation
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.checks.output_objects import OutputObjects
+from kernelaudit.checks.races import Races
 from kernelaudit.checks.replay import Replay
+from kernelaudit.checks.sanitizer import Sanitizer
 from kernelaudit.checks.specialisation import Specialisation
 from kernelaudit.checks.stale_memory import StaleMemory
 from kernelaudit.checks.timing import Timing
 from kernelaudit.checks.training import Training
 from kernelaudit.checks.tripwires import Tripwires
+from kernelaudit.checks.triton_bounds import TritonBounds
 from kernelaudit.checks.unwritten import Unwritten
 from kernelaudit.checks.weak_cases import WeakCases
 from kernelaudit.errors import UsageError
@@ -35,17 +42,24 @@ REGISTRY: tuple[type[Check], ...] = (
     Unwritten,
     StaleMemory,
     Bounds,
+    TritonBounds,
+    Sanitizer,
     Mutation,
     Aliasing,
     DeferredWork,
     Replay,
     Determinism,
+    Races,
     Specialisation,
     Numerics,
+    Autotune,
+    BatchInvariance,
     Gradients,
     Timing,
+    Memory,
     Kernels,
     WeakCases,
+    LargeTensors,
     Training,
     Tripwires,
 )

@@ -38,6 +38,14 @@ class Step:
         are fingerprinted again and copied (work left running in a thread shows as a change).
     timed: after the call, time repeated calls on the same inputs (see `kernelaudit.timing`).
     profiled: list the device kernels the call launches.
+    noise: keep the device's SMs busy with kernels on a side stream during the call; its
+        outputs are compared bit for bit with the probe's first call's.
+    threads: after the call, this many host threads call the candidate at once on streams and
+        buffers of their own; each one's outputs are compared with the probe's first call's.
+    autotune: (autotuner, configuration index): the named Triton autotuner runs only that
+        configuration during the call.
+    memory: measure the device memory the call holds after it returns and its peak; the
+        trusted side measures the reference's peak on the same case.
     """
 
     case: Case | None = None
@@ -48,6 +56,25 @@ class Step:
     settle_s: float = 0.0
     timed: bool = False
     profiled: bool = False
+    noise: bool = False
+    threads: int = 0
+    autotune: tuple[str, int] | None = None
+    memory: bool = False
+
+    def call_options(self) -> dict[str, Any]:
+        """The fields that travel to the worker on its `Call`, by the Call's field names."""
+        return {
+            "reuse": self.reuse,
+            "keep": self.keep,
+            "scrub": self.scrub,
+            "settle_s": self.settle_s,
+            "timed": self.timed,
+            "profiled": self.profiled,
+            "noise": self.noise,
+            "threads": self.threads,
+            "autotune": self.autotune,
+            "memory": self.memory,
+        }
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -60,11 +87,21 @@ class Step:
             "timed": self.timed,
             "profiled": self.profiled,
         }
+        # written only when set, so reports of plans that do not use them read as before
+        if self.noise:
+            data["noise"] = True
+        if self.threads:
+            data["threads"] = self.threads
+        if self.autotune is not None:
+            data["autotune"] = list(self.autotune)
+        if self.memory:
+            data["memory"] = True
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Step:
         case = data.get("case")
+        autotune = data.get("autotune")
         return cls(
             case=None if case is None else Case.from_json(case),
             poison=str(data.get("poison", "nan")),
@@ -74,6 +111,10 @@ class Step:
             settle_s=float(data.get("settle_s", 0.0)),
             timed=bool(data.get("timed", False)),
             profiled=bool(data.get("profiled", False)),
+            noise=bool(data.get("noise", False)),
+            threads=int(data.get("threads", 0)),
+            autotune=None if autotune is None else (str(autotune[0]), int(autotune[1])),
+            memory=bool(data.get("memory", False)),
         )
 
 

@@ -49,6 +49,22 @@ class Training:
         ctx = self._context
         if ctx is None or not ctx.problem.slot or ctx.candidate is None:
             return []
+        # numerics and execution failures leave the question open: an error may be harmless
+        # in training, and a candidate that raises only at extreme values (an overflow in
+        # Triton's interpreter) may still train; one that always raises stops at once
+        failed = {check for check, f in found if f.severity == "fail"}
+        broken = sorted(failed - {"numerics", "execution"})
+        if broken and not ctx.profile.train_broken:
+            return [
+                Failure(
+                    key="training-skipped",
+                    title=f"not trained: the candidate already fails {', '.join(broken)}; the "
+                    f"{ctx.profile.name} profile trains only candidates whose failures, if any, "
+                    "are numeric error or exceptions (run the default profile to train it "
+                    "anyway)",
+                    severity="note",
+                )
+            ]
         # imported here: the training model imports the oracle, which imports the checks
         from kernelaudit.training.experiment import run_experiment
         from kernelaudit.training.loop import Experiment

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from kernelaudit.checks.base import Expected, Observation, Probe, Step
-from kernelaudit.engine.measure import reference_kernels, reference_timing
+from kernelaudit.engine.measure import reference_kernels, reference_memory, reference_timing
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle.truth import expected
@@ -57,15 +57,7 @@ class Executor:
         cases = [step.case or probe.case for step in steps]
         prepared = [self.prepare(case) for case in cases]
         calls = [
-            replace(
-                self._call(case, inputs, step.poison),
-                reuse=step.reuse,
-                keep=step.keep,
-                scrub=step.scrub,
-                settle_s=step.settle_s,
-                timed=step.timed,
-                profiled=step.profiled,
-            )
+            replace(self._call(case, inputs, step.poison), **step.call_options())
             for step, case, (inputs, _) in zip(steps, cases, prepared, strict=True)
         ]
         inputs, expect = self.prepare(probe.case)
@@ -92,10 +84,11 @@ class Executor:
         )
 
     def _measure(self, probe: Probe, steps: tuple[Step, ...], cases: list[Case]) -> dict[str, Any]:
-        """What the trusted side measures for timed and profiled steps: the reference's time
-        and kernels on the same case, the device's roofline, the case's FLOPs and bytes."""
+        """What the trusted side measures for timed, profiled and memory steps: the reference's
+        time, kernels and peak device memory on the same case, the device's roofline, the
+        case's FLOPs and bytes."""
         found: dict[str, Any] = {}
-        if not any(step.timed or step.profiled for step in steps):
+        if not any(step.timed or step.profiled or step.memory for step in steps):
             return found
         began = time.perf_counter()
         for step, case in zip(steps, cases, strict=True):
@@ -105,6 +98,8 @@ class Executor:
                 found["reference kernels"] = reference_kernels(
                     self.problem, case, self._inputs(case), self.device
                 )
+            if step.memory and "reference peak bytes" not in found:
+                found.update(reference_memory(self.problem, case, self._inputs(case), self.device))
         self.seconds["reference timing"] = (
             self.seconds.get("reference timing", 0.0) + time.perf_counter() - began
         )

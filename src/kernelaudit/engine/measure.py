@@ -1,5 +1,6 @@
-"""The trusted side's measurements for timed and profiled probes: the reference's time and
-kernels at the case's own dtypes, the device's roofline, and the case's FLOPs and bytes."""
+"""The trusted side's measurements for timed, profiled and memory probes: the reference's time,
+kernels and peak device memory at the case's own dtypes, the device's roofline, and the case's
+FLOPs and bytes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from kernelaudit.inputs.case import Case, dtype_name
 from kernelaudit.oracle.truth import native_copy
 from kernelaudit.problem.spec import Problem
+from kernelaudit.runner.memory import peak_since, read_memory, start_peak
 from kernelaudit.timing.kernels import KernelProfile, profile_kernels
 from kernelaudit.timing.measure import time_calls
 from kernelaudit.timing.roofline import derived_bytes, derived_flops, measure_roofline
@@ -64,3 +66,24 @@ def reference_kernels(
     args = native_arguments(problem, case, inputs, device)
     with torch.no_grad():
         return profile_kernels(lambda: problem.reference(*args), device)
+
+
+def reference_memory(
+    problem: Problem, case: Case, inputs: Mapping[str, object], device: str
+) -> dict[str, Any]:
+    """The reference's peak device memory during one call at the case's dtypes, above what
+    was allocated when the call began (its inputs), measured as the worker measures the
+    candidate's (`kernelaudit.runner.memory`): after a first call that warms it up, with the
+    library workspaces torch keeps released. Nothing on a CPU."""
+    where = torch.device(device)
+    if where.type != "cuda":
+        return {}
+    args = native_arguments(problem, case, inputs, device)
+    with torch.no_grad():
+        problem.reference(*args)
+        read_memory(where)  # waits for the first call and releases the workspaces
+        allocated = start_peak(where)
+        returned = problem.reference(*args)
+        peak = peak_since(where, allocated)
+    del returned
+    return {"reference peak bytes": peak}

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from kernelaudit.errors import ProblemError, UsageError
+from kernelaudit.inputs.batch import structural_reason
 from kernelaudit.problem import spec
 from kernelaudit.problem.backward import ROLES, validate_backward, validate_scalar
 from kernelaudit.problem.spec import (
@@ -419,7 +420,7 @@ def _validate_contract(v: _Validator, inputs: dict[str, spec.Input]) -> None:
             'use "return" or "destination"',
             "style",
         )
-    for flag in ("deterministic", "library_calls"):
+    for flag in ("deterministic", "library_calls", "batch_invariant"):
         if not isinstance(getattr(contract, flag), bool):
             v.fail(
                 f"contract.{flag}",
@@ -450,6 +451,38 @@ def _validate_contract(v: _Validator, inputs: dict[str, spec.Input]) -> None:
             'include "contiguous"',
             "layouts",
         )
+    if contract.batch_invariant and not contract.deterministic:
+        v.fail(
+            "contract.batch_invariant",
+            "a candidate whose repeated runs may differ cannot promise rows that are bit for bit "
+            "the same alone and in a batch",
+            "drop batch_invariant=True, or declare deterministic=True",
+            "batch_invariant",
+        )
+    _validate_batch_axes(v)
+
+
+def _validate_batch_axes(v: _Validator) -> None:
+    declared = v.problem.contract.batch_axes
+    if declared is None:
+        return
+    if not isinstance(declared, tuple) or not all(isinstance(a, str) for a in declared):
+        v.fail(
+            "contract.batch_axes",
+            f"{declared!r} is not a list of axis names",
+            'write e.g. batch_axes=("rows",), or leave it out to have them inferred',
+            "batch_axes",
+        )
+    for axis in declared:
+        reason = structural_reason(v.problem, axis)
+        if reason:
+            v.fail(
+                "contract.batch_axes",
+                f"{axis!r} cannot be a batch axis: {reason}",
+                "name only axes every result has once and no index input points into, or "
+                "leave batch_axes out to have them inferred",
+                "batch_axes",
+            )
 
 
 def _validate_sampler(v: _Validator, inputs: dict[str, spec.Input]) -> None:

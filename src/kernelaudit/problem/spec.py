@@ -224,6 +224,13 @@ class Contract:
         gradients its backward computes; the gradients check calls backward on its outputs with
         varied upstream gradients and compares these inputs' `.grad` with fp64 autograd of the
         reference.
+    batch_invariant: a row computed alone (a batch of one along a batch axis) must equal, bit
+        for bit, the same row computed inside a larger batch, as a server that batches
+        requests together needs; when False the row alone is held to the error budget.
+    batch_axes: the axes along which rows are independent (each row of every result depends
+        only on the same row of the inputs: the rows of a matmul's `m`, the tokens of an
+        embedding lookup); None: inferred from the reference (`kernelaudit.inputs.batch`),
+        (): none.
     """
 
     style: Literal["return", "destination"] = "return"
@@ -232,11 +239,15 @@ class Contract:
     layouts: tuple[str, ...] = LAYOUTS
     library_calls: bool = False
     gradients: tuple[str, ...] = ()
+    batch_invariant: bool = False
+    batch_axes: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mutates", _tuple(self.mutates))
         object.__setattr__(self, "layouts", _tuple(self.layouts))
         object.__setattr__(self, "gradients", _tuple(self.gradients))
+        if self.batch_axes is not None:
+            object.__setattr__(self, "batch_axes", _tuple(self.batch_axes))
 
 
 @dataclass(frozen=True)

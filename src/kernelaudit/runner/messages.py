@@ -62,6 +62,20 @@ class Call:
     """After the call, time repeated calls on the same inputs."""
     profiled: bool = False
     """List the device kernels one more call on the same inputs launches."""
+    noise: bool = False
+    """Keep every SM of the device busy with kernels on a side stream while the call runs (a
+    burst launched right before it, lasting about as long as the invocation's first call), so
+    its blocks are placed and timed differently. The outputs are compared bit for bit with
+    those of the invocation's first call (`CallOutcome.mismatches`). Nothing on a CPU."""
+    threads: int = 0
+    """After the call, this many host threads call the candidate at once, each on its own
+    device stream with its own copies of the inputs and outputs (identical values); every
+    thread's outputs are compared bit for bit with those of the invocation's first call."""
+    autotune: tuple[str, int] | None = None
+    """(autotuner, configuration index): the named Triton autotuner runs only that one of its
+    configurations during the call (see `InvocationResult.autotuners` for the names)."""
+    memory: bool = False
+    """Measure the device memory the call leaves allocated and the peak it reaches (CUDA)."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +160,30 @@ class CallOutcome:
     kernels: Any = None
     """A `kernelaudit.timing.kernels.KernelProfile`, for a profiled call."""
     device_bytes_held: int = -1
-    """Device memory allocated through torch and still held after the call, in bytes."""
+    """Device memory allocated through torch and still held after the call, beyond the bytes
+    of the outputs it returned (and the library workspaces torch keeps), in bytes; -1 when not
+    measured (see `Call.memory`)."""
+    device_bytes_unseen: int = 0
+    """Change in the device memory in use that torch's allocator does not account for (raw
+    driver allocations, other processes), in bytes, over the call."""
+    device_peak_bytes: int = -1
+    """Most device memory allocated through torch during the call, above what was allocated
+    when it began (its inputs); -1 when not measured."""
+    mismatches: tuple[tuple[int, int, int, int, float], ...] = ()
+    """For a call under noise or with threads: (runner, output, differing elements, flat index
+    of the first one, largest absolute difference) for every output whose bits differ from the
+    same output of the invocation's first call. Runner -1 is the call itself, k >= 0 its k-th
+    concurrent thread."""
+    thread_outputs: tuple[tuple[torch.Tensor, ...], ...] = ()
+    """Each concurrent thread's outputs, copied to the CPU (for a kept call)."""
+    thread_fingerprints: tuple[tuple[str, ...], ...] = ()
+    """Each concurrent thread's output fingerprints."""
+    thread_errors: tuple[str, ...] = ()
+    """Each concurrent thread's failure ("" for a thread whose call returned)."""
+    noise_kernels: int = 0
+    """Kernels launched on the side stream to keep the device busy during the call."""
+    forced_runs: int = 0
+    """Launches of the forced autotuner configuration during the call (`Call.autotune`)."""
 
 
 @dataclass(frozen=True)
@@ -163,3 +200,10 @@ class InvocationResult:
     """"" | "exception" | "crash" | "timeout" | "cuda" | "memory" | "contract"."""
     import_changes: tuple[StateChange, ...] = ()
     """Process-wide state that importing the candidate changed (the same on every result)."""
+    autotuners: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Every Triton autotuner reachable from the candidate ("kernels.py::_matmul"), with each
+    of its configurations described ("BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3")."""
+    not_run: str = ""
+    """Why a forced autotuner configuration could not run on this input here (pruned by the
+    autotuner for it, or beyond what this device can compile): the calls stop there, and it
+    is no failure of the candidate."""

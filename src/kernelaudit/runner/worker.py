@@ -10,6 +10,7 @@ the auditor starts a new one.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import gc
@@ -21,11 +22,21 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from kernelaudit.errors import UsageError
+from kernelaudit.runner.autotuners import (
+    NotOffered,
+    find_autotuners,
+    forcing,
+    pick_untimed,
+    unrunnable,
+)
+from kernelaudit.runner.autotuners import describe as describe_autotuners
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
+from kernelaudit.runner.contention import Noise, bit_mismatches
 from kernelaudit.runner.guard import (
     GuardedTensor,
     allocate,
@@ -33,6 +44,13 @@ from kernelaudit.runner.guard import (
     contiguous_geometry,
     place,
     storage_span,
+)
+from kernelaudit.runner.memory import (
+    DeviceMemory,
+    kept_since,
+    peak_since,
+    read_memory,
+    start_peak,
 )
 from kernelaudit.runner.messages import (
     AUDITOR_PID,
@@ -88,11 +106,25 @@ class Placed:
 
 @dataclass
 class Watch:
-    """What the worker keeps across invocations: what importing the candidate changed, and the
-    count of streams created."""
+    """What the worker keeps across invocations: what importing the candidate changed, the
+    count of streams created, and what measuring under contention and memory needs."""
 
     import_changes: tuple[StateChange, ...] = ()
     streams: StreamCount = field(default_factory=StreamCount)
+    folder: str = ""
+    """The candidate's folder: autotuners are looked for in the modules loaded from it."""
+    memory_at_load: DeviceMemory | None = None
+    """The device's memory once the candidate was imported, before any call (CUDA): what a
+    call leaves allocated is counted from here."""
+    noise: Noise | None = None
+    """The side stream and scratch of the noise kernels, made on first use and kept."""
+    callers: list[torch.cuda.Stream] = field(default_factory=list)
+    """The streams concurrent threads call the candidate on, made on first use and kept."""
+
+
+_NOT_RUN = "not-run"
+"""The kind of a `CandidateFailure` that is none: a forced autotuner configuration that the
+autotuner does not offer for the call, or that this device cannot compile."""
 
 
 def run_invocation(
@@ -108,31 +140,65 @@ def run_invocation(
     held: list[tuple[torch.Tensor, ...]] = []
     reused = {call.reuse for call in invocation.calls if call.reuse is not None}
     placed: dict[int, Placed] = {}
+    contended = any(call.noise or call.threads for call in invocation.calls)
+    # the first call's outputs on the device, which calls under contention are compared with
+    alone: tuple[torch.Tensor, ...] = ()
+    tuners = _autotuners(candidate, device, watch)
+
+    def result(**fields: object) -> InvocationResult:
+        return InvocationResult(
+            calls=tuple(outcomes),
+            breaches=tuple(breaches),
+            import_changes=watch.import_changes,
+            autotuners=describe_autotuners(_autotuners(candidate, device, watch)),
+            **fields,  # type: ignore[arg-type]
+        )
+
     for index, call in enumerate(invocation.calls):
+        holding = [t for outputs in held for t in outputs] + list(alone)
+        holding += [g.buffer for p in placed.values() for g in (*p.inputs.values(), *p.slots)]
         try:
-            outcome, outputs, buffers = run_call(
-                candidate, call, index, invocation.return_inputs, device, breaches, placed, watch
-            )
+            with forcing(call.autotune, tuners) as launches:
+                outcome, outputs, buffers = run_call(
+                    candidate,
+                    call,
+                    index,
+                    invocation.return_inputs,
+                    device,
+                    breaches,
+                    placed,
+                    watch,
+                    alone=alone,
+                    noise_s=outcomes[0].seconds if outcomes else 0.0,
+                    holding=holding,
+                )
+        except NotOffered as error:
+            return result(changed_later=changed_later(held, outcomes), not_run=str(error))
         except CandidateFailure as failure:
+            if failure.kind == _NOT_RUN:
+                return result(changed_later=changed_later(held, outcomes), not_run=failure.message)
             changed = () if failure.kind == "cuda" else changed_later(held, outcomes)
-            return InvocationResult(
-                calls=tuple(outcomes),
-                changed_later=changed,
-                breaches=tuple(breaches),
-                error=failure.message,
-                error_kind=failure.kind,
-                import_changes=watch.import_changes,
-            )
+            return result(changed_later=changed, error=failure.message, error_kind=failure.kind)
+        if call.autotune is not None:
+            outcome = replace(outcome, forced_runs=launches[0])
         outcomes.append(outcome)
         held.append(outputs if call.keep else ())
+        if index == 0 and contended:
+            alone = outputs
         if index in reused:
             placed[index] = buffers
-    return InvocationResult(
-        calls=tuple(outcomes),
-        changed_later=changed_later(held, outcomes),
-        breaches=tuple(breaches),
-        import_changes=watch.import_changes,
-    )
+        # what the harness does not hold must be free before the next call measures memory
+        del outcome, outputs, buffers
+    return result(changed_later=changed_later(held, outcomes))
+
+
+def _autotuners(
+    candidate: Callable[..., object], device: torch.device, watch: Watch
+) -> dict[str, Any]:
+    found = find_autotuners(watch.folder, candidate)
+    if device.type == "cpu":
+        pick_untimed(found.values())
+    return found
 
 
 def run_call(
@@ -144,34 +210,56 @@ def run_call(
     breaches: list[GuardBreach],
     placed: dict[int, Placed] | None = None,
     watch: Watch | None = None,
+    alone: tuple[torch.Tensor, ...] = (),
+    noise_s: float = 0.0,
+    holding: Sequence[torch.Tensor] = (),
 ) -> tuple[CallOutcome, tuple[torch.Tensor, ...], Placed]:
     """One call on fresh guarded inputs (or on an earlier call's buffers, rewritten). Appends
     the guard breaches it sees to `breaches`.
+
+    alone: the device outputs that a call under noise or with threads is compared with.
+    noise_s: how long the noise of a call under noise should last (what a call took alone).
+    holding: device tensors the harness holds from earlier calls of the invocation, left out
+        of the memory the call is said to keep.
 
     Returns what goes back to the auditor, the outputs as they live on the device (held until
     the invocation ends, to see whether later calls change them) and the buffers used.
     """
     watch = watch or Watch()
+    cuda = device.type == "cuda"
+    measured = call.memory and cuda
+    if measured and watch.memory_at_load is None:
+        watch.memory_at_load = read_memory(device)  # a worker started without `main`
     buffers = _buffers(call, device, placed or {})
     inputs, slots = buffers.inputs, buffers.slots
     args = [inputs[p].view if p in inputs else arg for p, arg in enumerate(call.args)]
     slot_views = [s.view for s in slots]
     if call.scrub:
         scrub_free_memory(device)
+    if call.noise and cuda and watch.noise is None:
+        watch.noise = Noise(device)  # its stream made before the call's streams are counted
     state_before = snapshot(device)
     threads_before = set(threading.enumerate())
     streams_before = watch.streams.created
     mode = PoisonMode(call.poison)
     guarded_all = [*inputs.values(), *slots]
+    noise_kernels = watch.noise.launch(noise_s) if call.noise and watch.noise is not None else 0
+    allocated_before = start_peak(device) if measured else 0
+    peak = -1
 
     started = _clock()
     try:
         with mode:
             returned = candidate(*args, *slot_views)
+        if measured:
+            peak = peak_since(device, allocated_before)
         produced = tuple(slot_views) if slots else _tensors_in(returned)
         early = fingerprints(produced) if device.type != "cpu" or call.settle_s else None
         synchronize(device)
     except BaseException as error:
+        reason = unrunnable(error) if call.autotune is not None else None
+        if reason is not None:
+            raise CandidateFailure(_NOT_RUN, reason) from None
         failure = classify(error, device)
         if failure.kind != "cuda":
             breaches.extend(check_guards([*guarded_all, *mode.allocations], index))
@@ -210,7 +298,29 @@ def run_call(
         threads=threads_started(threads_before),
         streams=watch.streams.created - streams_before,
         state_changes=state_before.changes_to(snapshot(device)),
+        noise_kernels=noise_kernels,
     )
+    if measured:
+        # the harness lets go of the scratch it guarded: what stays is the candidate's
+        mode.allocations.clear()
+        scratch.clear()
+        assert watch.memory_at_load is not None
+        harness = [*holding, *(g.buffer for g in guarded_all), *outputs]
+        held, unseen = kept_since(
+            device,
+            watch.memory_at_load,
+            harness,
+            watch.noise.nbytes if watch.noise is not None else 0,
+        )
+        outcome = replace(
+            outcome, device_bytes_held=held, device_bytes_unseen=unseen, device_peak_bytes=peak
+        )
+    if (call.noise or call.threads) and alone:
+        outcome = replace(outcome, mismatches=tuple(bit_mismatches(outputs, alone, -1)))
+    if call.threads:
+        found = _concurrent_calls(candidate, call, index, device, watch, alone, breaches)
+        outcome = replace(outcome, mismatches=outcome.mismatches + found.pop("mismatches"))
+        outcome = replace(outcome, **found)
     if call.timed:
         outcome = _timed(candidate, args, slots, call, device, outcome)
         breaches.extend(check_guards(guarded_all, index))
@@ -221,6 +331,88 @@ def run_call(
             raise classify(error, device) from None
         outcome = replace(outcome, kernels=profile)
     return outcome, outputs, buffers
+
+
+def _concurrent_calls(
+    candidate: Callable[..., object],
+    call: Call,
+    index: int,
+    device: torch.device,
+    watch: Watch,
+    alone: tuple[torch.Tensor, ...],
+    breaches: list[GuardBreach],
+) -> dict[str, Any]:
+    """`call.threads` host threads call the candidate at once, each on a device stream of
+    its own with its own guarded copies of the inputs and outputs, its own poisoned
+    allocations; released together so their calls overlap. Returns the CallOutcome fields
+    they fill."""
+    count = call.threads
+    cuda = device.type == "cuda"
+    while cuda and len(watch.callers) < count:
+        watch.callers.append(torch.cuda.Stream(device))
+    buffers = [_buffers(call, device, {}) for _ in range(count)]
+    modes = [PoisonMode(call.poison) for _ in range(count)]
+    if cuda:
+        for stream in watch.callers[:count]:
+            stream.wait_stream(torch.cuda.current_stream(device))  # the inputs are in place
+    returned: list[object] = [None] * count
+    errors = [""] * count
+    go = threading.Event()
+
+    def caller(k: int) -> None:
+        placed = buffers[k]
+        args = [placed.inputs[p].view if p in placed.inputs else a for p, a in enumerate(call.args)]
+        slot_views = [s.view for s in placed.slots]
+        try:
+            if cuda:
+                torch.cuda.set_device(device)  # a thread starts on the default device
+            on_stream = torch.cuda.stream(watch.callers[k]) if cuda else contextlib.nullcontext()
+            go.wait()
+            with on_stream, modes[k]:
+                returned[k] = candidate(*args, *slot_views)
+        except BaseException as error:
+            errors[k] = describe(error)
+
+    callers = [
+        threading.Thread(target=caller, args=(k,), name=f"kernelaudit-caller-{k}", daemon=True)
+        for k in range(count)
+    ]
+    try:
+        for thread in callers:
+            thread.start()
+    finally:
+        go.set()  # threads already started must not wait for ever
+    for thread in callers:
+        if thread.ident is not None:
+            thread.join()
+    try:
+        synchronize(device)
+    except BaseException as error:
+        raise classify(error, device) from None
+    mismatches: list[tuple[int, int, int, int, float]] = []
+    outputs: list[tuple[torch.Tensor, ...]] = []
+    for k, placed in enumerate(buffers):
+        produced: tuple[torch.Tensor, ...] = ()
+        if not errors[k]:
+            try:
+                produced = tuple(s.view for s in placed.slots) or returned_outputs(returned[k])
+            except CandidateFailure as failure:
+                errors[k] = failure.message
+        guarded = [*placed.inputs.values(), *placed.slots, *modes[k].allocations]
+        named = [replace(g, label=f"{g.label} (thread {k})") for g in guarded]
+        breaches.extend(check_guards(named, index))
+        mismatches += bit_mismatches(produced, alone, k)
+        outputs.append(produced)
+    try:
+        copies = tuple(tuple(to_cpu(t) for t in produced) for produced in outputs if call.keep)
+    except Exception as error:
+        raise classify(error, device) from None
+    return {
+        "mismatches": tuple(mismatches),
+        "thread_outputs": copies,
+        "thread_fingerprints": tuple(fingerprints(produced) for produced in outputs),
+        "thread_errors": tuple(errors),
+    }
 
 
 def _buffers(call: Call, device: torch.device, placed: dict[int, Placed]) -> Placed:
@@ -511,6 +703,9 @@ def main(argv: Sequence[str]) -> int:
         _send(writer, ("exception", describe(error)))
         return 0
     watch.import_changes = pristine.changes_to(snapshot(device))
+    watch.folder = str(Path(path).resolve().parent)
+    if device.type == "cuda":
+        watch.memory_at_load = read_memory(device)
     _send(writer, ("ready",))
     while True:
         invocation = _receive(reader)

@@ -1,12 +1,14 @@
 """Judging a candidate's training against the natural envelope.
 
-The envelope is what the reference's own runs do when every result of the slot is nudged by one
-unit in the last place: what any correct kernel that rounds differently may do. Two things are
+The envelope is what the reference's own runs do when every result of the slot is nudged by the
+oracle's noise floor (one unit in the last place for bf16 and fp16), and what the reference does
+as it runs natively: what any correct kernel that rounds differently may do. Two things are
 judged against it, each in units of the envelope's largest value of the same kind:
 
 - the loss: how far the candidate's free-running loss curve ends from the reference's;
-- the parameter drift: along the reference's own trajectory, the sum of the differences between
-  the updates the candidate's gradients would make and the reference's (`loop.shadow`). Final
+- the parameter drift: along the correctly rounded slot's trajectory, the sum of the differences
+  between the updates the candidate's gradients would make and the correctly rounded ones
+  (`loop.shadow`). Final
   parameters of free-running runs would not do: a few hundred steps amplify one ulp into a
   different trajectory, so every run, good or bad, ends about as far from the reference.
 """
@@ -180,13 +182,14 @@ def conclusion(judgements: Sequence[Judgement]) -> str:
             parts.append(
                 f"Under {name} the candidate's training departs from the reference's: its "
                 f"loss ends {j.loss_ratio:.1f}x and its parameter updates drift up to "
-                f"{j.drift_ratio:.1f}x as far as one-ulp perturbations take them "
+                f"{j.drift_ratio:.1f}x as far as correct kernels (the reference, and it "
+                f"rounded differently) take them "
                 f"(worst: {j.drifts[0].parameter})."
             )
         else:
             parts.append(
                 f"Under {name} it trains like the reference: loss {j.loss_ratio:.1f}x and "
-                f"parameter updates {j.drift_ratio:.1f}x the one-ulp envelope."
+                f"parameter updates {j.drift_ratio:.1f}x the envelope of correct kernels."
             )
     if sgd is not None and adamw is not None and sgd.departs and not adamw.loss_departs:
         parts.append(

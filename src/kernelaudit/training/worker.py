@@ -16,7 +16,7 @@ import torch
 
 from kernelaudit.problem.load import load_problem
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
-from kernelaudit.training.loop import Experiment, shadow, train
+from kernelaudit.training.loop import Experiment, Rounded, shadow, train
 from kernelaudit.training.slots import Plug
 
 
@@ -31,7 +31,8 @@ def main(argv: Sequence[str]) -> int:
     results: list[dict[str, object]] = []
     dtypes = tuple(request["dtypes"])
     # the reference first: the candidate's import must not see (or patch) it being loaded
-    reference = Plug(request["slot"], load_problem(Path(request["problem"])).reference, dtypes)
+    reference = load_problem(Path(request["problem"])).reference
+    centre = Plug(request["slot"], Rounded(reference), dtypes)
     try:
         function = load_candidate(ref)
     except BaseException as error:
@@ -41,7 +42,7 @@ def main(argv: Sequence[str]) -> int:
     plug = Plug(request["slot"], function, dtypes)
     for optimizer in request["optimizers"]:
         run = train(experiment, optimizer, plug, request["tokens"], device)
-        shadowed = shadow(experiment, optimizer, reference, plug, request["tokens"], device)
+        shadowed = shadow(experiment, optimizer, centre, plug, request["tokens"], device)
         results.append(
             {
                 "optimizer": run.optimizer,

@@ -1,0 +1,217 @@
+"""Large tensors: a case whose largest tensor holds more than 2^31 elements.
+
+A kernel that computes offsets in 32-bit integers (`row * stride` with an int32 row, a program
+id times a block size) is right at every size a benchmark tries and reads or writes the wrong
+memory once an offset passes 2^31. In the thorough profile, on a GPU, this check grows a batch
+axis of the first workload until the largest tensor passes 2^31 elements (`kernelaudit.large`),
+runs the candidate once on it in a process of its own, and compares the rows around the 2^31st
+element and the last rows with the fp64 truth of those rows, by the error budget. Where the
+device or its free memory does not allow the case, it says so in a note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.execution import headline
+from kernelaudit.checks.numerics import comparison_evidence
+from kernelaudit.errors import ProblemError
+from kernelaudit.inputs.batch import axis_position, batch_axes, result_shapes
+from kernelaudit.inputs.case import dtype_name
+from kernelaudit.large.run import LargeRun, run_large, scalar_value
+from kernelaudit.large.sizing import ELEMENTS, CannotGrow, LargeCase, limit_name, plan_large_case
+from kernelaudit.problem.spec import Problem, ScalarInput
+from kernelaudit.runner.candidate import CandidateRef
+
+HEADROOM_BYTES = 1 << 30
+"""Device memory the case needs besides its inputs and outputs: the child's CUDA context and
+the candidate's own scratch."""
+
+_TIMEOUT_FACTOR = 2
+"""The large run may take this many times the profile's per-call timeout (drawing the inputs
+and compiling the kernel come on top of the call)."""
+
+_GIB = float(1 << 30)
+
+
+class LargeTensors:
+    name: ClassVar[str] = "large-tensors"
+    summary: ClassVar[str] = (
+        "a case whose largest tensor holds more than 2^31 elements matches the truth in the "
+        "rows past the 2^31st element (thorough profile, on a GPU)"
+    )
+
+    def __init__(self) -> None:
+        self._context: PlanContext | None = None
+
+    def plan(self, ctx: PlanContext) -> list[Probe]:
+        self._context = ctx
+        return []
+
+    def judge(self, observation: Observation) -> list[Failure]:
+        return []
+
+    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
+        return []
+
+    def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
+        ctx = self._context
+        if ctx is None or ctx.candidate is None or not ctx.profile.large_tensors:
+            return []
+        if not ctx.device.startswith("cuda"):
+            return [
+                _note(
+                    "not-run:cpu",
+                    f"not run: a case past {limit_name(ELEMENTS)} elements needs a GPU, and this "
+                    "audit ran on the CPU",
+                )
+            ]
+        device = torch.device(ctx.device)
+        torch.cuda.empty_cache()  # the auditor's own cached blocks are no use to the child
+        free, _ = torch.cuda.mem_get_info(device)
+        timeout = ctx.profile.timeout_s * _TIMEOUT_FACTOR
+        return examine(ctx.problem, ctx.candidate, ctx.device, free, timeout)
+
+
+def examine(
+    problem: Problem,
+    candidate: CandidateRef,
+    device: str,
+    free_bytes: int,
+    timeout_s: float,
+    elements: int = ELEMENTS,
+) -> list[Failure]:
+    """The check's work on `device` with `free_bytes` of its memory free, at an element limit
+    of `elements` (2^31; the tests run the same path on a CPU at a small one)."""
+    try:
+        case = plan_large_case(problem, batch_axes(problem), elements)
+    except CannotGrow as reason:
+        return [_note("not-run:no-case", f"not run: {reason}")]
+    needed = case.bytes_needed + HEADROOM_BYTES
+    if needed > free_bytes:
+        return [
+            _note(
+                "not-run:memory",
+                f"not run: the case {case.describe()} needs {needed / _GIB:.1f} GiB of device "
+                f"memory and {free_bytes / _GIB:.1f} GiB is free",
+                (
+                    ("case", case.describe()),
+                    ("bytes needed", needed),
+                    ("of which inputs and outputs", case.bytes_needed),
+                    ("bytes free", free_bytes),
+                ),
+            )
+        ]
+    run = run_large(problem, candidate, case, device, timeout_s)
+    if run.kind:
+        return [_stopped(case, run)]
+    return _judged(problem, case, run, device)
+
+
+def _setting(problem: Problem, case: LargeCase) -> tuple[tuple[str, Any], ...]:
+    dtypes = problem.dtype_configs()[case.dtype_config]
+    return (
+        ("grown axis", case.axis),
+        ("sizes", case.size_map()),
+        ("largest tensor", {"name": case.largest, "elements": case.largest_elements}),
+        ("dtypes", {name: dtype_name(dtype) for name, dtype in dtypes.items()}),
+        ("rows checked", {"around the limit": case.around_limit, "last": case.last}),
+    )
+
+
+def _stopped(case: LargeCase, run: LargeRun) -> Failure:
+    evidence = (("case", case.describe()), ("kind", run.kind), ("message", run.error))
+    if run.kind in ("load", "draw", "memory"):
+        what = {
+            "load": "the candidate could not be loaded",
+            "draw": "its inputs could not be drawn on the device",
+            "memory": "the device ran out of memory (the candidate's own allocations come on "
+            f"top of the {case.bytes_needed / _GIB:.1f} GiB of inputs and outputs)",
+        }[run.kind]
+        return _note(f"not-run:{run.kind}", f"not run at {case.describe()}: {what}", evidence)
+    what = {
+        "timeout": run.error,
+        "crash": run.error,
+        "contract": f"the candidate {run.error}",
+    }.get(run.kind, f"the candidate failed: {headline(run.error)}")
+    return Failure(
+        key=f"large-{run.kind}", title=f"at {case.describe()}: {what}", evidence=evidence
+    )
+
+
+def _judged(problem: Problem, case: LargeCase, run: LargeRun, device: str) -> list[Failure]:
+    # imported here: the oracle imports the checks package
+    from kernelaudit.oracle.compare import compare
+    from kernelaudit.oracle.truth import expected
+
+    rows = case.rows()
+    sizes = {**case.size_map(), case.axis: len(rows)}
+    inputs: dict[str, object] = {}
+    for inp in problem.inputs:
+        inputs[inp.name] = (
+            scalar_value(inp, sizes) if isinstance(inp, ScalarInput) else run.inputs[inp.name]
+        )
+    config = problem.dtype_configs()[case.dtype_config]
+    try:
+        expect = expected(problem, inputs, config, device)
+    except ProblemError as error:
+        return [_note("not-run:reference", f"not judged: {error}")]
+    values = (*run.outputs, *(run.after[name] for name in problem.contract.mutates))
+    positions = [axis_position(shape, case.axis) for shape in result_shapes(problem)]
+    groups = {
+        f"rows around element {limit_name(case.elements)} of {case.largest}": case.around_limit,
+        "last rows": case.last,
+    }
+    setting = _setting(problem, case)
+    failures = []
+    for k, name in enumerate(expect.names):
+        position = positions[k]
+        if position is None:
+            continue
+        failed = []
+        for where, wanted in groups.items():
+            index = torch.tensor([rows.index(r) for r in wanted], dtype=torch.int64)
+            comparison = compare(
+                name,
+                values[k].index_select(position, index),
+                expect.truth[k].index_select(position, index),
+                expect.baseline[k].index_select(position, index),
+                expect.dtypes[k],
+                depth=expect.depth,
+            )
+            if not comparison.passed:
+                failed.append((where, wanted, comparison))
+        if not failed:
+            continue
+        # the rows around the limit, where they fail, say most about where offsets wrap
+        where, wanted, comparison = failed[0]
+        failures.append(
+            Failure(
+                key=f"large-{comparison.failure}:{name}",
+                title=f"at {case.describe()}, in the {where} ({list(wanted)}): {comparison.reason}",
+                evidence=(
+                    *setting,
+                    ("failing rows", {w: list(r) for w, r, _ in failed}),
+                    *comparison_evidence(comparison),
+                ),
+                score=max((m.error_ratio for m in comparison.errors), default=1.0),
+            )
+        )
+    if failures:
+        return failures
+    return [
+        _note(
+            "matches",
+            f"at {case.describe()} the rows around element {limit_name(case.elements)} and the "
+            "last rows match the truth",
+            (*setting, ("seconds", round(run.seconds, 3)), ("peak bytes", run.peak_bytes)),
+        )
+    ]
+
+
+def _note(key: str, title: str, evidence: tuple[tuple[str, Any], ...] = ()) -> Failure:
+    return Failure(key=key, title=title, evidence=evidence, severity="note")

@@ -1,0 +1,185 @@
+"""Batch axes: the axes along which a problem's rows are independent of one another.
+
+An axis is a batch axis when each row of every result (every output, and every input the
+candidate may write) depends only on the same row of the inputs: the rows of a softmax, the `m`
+of a matmul, the tokens of an embedding lookup. Cutting a case to some rows along such an axis
+(`Case.rows`) then gives exactly those rows of the results. The batch-invariance check holds a
+candidate to that; the large-tensors check grows such an axis, so that the truth is needed for
+a few rows only.
+
+A problem may declare its batch axes (`Contract.batch_axes`). Otherwise they are inferred from
+the reference, once per problem: an axis the declaration allows (`structural_reason`) is a
+batch axis when the fp64 truth of a small case, cut to its last row and to a middle one along
+the axis, equals the same rows of the whole case's truth.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kernelaudit.errors import ProblemError, UsageError
+from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.materialize import materialize, uncuttable
+from kernelaudit.problem.spec import (
+    Axis,
+    Dim,
+    GeneratedInput,
+    Problem,
+    ScalarInput,
+    dim_axes,
+    resolve_shape,
+)
+
+_TRIAL_SIZE = 4
+"""Each axis's size in the small case the inference runs: a last row distinct from a middle
+one, and even, as head dimensions and vector widths want."""
+
+_TRIAL_ELEMENTS = 1 << 20
+"""The most input elements the inference spends on the first workload when the reference
+rejects the small sizes."""
+
+_AGREEMENT = 1e-9
+"""How far (relative to the largest magnitude of a result) fp64 rows may differ and still be
+the same rows: summation orders change with the batch even in float64."""
+
+_inferred: dict[Problem, tuple[str, ...]] = {}
+
+
+def batch_axes(problem: Problem) -> tuple[str, ...]:
+    """The problem's batch axes, in declaration order: those its contract declares, else those
+    inferred from its reference (computed once per problem)."""
+    declared = problem.contract.batch_axes
+    if declared is not None:
+        return declared
+    try:
+        hash(problem)
+    except TypeError:  # a problem holding unhashable values is inferred every time
+        return infer_batch_axes(problem)
+    if problem not in _inferred:
+        _inferred[problem] = infer_batch_axes(problem)
+    return _inferred[problem]
+
+
+def result_shapes(problem: Problem) -> tuple[tuple[Dim, ...], ...]:
+    """The declared shape of every compared result: the outputs in order, then the inputs the
+    contract lets the candidate mutate (as `Expected.names` lists them)."""
+    mutated = tuple(problem.input(name) for name in problem.contract.mutates)
+    return tuple(o.shape for o in problem.outputs) + tuple(
+        i.shape for i in mutated if not isinstance(i, ScalarInput)
+    )
+
+
+def axis_position(shape: tuple[Dim, ...], axis: str) -> int | None:
+    """Where `axis` stands in `shape` by its own name, or None where it does not."""
+    return next((d for d, dim in enumerate(shape) if dim == axis), None)
+
+
+def structural_reason(problem: Problem, axis: str) -> str:
+    """Why the declaration alone rules `axis` out as a batch axis; "" when it does not."""
+    if axis not in {a.name for a in problem.axes}:
+        return f"{axis!r} is not a declared axis"
+
+    held = False
+    for inp in problem.inputs:
+        reason = uncuttable(inp, axis)
+        if reason:
+            return reason
+        if isinstance(inp, ScalarInput):
+            continue
+        if isinstance(inp, GeneratedInput) and axis in inp.shape:
+            return (
+                f"input {inp.name!r} comes from the problem's own generator, whose structure a "
+                "cut along it would break"
+            )
+        held = held or axis in inp.shape
+    if not held:
+        return "no input has it"
+    names = [o.name for o in problem.outputs] + list(problem.contract.mutates)
+    for name, shape in zip(names, result_shapes(problem), strict=True):
+        nested = any(dim != axis and axis in dim_axes(dim) for dim in shape)
+        if shape.count(axis) != 1 or nested:
+            return f"result {name!r} does not have it once by its own name (it is reduced there)"
+    return ""
+
+
+def infer_batch_axes(problem: Problem) -> tuple[str, ...]:
+    """The axes the declaration allows whose rows the reference computes independently, tried
+    in float64 on the CPU at a small case (or the first workload, where the reference rejects
+    the small sizes and the workload is small enough)."""
+    allowed = [a.name for a in problem.axes if not structural_reason(problem, a.name)]
+    if not allowed:
+        return ()
+    for case in _trial_cases(problem):
+        try:
+            whole = _truth(problem, case)
+        except (ProblemError, UsageError):
+            continue  # the reference rejects these sizes: try the next ones
+        return tuple(axis for axis in allowed if _rows_agree(problem, case, whole, axis))
+    return ()
+
+
+def _trial_cases(problem: Problem) -> list[Case]:
+    small = {axis.name: _small_size(axis) for axis in problem.axes}
+    cases = [Case(tuple(small.items()), label="batch-axis trial")]
+    if problem.workloads:
+        sizes = problem.workloads[0].as_dict()
+        try:
+            elements = sum(math.prod(resolve_shape(i.shape, sizes)) for i in problem.tensor_inputs)
+        except KeyError:
+            return cases
+        if elements <= _TRIAL_ELEMENTS:
+            cases.append(Case(tuple(sizes.items()), label=problem.workloads[0].name))
+    return cases
+
+
+def _small_size(axis: Axis) -> int:
+    multiple = max(axis.multiple_of, 1)
+    size = -(-max(_TRIAL_SIZE, axis.min) // multiple) * multiple
+    if axis.max is not None and size > axis.max:
+        size = axis.max // multiple * multiple
+    return size
+
+
+def _truth(problem: Problem, case: Case) -> tuple[torch.Tensor, ...]:
+    # imported here: the oracle imports the checks, which import this module
+    from kernelaudit.oracle.truth import expected
+
+    config = problem.dtype_configs()[case.dtype_config]
+    return expected(problem, materialize(problem, case), config, "cpu").truth
+
+
+def _rows_agree(problem: Problem, case: Case, whole: tuple[torch.Tensor, ...], axis: str) -> bool:
+    size = case.size_map()[axis]
+    if size < 2:
+        return False  # one row cannot tell a batch axis from any other
+    shapes = result_shapes(problem)
+    for row in dict.fromkeys((size - 1, size // 2)):
+        try:
+            alone = _truth(problem, case.with_rows(axis, row, row + 1))
+        except (ProblemError, UsageError):
+            return False
+        for result, shape, cut in zip(whole, shapes, alone, strict=True):
+            position = axis_position(shape, axis)
+            if position is None or not _agree(result.narrow(position, row, 1), cut):
+                return False
+    return True
+
+
+def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape:
+        return False
+    if not (a.is_floating_point() or a.is_complex()):
+        return torch.equal(a, b)
+    finite = torch.isfinite(a)
+    if not torch.equal(finite, torch.isfinite(b)):
+        return False
+    if not torch.equal(a[~finite].isnan(), b[~finite].isnan()):
+        return False
+    if not torch.equal(a[~finite & ~a.isnan()], b[~finite & ~a.isnan()]):
+        return False
+    if not finite.any():
+        return True
+    scale = float(a[finite].abs().max())
+    return bool(((a[finite] - b[finite]).abs() <= _AGREEMENT * scale).all())

@@ -1,0 +1,145 @@
+"""The auditor's side of an interpreted run: start the child, stop it at its time limit, read
+back what it saw.
+
+The run starts as soon as it is made and goes on in the background, so an audit can start it
+while it plans and collect it once its probes are done: the child's start (importing torch,
+Triton and the candidate) costs seconds that the probes then hide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from kernelaudit.interpret.records import Interpretation, UnreadableResult
+from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.messages import Call
+from kernelaudit.runner.process import child_environment
+
+_STDERR_TAIL_LINES = 3
+
+_ORPHAN_GRACE_S = 30
+"""How long past its time limit a child whose auditor never collects it ends by itself."""
+
+
+class InterpretedRun:
+    """`calls` of `candidate` made under Triton's interpreter on the CPU, every memory access
+    watched (see `kernelaudit.interpret.child`), in a child process started at once.
+
+    inputs, outputs: the problem's input and output names, in declaration order.
+    timeout_s: wall time for the whole run from now, the child's start included; `finish`
+        kills the child's process group past it and keeps what the finished calls saw.
+    """
+
+    def __init__(
+        self,
+        candidate: CandidateRef,
+        calls: Sequence[Call],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        timeout_s: float,
+    ) -> None:
+        self._calls = len(calls)
+        self._timeout_s = timeout_s
+        self._deadline = time.monotonic() + timeout_s
+        self._folder = tempfile.TemporaryDirectory(prefix="kernelaudit-interpret-")
+        request = Path(self._folder.name) / "request.pt"
+        self._result = Path(self._folder.name) / "result.json"
+        torch.save(
+            {
+                "path": candidate.path,
+                "function": candidate.function,
+                "inputs": list(inputs),
+                "outputs": list(outputs),
+                "calls": list(calls),
+                "alarm_s": math.ceil(timeout_s) + _ORPHAN_GRACE_S,
+            },
+            request,
+        )
+        environment = child_environment("cpu")
+        # the interpreter runs on host memory: the child has no business with a device
+        environment["CUDA_VISIBLE_DEVICES"] = ""
+        command = [
+            sys.executable,
+            "-m",
+            "kernelaudit.interpret.child",
+            str(request),
+            str(self._result),
+        ]
+        self._seen: Interpretation | None = None
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (held until `finish`)
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._stderr,
+            stderr=self._stderr,
+            start_new_session=True,
+            env=environment,
+        )
+
+    def finish(self) -> Interpretation:
+        """Wait for the run (until its deadline) and return what it saw (the same again on
+        later calls)."""
+        if self._seen is None:
+            self._seen = self._collect()
+        return self._seen
+
+    def _collect(self) -> Interpretation:
+        timed_out = False
+        try:
+            self._process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            # whatever the candidate started goes with it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait()
+        try:
+            self._stderr.seek(0)
+            tail = self._stderr.read().decode(errors="replace").strip().splitlines()
+            written = self._result.is_file()
+            seen = _read(self._result) if written else None
+        finally:
+            self._stderr.close()
+            self._folder.cleanup()
+        if timed_out:
+            return replace(
+                seen or Interpretation(),
+                error=f"the interpreted run was still going after {self._timeout_s:.0f} s and "
+                "was stopped",
+                cause="timeout",
+            )
+        if seen is None or (seen.calls_done < self._calls and not seen.error):
+            ended = (
+                "left a result that could not be read"
+                if written and seen is None
+                else f"stopped (exit status {self._process.returncode})"
+            )
+            last = " / ".join(tail[-_STDERR_TAIL_LINES:]) or "no message"
+            done = seen.calls_done if seen else 0
+            return replace(
+                seen or Interpretation(),
+                error=f"the interpreted run {ended} after {done} of {self._calls} call(s): {last}",
+                cause="crash",
+            )
+        return seen
+
+
+def _read(result: Path) -> Interpretation | None:
+    try:
+        return Interpretation.from_json(json.loads(result.read_text()))
+    except (OSError, ValueError, UnreadableResult):
+        return None

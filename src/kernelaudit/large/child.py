@@ -1,0 +1,170 @@
+"""The candidate's side of the large case, in a process of its own.
+
+`python -m kernelaudit.large.child REQUEST RESULT` reads the request (JSON, written by
+`kernelaudit.large.run`), draws every input directly on the device, calls the candidate once,
+and saves only the checked rows: of the inputs as drawn, of the outputs, and of the inputs the
+candidate may write as they are after the call. Only plain tensors, numbers and strings come
+back (the auditor reads them with `torch.load(weights_only=True)`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelaudit.runner.candidate import CandidateRef, load_candidate
+
+_MESSAGE_CHARS = 4000
+
+
+def main(argv: Sequence[str]) -> int:
+    request_path, result_path = argv
+    request = json.loads(Path(request_path).read_text())
+    device = torch.device(request["device"])
+    if device.type == "cuda":
+        if device.index is None:  # set_device needs an index: "cuda" means the current one
+            device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)
+    try:
+        function = load_candidate(CandidateRef(request["path"], request["function"]))
+    except BaseException as error:
+        return _failed(result_path, "load", error)
+    try:
+        args = [_drawn(spec, device, int(request["seed"])) for spec in request["inputs"]]
+        slots = [_slot(spec, device) for spec in request["outputs"]] if request["slots"] else []
+        index = torch.tensor(request["rows"], dtype=torch.int64, device=device)
+        before = {
+            spec["name"]: _rows(arg, spec["dim"], index)
+            for spec, arg in zip(request["inputs"], args, strict=True)
+            if isinstance(arg, torch.Tensor)
+        }
+        _synchronize(device)
+    except BaseException as error:
+        return _failed(result_path, "memory" if _out_of_memory(error) else "draw", error)
+    began = time.perf_counter()
+    try:
+        with torch.no_grad():
+            returned = function(*args, *slots)
+        _synchronize(device)
+    except BaseException as error:
+        return _failed(result_path, "memory" if _out_of_memory(error) else "exception", error)
+    seconds = time.perf_counter() - began
+    outputs = slots or _returned(returned)
+    problem = _contract_problem(outputs, request["outputs"])
+    if problem:
+        torch.save({"error": problem, "kind": "contract"}, result_path)
+        return 0
+    try:
+        rows = [
+            _rows(out, spec["dim"], index)
+            for out, spec in zip(outputs, request["outputs"], strict=True)
+        ]
+        after = {
+            spec["name"]: _rows(arg, spec["dim"], index)
+            for spec, arg in zip(request["inputs"], args, strict=True)
+            if spec["name"] in request["mutates"] and isinstance(arg, torch.Tensor)
+        }
+    except BaseException as error:
+        return _failed(result_path, "exception", error)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+    torch.save(
+        {
+            "error": "",
+            "kind": "",
+            "inputs": before,
+            "outputs": rows,
+            "after": after,
+            "seconds": seconds,
+            "peak_bytes": int(peak),
+        },
+        result_path,
+    )
+    return 0
+
+
+def _drawn(spec: dict[str, Any], device: torch.device, seed: int) -> object:
+    """One input on the device: normal values for floats, ids in [0, bound) for indices, a
+    random keep pattern for masks; the same seed gives the same values."""
+    kind = spec["kind"]
+    if kind == "scalar":
+        return spec["value"]
+    generator = torch.Generator(device=device)
+    generator.manual_seed(zlib.crc32(f"{seed}\0{spec['name']}".encode()))
+    dtype = getattr(torch, spec["dtype"])
+    tensor = torch.empty(spec["shape"], dtype=dtype, device=device)
+    if kind == "float":
+        return tensor.normal_(generator=generator)
+    if kind == "index":
+        return tensor.random_(0, max(int(spec["bound"]), 1), generator=generator)
+    tensor.random_(0, 2, generator=generator)
+    if kind == "additive":
+        # 0 and 1 become log(1) = 0 (kept) and log(0) = -inf (masked), in place: no second
+        # tensor of this size
+        tensor.neg_().add_(1).log_()
+    return tensor
+
+
+def _slot(spec: dict[str, Any], device: torch.device) -> torch.Tensor:
+    """A preallocated output, filled so that rows the candidate never writes show."""
+    dtype = getattr(torch, spec["dtype"])
+    slot = torch.empty(spec["shape"], dtype=dtype, device=device)
+    return slot.fill_(float("nan") if dtype.is_floating_point else 0)
+
+
+def _rows(tensor: torch.Tensor, dim: int | None, index: torch.Tensor) -> torch.Tensor:
+    """The checked rows of `tensor` (all of it where it lacks the grown axis), as a plain,
+    contiguous CPU tensor: no subclass or view of the candidate's comes along."""
+    picked = tensor.detach()
+    if dim is not None:
+        picked = picked.index_select(dim, index.to(picked.device))
+    copy = torch.empty(tuple(picked.shape), dtype=picked.dtype, device="cpu")
+    copy.copy_(picked)
+    return copy
+
+
+def _returned(returned: object) -> list[object]:
+    if isinstance(returned, (tuple, list)):
+        return list(returned)
+    return [returned]
+
+
+def _contract_problem(outputs: list[object], specs: list[dict[str, Any]]) -> str:
+    if len(outputs) != len(specs):
+        return f"returned {len(outputs)} value(s) but the problem declares {len(specs)} output(s)"
+    for out, spec in zip(outputs, specs, strict=True):
+        if not isinstance(out, torch.Tensor):
+            return f"returned a {type(out).__name__} for output {spec['name']!r}, not a tensor"
+        if list(out.shape) != list(spec["shape"]):
+            return (
+                f"returned shape {tuple(out.shape)} for output {spec['name']!r}, declared "
+                f"{tuple(spec['shape'])}"
+            )
+    return ""
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError))
+
+
+def _failed(result_path: str, kind: str, error: BaseException) -> int:
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
+    message = text if len(text) <= _MESSAGE_CHARS else "...\n" + text[-_MESSAGE_CHARS:]
+    torch.save({"error": message, "kind": kind}, result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

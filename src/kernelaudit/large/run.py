@@ -1,0 +1,160 @@
+"""Run the candidate on the large case in a process of its own and read back the checked rows.
+
+The process (`kernelaudit.large.child`) gets the candidate's environment, a session of its own
+(killed whole on timeout) and a request that names only plain values; what it sends back is
+read with `torch.load(weights_only=True)`, so a candidate cannot smuggle objects into the
+auditor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelaudit.inputs.batch import axis_position
+from kernelaudit.inputs.case import dtype_name
+from kernelaudit.large.sizing import LargeCase
+from kernelaudit.problem.spec import (
+    IndexInput,
+    MaskInput,
+    Problem,
+    ScalarInput,
+    TensorInput,
+    dim_size,
+    resolve_shape,
+)
+from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.process import child_environment
+
+
+@dataclass(frozen=True)
+class LargeRun:
+    """What the candidate's process sent back: the checked rows, or why there are none.
+
+    inputs: every tensor input as drawn, cut to the checked rows where it has the grown axis.
+    outputs: the checked rows of every output.
+    after: the checked rows of every input the contract lets the candidate mutate, after the
+        call.
+    kind: "" when the call ran; else "load", "draw" or "memory" (the run could not be made),
+        "exception", "contract", "timeout" or "crash" (the candidate failed on the case).
+    """
+
+    inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    outputs: tuple[torch.Tensor, ...] = ()
+    after: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    seconds: float = 0.0
+    """How long the candidate's one call took, device work included."""
+    peak_bytes: int = 0
+    error: str = ""
+    kind: str = ""
+
+
+def scalar_value(inp: ScalarInput, sizes: Mapping[str, int]) -> object:
+    """The argument's default: the size of its axis, or its own value."""
+    return sizes[inp.axis] if inp.axis is not None else inp.value
+
+
+def request_for(
+    problem: Problem, candidate: CandidateRef, case: LargeCase, device: str, seed: int
+) -> dict[str, Any]:
+    """The child's request, as plain JSON values."""
+    sizes = case.size_map()
+    dtypes = problem.dtype_configs()[case.dtype_config]
+    inputs: list[dict[str, Any]] = []
+    for inp in problem.inputs:
+        if isinstance(inp, ScalarInput):
+            inputs.append({"name": inp.name, "kind": "scalar", "value": scalar_value(inp, sizes)})
+            continue
+        spec: dict[str, Any] = {
+            "name": inp.name,
+            "shape": list(resolve_shape(inp.shape, sizes)),
+            "dtype": dtype_name(dtypes[inp.name]),
+            "dim": axis_position(inp.shape, case.axis),
+        }
+        if isinstance(inp, TensorInput):
+            spec["kind"] = "float"
+        elif isinstance(inp, IndexInput):
+            spec["kind"] = "index"
+            spec["bound"] = dim_size(inp.bound, sizes)
+        elif isinstance(inp, MaskInput):
+            spec["kind"] = "additive" if inp.kind == "additive" else "mask"
+        inputs.append(spec)
+    outputs = [
+        {
+            "name": out.name,
+            "shape": list(resolve_shape(out.shape, sizes)),
+            "dtype": dtype_name(problem.output_dtype(out, dtypes)),
+            "dim": axis_position(out.shape, case.axis),
+        }
+        for out in problem.outputs
+    ]
+    return {
+        "path": candidate.path,
+        "function": candidate.function,
+        "device": device,
+        "seed": seed,
+        "inputs": inputs,
+        "outputs": outputs,
+        "slots": problem.contract.style == "destination",
+        "mutates": list(problem.contract.mutates),
+        "rows": list(case.rows()),
+    }
+
+
+def run_large(
+    problem: Problem,
+    candidate: CandidateRef,
+    case: LargeCase,
+    device: str,
+    timeout_s: float,
+    seed: int = 0,
+) -> LargeRun:
+    """Draw the large case on `device` in a process of its own, call the candidate once, and
+    bring back the checked rows."""
+    with tempfile.TemporaryDirectory(prefix="kernelaudit-large-") as folder:
+        request, result = Path(folder) / "request.json", Path(folder) / "result.pt"
+        request.write_text(json.dumps(request_for(problem, candidate, case, device, seed)))
+        command = [sys.executable, "-m", "kernelaudit.large.child", str(request), str(result)]
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=child_environment(device),
+        )
+        try:
+            _, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return LargeRun(
+                error=f"the candidate did not return within {timeout_s:.0f} s", kind="timeout"
+            )
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        if not result.is_file():
+            tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
+            died = f"the candidate's process died (exit {process.returncode}): "
+            return LargeRun(error=died + (" / ".join(tail) or "no message"), kind="crash")
+        data = torch.load(result, weights_only=True)
+    if data.get("error"):
+        return LargeRun(error=str(data["error"]), kind=str(data.get("kind", "exception")))
+    return LargeRun(
+        inputs={str(k): v for k, v in data["inputs"].items()},
+        outputs=tuple(data["outputs"]),
+        after={str(k): v for k, v in data["after"].items()},
+        seconds=float(data["seconds"]),
+        peak_bytes=int(data["peak_bytes"]),
+    )

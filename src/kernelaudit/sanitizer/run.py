@@ -1,0 +1,143 @@
+"""Starting the child, plain or under one compute-sanitizer tool, with a time limit.
+
+Each run is a process group of its own, killed whole when it outlives its limit. The sanitizer
+writes its reports to a log file of their own (`--log-file`), so nothing the candidate prints
+can pass for a report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelaudit.runner.process import child_environment
+
+PADDING_BYTES = 1 << 16
+"""memcheck's `--padding`: an unused gap after every allocation, so an overrun lands in no
+other buffer (where it would go unseen) however far past the end it goes, up to 64 KiB."""
+
+PRINT_LIMIT = 64
+"""Reports printed per run; the summary line still counts them all."""
+
+ERROR_EXITCODE = 86
+"""The exit code the sanitizer returns when it found errors (the child itself exits 0)."""
+
+_TAIL_BYTES = 4000
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished (or killed) run.
+
+    tool: the sanitizer tool, or "plain" for the run without one.
+    returncode: None when the run was killed at its time limit.
+    log: what the sanitizer wrote to its log ("" for a plain run, or when it wrote nothing).
+    output: the end of what the processes wrote to stdout and stderr (the sanitizer's own
+        failures, the candidate's prints, a traceback).
+    """
+
+    tool: str
+    command: tuple[str, ...]
+    seconds: float
+    returncode: int | None
+    log: str
+    output: str
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def child_command(request: Path, result: Path) -> list[str]:
+    return [sys.executable, "-m", "kernelaudit.sanitizer.child", str(request), str(result)]
+
+
+def sanitizer_command(
+    executable: str,
+    tool: str,
+    log: Path,
+    limit_s: float,
+    kernels: Sequence[str],
+    child: Sequence[str],
+) -> list[str]:
+    """The command line that runs `child` under `tool`, checking only the kernels whose
+    mangled names contain one of `kernels` (every kernel when there are none)."""
+    command = [
+        executable,
+        "--tool",
+        tool,
+        "--log-file",
+        str(log),
+        "--print-limit",
+        str(PRINT_LIMIT),
+        "--error-exitcode",
+        str(ERROR_EXITCODE),
+        # how long the tool waits for the child to connect (at its first CUDA call, after
+        # importing torch): as long as the run may take
+        "--launch-timeout",
+        str(max(1, int(limit_s))),
+        "--target-processes",
+        "application-only",
+        # a kernel that faults is stopped, not the whole context: the next case still runs
+        "--destroy-on-device-error",
+        "kernel",
+        "--show-backtrace",
+        "no",
+    ]
+    if tool == "memcheck":
+        command += ["--padding", str(PADDING_BYTES), "--report-api-errors", "no"]
+    for name in kernels:
+        command += ["--kernel-name", f"kns={name}"]
+    return [*command, "--", *child]
+
+
+def environment(device: str) -> dict[str, str]:
+    """The child's environment: a candidate's, with torch's caching allocator off (it rounds
+    allocations up and carves tensors out of larger blocks, so an overrun of a few elements
+    lands inside memory the sanitizer counts as allocated) and CUDA modules loaded lazily (the
+    sanitizer instruments every module loaded, and torch's are many)."""
+    env = child_environment(device)
+    env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    # expandable segments map memory through the virtual memory API, which --padding does
+    # not pad and where the sanitizer has reported overruns that were not there
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        env.pop(name, None)
+    env["CUDA_MODULE_LOADING"] = "LAZY"
+    return env
+
+
+def run(tool: str, command: Sequence[str], env: dict[str, str], limit_s: float, log: Path) -> Run:
+    """Run `command` in a process group of its own for at most `limit_s` seconds."""
+    with tempfile.TemporaryFile() as output:
+        began = time.perf_counter()
+        process = subprocess.Popen(
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+        try:
+            returncode: int | None = process.wait(timeout=max(limit_s, 1.0))
+        except subprocess.TimeoutExpired:
+            returncode = None
+        finally:
+            # whatever the candidate left running dies with the run
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        seconds = time.perf_counter() - began
+        size = output.tell()
+        output.seek(max(0, size - _TAIL_BYTES))
+        tail = output.read().decode(errors="replace")
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    return Run(tool, tuple(command), seconds, returncode, text, tail)

@@ -1,0 +1,203 @@
+"""The large-tensors check: a case whose largest tensor passes 2^31 elements, a batch axis grown
+to reach it, run on a GPU in the thorough profile only; everywhere else it costs nothing or
+says in a note why it did not run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelaudit import Axis, Contract, IndexInput, Output, Problem, TensorInput
+from kernelaudit.checks.base import PlanContext
+from kernelaudit.checks.large_tensors import HEADROOM_BYTES, LargeTensors, examine
+from kernelaudit.engine.audit import audit
+from kernelaudit.findings import AuditReport, Finding
+from kernelaudit.large.sizing import CannotGrow, plan_large_case
+from kernelaudit.profiles import PROFILES
+from kernelaudit.runner.candidate import CandidateRef
+
+FIXTURES = Path(__file__).parent / "fixtures"
+KERNELS = str(FIXTURES / "large_rows_kernels.py")
+
+
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def _gather(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    return weight[ids]
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a @ b
+
+
+ROWS = Problem(
+    name="double_rows",
+    reference=_double,
+    axes=("rows", "cols"),
+    inputs=(TensorInput("x", ("rows", "cols"), dtypes=(torch.float32, torch.float16)),),
+    outputs=(Output("y", ("rows", "cols"), dtype="x"),),
+    workloads=({"rows": 8, "cols": 16},),
+)
+
+GATHER = Problem(
+    name="gather",
+    reference=_gather,
+    axes=("tokens", "vocab", "hidden"),
+    inputs=(
+        TensorInput("weight", ("vocab", "hidden"), dtypes=(torch.bfloat16,), role="weight"),
+        IndexInput("ids", ("tokens",), bound="vocab"),
+    ),
+    outputs=(Output("out", ("tokens", "hidden"), dtype="weight"),),
+    workloads=({"tokens": 512, "vocab": 1000, "hidden": 256},),
+)
+
+MATMUL = Problem(
+    name="matmul",
+    reference=_matmul,
+    axes=("m", "n", "k"),
+    inputs=(
+        TensorInput("a", ("m", "k"), dtypes=(torch.float16,)),
+        TensorInput("b", ("k", "n"), dtypes=(torch.float16,), role="weight"),
+    ),
+    outputs=(Output("c", ("m", "n"), dtype="a"),),
+    workloads=({"m": 256, "n": 128, "k": 1024},),
+)
+
+
+def test_the_rows_axis_grows_just_past_2_to_the_31_in_the_smallest_dtype() -> None:
+    case = plan_large_case(ROWS, ("rows", "cols"))
+    rows = (1 << 31) // 16 + 4
+    assert case.axis == "rows"
+    assert case.dtype_config == 1  # float16: half the bytes of float32
+    assert case.size_map() == {"rows": rows, "cols": 16}
+    assert case.largest_elements == rows * 16 > 1 << 31
+    assert case.bytes_needed == 2 * rows * 16 * 2  # x and y in float16
+    # the rows holding elements 2^31 - 1 and 2^31 of x, and the rows past them
+    assert case.around_limit == ((1 << 27) - 1, 1 << 27, (1 << 27) + 1)
+    assert case.last == tuple(range(rows - 4, rows))
+
+
+def test_an_embedding_grows_its_tokens_and_never_the_vocabulary_ids_point_into() -> None:
+    case = plan_large_case(GATHER, ("tokens", "hidden"))
+    tokens = -(-(1 << 31) // 256) + 4
+    assert case.axis == "tokens"
+    assert case.largest == "out"
+    assert case.size_map() == {"tokens": tokens, "vocab": 1000, "hidden": 256}
+    assert case.bytes_needed == tokens * 8 + 1000 * 256 * 2 + tokens * 256 * 2
+
+
+def test_a_matmul_grows_m_and_keeps_the_reduced_k() -> None:
+    case = plan_large_case(MATMUL, ("m", "n"))
+    assert case.axis == "m"
+    assert case.size_map()["k"] == 1024
+    assert case.largest == "a"
+    assert case.size_map()["m"] == (1 << 31) // 1024 + 4
+
+
+def test_growth_keeps_to_the_axis_multiple_and_reports_an_axis_too_small() -> None:
+    multiple = replace(ROWS, axes=(Axis("rows", multiple_of=64), Axis("cols")))
+    assert plan_large_case(multiple, ("rows",)).size_map()["rows"] == (1 << 27) + 64
+    capped = replace(ROWS, axes=(Axis("rows", max=4096), Axis("cols")))
+    with pytest.raises(CannotGrow, match=r"'rows' would need 134,217,732 .* at most 4,096"):
+        plan_large_case(capped, ("rows",))
+    with pytest.raises(CannotGrow, match="no batch axis"):
+        plan_large_case(ROWS, ())
+
+
+def test_where_memory_does_not_allow_a_note_says_what_is_needed_and_what_is_free() -> None:
+    free = 3 << 30
+    (note,) = examine(ROWS, CandidateRef(KERNELS, "double"), "cuda", free, 10.0)
+    evidence = dict(note.evidence)
+    assert note.severity == "note"
+    assert note.key == "not-run:memory"
+    assert evidence["bytes needed"] == plan_large_case(ROWS, ("rows",)).bytes_needed + (
+        HEADROOM_BYTES
+    )
+    assert evidence["bytes free"] == free
+    assert "needs 9.0 GiB of device memory and 3.0 GiB is free" in note.title
+
+
+def _check_after_plan(profile: str, device: str) -> LargeTensors:
+    check = LargeTensors()
+    candidate = CandidateRef(KERNELS, "double")
+    check.plan(PlanContext(ROWS, PROFILES[profile], device, 132, candidate))
+    return check
+
+
+def test_quick_and_default_profiles_never_run_it() -> None:
+    assert _check_after_plan("quick", "cuda").conclude([]) == []
+    assert _check_after_plan("default", "cuda").conclude([]) == []
+
+
+@pytest.mark.slow
+def test_a_thorough_audit_on_the_cpu_says_in_a_note_that_it_needs_a_gpu(
+    finding_of: Callable[[AuditReport, str], Finding],
+) -> None:
+    problem = FIXTURES / "large_rows.py"
+    report = audit(problem, f"{KERNELS}::double", PROFILES["thorough"], "cpu", ["large-tensors"])
+    finding = finding_of(report, "large-tensors")
+    assert report.verdict == "PASS"
+    assert finding.severity == "note"
+    assert "needs a GPU" in finding.title
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("candidate", "severity", "key"),
+    [("double", "note", "matches"), ("wraps_past_4096", "fail", "large-error:y")],
+)
+def test_rows_past_the_limit_are_judged_against_the_truth(
+    candidate: str, severity: str, key: str
+) -> None:
+    # the same path as on a GPU, at a limit of 2^12 elements the CPU can afford
+    problem = replace(ROWS, inputs=(TensorInput("x", ("rows", "cols"), dtypes=(torch.float16,)),))
+    failures = examine(problem, CandidateRef(KERNELS, candidate), "cpu", 1 << 40, 60.0, 1 << 12)
+    (finding,) = failures
+    assert (finding.severity, finding.key) == (severity, key)
+    assert "rows=260" in finding.title
+    if severity == "fail":
+        assert "in the rows around element 2^12 of x ([255, 256, 257])" in finding.title
+        assert dict(finding.evidence)["failing rows"] == {
+            "rows around element 2^12 of x": [255, 256, 257],
+            "last rows": [256, 257, 258, 259],
+        }
+
+
+@pytest.mark.slow
+def test_a_destination_style_candidate_that_leaves_rows_unwritten_fails() -> None:
+    problem = replace(
+        ROWS,
+        inputs=(TensorInput("x", ("rows", "cols"), dtypes=(torch.float16,)),),
+        contract=Contract(style="destination"),
+    )
+    failures = examine(
+        problem, CandidateRef(KERNELS, "double_into_first_4096"), "cpu", 1 << 40, 60.0, 1 << 12
+    )
+    (finding,) = failures
+    assert finding.severity == "fail"
+    assert finding.key == "large-nan-where-finite:y"
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    ("candidate", "verdict"), [("double_int32_offsets", "FAIL"), ("double_int64_offsets", "PASS")]
+)
+def test_a_triton_kernel_with_int32_offsets_fails_past_2_to_the_31_and_its_int64_twin_passes(
+    candidate: str, verdict: str, finding_of: Callable[[AuditReport, str], Finding]
+) -> None:
+    problem = FIXTURES / "large_rows.py"
+    report = audit(
+        problem, f"{KERNELS}::{candidate}", PROFILES["thorough"], "cuda", ["large-tensors"]
+    )
+    finding = finding_of(report, "large-tensors")
+    assert report.verdict == verdict, finding.title
+    assert "rows=524,292" in finding.title  # 2^31 / 4096 columns + 4 rows past the limit
+    assert finding.severity == ("fail" if verdict == "FAIL" else "note")

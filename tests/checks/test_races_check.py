@@ -1,0 +1,131 @@
+"""The races check: calls under noise kernels and from several threads at once, compared bit for
+bit with a call made alone (GPU only); a problem allowed to vary is held to its error budget."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelaudit import Contract
+from kernelaudit.checks.base import Expected, Observation, PlanContext, Probe, Step
+from kernelaudit.checks.races import Races
+from kernelaudit.engine.audit import audit
+from kernelaudit.problem.load import load_problem
+from kernelaudit.profiles import PROFILES
+from kernelaudit.runner.messages import CallOutcome, InvocationResult
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def context(stem: str, device: str, profile: str = "quick", **contract: object) -> PlanContext:
+    problem = load_problem(FIXTURES / f"{stem}.py")
+    if contract:
+        problem = replace(problem, contract=Contract(**contract))  # type: ignore[arg-type]
+    return PlanContext(problem, PROFILES[profile], device, 132)
+
+
+def observed(probe: Probe, ctx: PlanContext, calls: list[CallOutcome]) -> Observation:
+    """What a run of `probe` on row_scale (y of 8 x 16) produced, with y's truth all ones."""
+    ones = torch.ones(8, 16, dtype=torch.float64)
+    expected = Expected(("y",), (ones,), (ones.float(),), (torch.float32,), depth=1)
+    result = InvocationResult(calls=tuple(calls))
+    return Observation(ctx.problem, probe, result, {}, expected, device="cuda")
+
+
+def test_a_cpu_gets_no_probes() -> None:
+    assert Races().plan(context("column_total", "cpu")) == []
+
+
+def test_a_gpu_gets_runs_under_noise_and_threads_on_exact_values() -> None:
+    noise, threads = Races().plan(context("column_total", "cuda", "default"))
+    assert noise.case.label == threads.case.label == "workload 0"
+    # sums of small integers are exact in any order: a differing bit is a race
+    assert noise.case.values == (("x", "small_integers"),)
+    assert noise.plan.steps == (Step(),) + (Step(noise=True, keep=False),) * 20
+    assert threads.plan.steps == (Step(),) + (Step(threads=4, keep=False),) * 2
+    varying = Races().plan(context("column_total", "cuda", deterministic=False))
+    # a problem allowed to vary has every run's outputs sent back, to judge their values
+    assert varying[0].plan.steps == (Step(),) + (Step(noise=True, keep=True),) * 5
+
+
+def test_runs_under_noise_that_differ_are_reported_with_where_and_by_how_much() -> None:
+    ctx = context("row_scale", "cuda")
+    probe = Races().plan(ctx)[0]
+    alone = CallOutcome(outputs=(torch.ones(8, 16),))
+    calls = [alone] + [CallOutcome(outputs=(), noise_kernels=12) for _ in range(5)]
+    calls[2] = replace(calls[2], mismatches=((-1, 0, 3, 40, 2.0),))
+    calls[4] = replace(calls[4], mismatches=((-1, 0, 7, 21, 4.0),))
+    (failure,) = Races().judge(observed(probe, ctx, calls))
+    evidence = dict(failure.evidence)
+    assert failure.key == "differs-noise:y"
+    assert failure.severity == "fail"
+    assert failure.title == (
+        "'y': run 4 under noise differs from the call alone in 7 of 128 elements "
+        "(largest difference 4); 2 of 5 such runs differ"
+    )
+    assert evidence["first index"] == (1, 5)
+    assert evidence["condition"] == "noise"
+    assert evidence["noise kernels launched on a side stream"] == 12
+
+
+def test_threads_that_differ_or_fail_are_named() -> None:
+    ctx = context("row_scale", "cuda")
+    probe = Races().plan(ctx)[1]
+    alone = CallOutcome(outputs=(torch.ones(8, 16),))
+    rounds = [
+        CallOutcome(outputs=(), thread_errors=("", "", "", "")),
+        CallOutcome(
+            outputs=(),
+            mismatches=((2, 0, 1, 17, 0.5),),
+            thread_errors=("", "RuntimeError: busy", "", ""),
+        ),
+    ]
+    differs, failed = Races().judge(observed(probe, ctx, [alone, *rounds]))
+    assert differs.key == "differs-threads:y"
+    assert dict(differs.evidence)["run"] == "thread 3 of 4 calling at once (round 2)"
+    assert dict(differs.evidence)["first index"] == (1, 1)
+    assert (failed.key, failed.severity) == ("thread-error", "warn")
+    assert failed.title == "thread 2 of 4 calling at once (round 2) failed: RuntimeError: busy"
+
+
+def test_a_problem_allowed_to_vary_holds_every_run_and_thread_to_the_error_budget() -> None:
+    ctx = context("row_scale", "cuda", deterministic=False)
+    probe = Races().plan(ctx)[1]
+    right, wrong = (torch.ones(8, 16),), (torch.zeros(8, 16),)
+    calls = [
+        CallOutcome(outputs=right),
+        CallOutcome(outputs=right, thread_outputs=(right, right, right, right)),
+        CallOutcome(outputs=right, thread_outputs=(right, wrong, right, right)),
+    ]
+    (failure,) = Races().judge(observed(probe, ctx, calls))
+    assert failure.key.startswith("threads-error:")
+    assert failure.title.startswith("thread 2 of 4 calling at once (round 2): y")
+    calls[2] = calls[1]
+    assert Races().judge(observed(probe, ctx, calls)) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    ("candidate", "racy"), [("releases_before_storing", True), ("releases_after_storing", False)]
+)
+def test_a_lock_released_before_its_stores_is_caught_on_a_gpu(candidate: str, racy: bool) -> None:
+    report = audit(
+        FIXTURES / "column_total.py",
+        f"{FIXTURES / 'column_total_kernels.py'}::{candidate}",
+        profile="default",
+        device="cuda",
+        checks=["races"],
+    )
+    found = [f for f in report.findings if f.check == "races"]
+    if not racy:
+        assert found == [], [f.title for f in found]
+        return
+    assert report.verdict == "FAIL"
+    assert any(f.severity == "fail" and f.key.startswith("differs-") for f in found), [
+        f.title for f in report.findings
+    ]

@@ -1,0 +1,16 @@
+"""Suite-wide ordering: the longest tests first.
+
+The suite runs on two processes (`pytest -n 2 --dist load`), which take the first tests in
+turns and the rest as they come free. Started last, an audit of a bundled example leaves one
+process busy for minutes while the other idles; started first, the two share them out and the
+many short tests fill in around them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # sorted() is stable: within each group the collection order stays as it was
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("long") is None)

@@ -1,0 +1,208 @@
+"""Batch axes and row-restricted cases: which axes a problem's rows are independent along,
+inferred from the reference or declared, and cases cut to a few rows of such an axis."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from kernelaudit import (
+    Axis,
+    Contract,
+    IndexInput,
+    Output,
+    Problem,
+    ScalarInput,
+    TensorInput,
+)
+from kernelaudit.errors import ProblemError, UsageError
+from kernelaudit.inputs.batch import batch_axes, infer_batch_axes
+from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.materialize import materialize
+from kernelaudit.problem.load import validate
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a @ b
+
+
+def _embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    return weight[ids]
+
+
+def _softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+def _running_sum(x: torch.Tensor) -> torch.Tensor:
+    # each row sums every row before it: its first row alone is right, its last is not
+    return x.cumsum(dim=0)
+
+
+def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, hidden: int) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).sum(dim=-1, keepdim=True) / hidden) * weight
+
+
+MATMUL = Problem(
+    name="matmul",
+    reference=_matmul,
+    axes=("m", "n", "k"),
+    inputs=(TensorInput("a", ("m", "k")), TensorInput("b", ("k", "n"), role="weight")),
+    outputs=(Output("c", ("m", "n")),),
+    workloads=({"m": 64, "n": 32, "k": 48},),
+)
+
+EMBEDDING = Problem(
+    name="embedding",
+    reference=_embedding,
+    axes=("tokens", "vocab", "hidden"),
+    inputs=(
+        TensorInput("weight", ("vocab", "hidden"), role="weight"),
+        IndexInput("ids", ("tokens",), bound="vocab"),
+    ),
+    outputs=(Output("out", ("tokens", "hidden")),),
+    workloads=({"tokens": 128, "vocab": 50, "hidden": 16},),
+)
+
+SOFTMAX = Problem(
+    name="softmax",
+    reference=_softmax,
+    axes=("rows", "cols"),
+    inputs=(TensorInput("x", ("rows", "cols")),),
+    outputs=(Output("y", ("rows", "cols")),),
+    workloads=({"rows": 32, "cols": 64},),
+)
+
+RMSNORM = Problem(
+    name="rmsnorm",
+    reference=_rmsnorm,
+    axes=("rows", "hidden"),
+    inputs=(
+        TensorInput("x", ("rows", "hidden"), dtypes=(torch.float16,)),
+        TensorInput("weight", ("hidden",), dtypes=(torch.float16,), role="weight"),
+        ScalarInput("hidden", "hidden"),
+    ),
+    outputs=(Output("y", ("rows", "hidden"), dtype="x"),),
+    workloads=({"rows": 10, "hidden": 12},),
+)
+
+
+@pytest.mark.parametrize(
+    ("problem", "axes"),
+    [
+        (MATMUL, ("m", "n")),  # k is summed over
+        (EMBEDDING, ("tokens", "hidden")),  # ids point into vocab
+        (SOFTMAX, ("rows",)),  # every column's result depends on the others
+        (RMSNORM, ("rows",)),
+        (replace(SOFTMAX, name="running_sum", reference=_running_sum), ("cols",)),
+    ],
+    ids=["matmul", "embedding", "softmax", "rmsnorm", "running-sum"],
+)
+def test_batch_axes_are_inferred_from_the_reference(
+    problem: Problem, axes: tuple[str, ...]
+) -> None:
+    assert infer_batch_axes(problem) == axes
+
+
+def test_declared_batch_axes_win_over_inference_and_an_empty_declaration_turns_them_off() -> None:
+    assert batch_axes(replace(MATMUL, contract=Contract(batch_axes=["n"]))) == ("n",)
+    assert batch_axes(replace(MATMUL, contract=Contract(batch_axes=()))) == ()
+
+
+def test_a_reference_that_rejects_small_sizes_is_tried_at_the_first_workload() -> None:
+    def needs_wide_rows(x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] < 32:
+            raise ValueError("at least 32 columns")
+        return torch.softmax(x, dim=-1)
+
+    assert infer_batch_axes(replace(SOFTMAX, reference=needs_wide_rows)) == ("rows",)
+
+
+@pytest.mark.parametrize(
+    ("contract", "field", "words"),
+    [
+        (Contract(batch_axes=("k",)), "contract.batch_axes", "'c' does not have it"),
+        (Contract(batch_axes=("rows",)), "contract.batch_axes", "not a declared axis"),
+        (
+            Contract(batch_invariant=True, deterministic=False),
+            "contract.batch_invariant",
+            "cannot promise",
+        ),
+        (Contract(batch_invariant="yes"), "contract.batch_invariant", "not True or False"),
+    ],
+)
+def test_contract_batch_fields_are_validated(contract: Contract, field: str, words: str) -> None:
+    with pytest.raises(ProblemError) as raised:
+        validate(replace(MATMUL, contract=contract))
+    assert raised.value.field == field
+    assert words in str(raised.value)
+
+
+def test_an_index_bound_cannot_be_declared_a_batch_axis() -> None:
+    with pytest.raises(ProblemError, match="index input 'ids' points into it"):
+        validate(replace(EMBEDDING, contract=Contract(batch_axes=("vocab",))))
+
+
+def test_rows_cut_every_input_with_the_axis_to_the_same_values_as_the_whole() -> None:
+    whole = Case((("rows", 10), ("hidden", 12)), seed=3)
+    cut = whole.with_rows("rows", 7, 9, "two rows")
+    full, rows = materialize(RMSNORM, whole), materialize(RMSNORM, cut)
+    x = rows["x"]
+    assert isinstance(x, torch.Tensor) and x.is_contiguous()
+    assert torch.equal(x, full["x"][7:9])  # type: ignore[index]
+    assert torch.equal(rows["weight"], full["weight"])  # type: ignore[arg-type]
+    assert cut.size_map() == {"rows": 2, "hidden": 12}
+    # an argument that is the cut axis's size follows the cut; one of another axis does not
+    cut_hidden = whole.with_rows("hidden", 0, 5)
+    assert materialize(RMSNORM, cut_hidden)["hidden"] == 5
+    assert materialize(RMSNORM, cut)["hidden"] == 12
+
+
+def test_a_window_past_a_shrunk_axis_slides_back_to_its_end() -> None:
+    cut = Case((("rows", 3), ("hidden", 12))).with_rows("rows", 7, 8)
+    assert cut.row_window() == ("rows", 2, 3)
+    assert torch.equal(
+        materialize(RMSNORM, cut)["x"],  # type: ignore[arg-type]
+        materialize(RMSNORM, replace(cut, rows=None))["x"][2:3],  # type: ignore[index]
+    )
+
+
+def test_rows_survive_json_and_show_in_the_description() -> None:
+    cut = Case((("rows", 10), ("hidden", 12)), label="w").with_rows("rows", 9, 10)
+    assert Case.from_json(cut.to_json()) == cut
+    assert "rows rows[9:10] alone" in cut.describe()
+    plain = Case((("rows", 10), ("hidden", 12)))
+    assert "rows" not in plain.to_json()
+    assert Case.from_json(plain.to_json()) == plain
+
+
+def test_rows_along_an_axis_an_index_input_points_into_are_refused() -> None:
+    case = Case((("tokens", 8), ("vocab", 50), ("hidden", 16))).with_rows("vocab", 0, 1)
+    with pytest.raises(UsageError, match="index input 'ids' points into"):
+        materialize(EMBEDDING, case)
+
+
+def test_rows_cut_index_inputs_along_their_own_axis() -> None:
+    whole = Case((("tokens", 8), ("vocab", 50), ("hidden", 16)))
+    full = materialize(EMBEDDING, whole)
+    cut = materialize(EMBEDDING, whole.with_rows("tokens", 5, 6))
+    assert torch.equal(cut["ids"], full["ids"][5:6])  # type: ignore[arg-type,index]
+    assert torch.equal(cut["weight"], full["weight"])  # type: ignore[arg-type]
+
+
+def test_the_small_trial_case_keeps_to_the_axes_declared_constraints() -> None:
+    def whole_vectors(x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] % 8:
+            raise ValueError("cols must be a multiple of the vector width 8")
+        return torch.softmax(x, dim=-1)
+
+    problem = replace(
+        SOFTMAX,
+        reference=whole_vectors,
+        axes=(Axis("rows"), Axis("cols", multiple_of=8)),
+        # too large to fall back on: only a small case that keeps to multiple_of can tell
+        workloads=({"rows": 1024, "cols": 2048},),
+    )
+    assert infer_batch_axes(problem) == ("rows",)

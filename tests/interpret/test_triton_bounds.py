@@ -1,0 +1,203 @@
+"""The triton-bounds check: Triton kernels run under Triton's interpreter in a child process,
+every load, store and atomic checked against the tensors the kernel was launched with."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelaudit.checks.base import PlanContext
+from kernelaudit.checks.triton_bounds import call_for, interpreted_cases
+from kernelaudit.engine.audit import audit
+from kernelaudit.interpret.records import Interpretation, OutOfBounds
+from kernelaudit.interpret.run import InterpretedRun
+from kernelaudit.problem.load import load_problem
+from kernelaudit.problem.spec import Problem
+from kernelaudit.profiles import PROFILES
+from kernelaudit.runner.candidate import parse_candidate
+from kernelaudit.runner.messages import Call, OutputSlot, TensorArg
+
+FIXTURES = Path(__file__).parent / "fixtures"
+KERNELS = FIXTURES / "scale_kernels.py"
+EXAMPLES = Path(__file__).parents[2] / "examples"
+BLOCK = 128
+HANG_LIMIT_S = 5.0
+
+
+def run(function: str, *calls: Call, timeout_s: float = 120.0) -> InterpretedRun:
+    return InterpretedRun(parse_candidate(f"{KERNELS}::{function}"), calls, ["x"], ["y"], timeout_s)
+
+
+def scale_of(n: int) -> Call:
+    return Call(args=(TensorArg(torch.randn(n)),))
+
+
+def softmax_run() -> InterpretedRun:
+    problem = load_problem(EXAMPLES / "softmax" / "problem.py")
+    candidate = parse_candidate(f"{EXAMPLES / 'softmax' / 'candidates.py'}::guards_masked_rows")
+    cases = interpreted_cases(PlanContext(problem, PROFILES["quick"], "cpu", 132, candidate))
+    # one row, and one column: each axis at its cheapest boundary
+    assert [c.label for c in cases] == ["boundary cols=1", "boundary rows=1"]
+    names = [i.name for i in problem.inputs], [o.name for o in problem.outputs]
+    return InterpretedRun(candidate, [call_for(problem, c) for c in cases], *names, timeout_s=120.0)
+
+
+@pytest.fixture(scope="module")
+def runs() -> Iterator[dict[str, InterpretedRun]]:
+    """Every interpreted run of this module, started at once: each spends most of its time
+    starting Python and importing torch, which the others overlap."""
+    n = 2 * BLOCK + 1
+    into = Call(args=(TensorArg(torch.randn(n)),), slots=(OutputSlot((n,), torch.float32),))
+    started = {
+        "unmasked_store": run("unmasked_store", scale_of(BLOCK + 1)),
+        "scale": run("scale", scale_of(1), scale_of(BLOCK + 1)),
+        "masked_wild_addresses": run("masked_wild_addresses", scale_of(1), scale_of(BLOCK + 1)),
+        "read_one_past_the_end": run("read_one_past_the_end", scale_of(5)),
+        "scale_into": run("scale_into", into),
+        "softmax": softmax_run(),
+        "launches_then_hangs": run("launches_then_hangs", scale_of(3), timeout_s=HANG_LIMIT_S),
+    }
+    yield started
+    for started_run in started.values():
+        started_run.finish()
+
+
+def line_of(text: str) -> int:
+    lines = KERNELS.read_text().splitlines()
+    return next(number for number, line in enumerate(lines, start=1) if text in line)
+
+
+def only(found: Interpretation) -> OutOfBounds:
+    assert found.error == "", found.error
+    assert len(found.out_of_bounds) == 1, found.out_of_bounds
+    return found.out_of_bounds[0]
+
+
+@pytest.mark.slow
+def test_a_store_one_past_the_end_fails_the_audit_with_kernel_argument_and_offset() -> None:
+    report = audit(
+        FIXTURES / "scale.py",
+        f"{KERNELS}::store_one_past_the_end",
+        "quick",
+        "cpu",
+        ["triton-bounds"],
+    )
+    assert report.verdict == "FAIL"
+    (finding,) = [f for f in report.findings if f.check == "triton-bounds"]
+    evidence = dict(finding.evidence)
+    assert finding.severity == "fail"
+    assert (evidence["kernel"], evidence["argument"], evidence["access"]) == (
+        "_scale",
+        "y_ptr",
+        "store",
+    )
+    assert evidence["tensor"] == "output y"
+    # the cheapest boundary case first: one element, and the lane just past it stored
+    assert evidence["case"].startswith("boundary n=1:")
+    assert evidence["offsets (elements from the argument's first)"] == [1]
+    assert evidence["elements past the end"] == 1
+    assert evidence["elements before the start"] == 0
+    assert evidence["out-of-bounds element accesses"] == 1
+    assert evidence["source"] == [f"scale_kernels.py:{line_of('mask=offsets < n + STORE_EXTRA')}"]
+    assert all(lanes == 1 for lanes in evidence["cases"].values())
+    assert "kernel _scale writes 1 element past the end of y_ptr (output y) at n=1" in finding.title
+
+
+def test_an_unmasked_store_reports_every_lane_of_the_last_block_past_the_end(
+    runs: dict[str, InterpretedRun],
+) -> None:
+    found = only(runs["unmasked_store"].finish())
+    assert (found.kernel, found.argument, found.kind) == ("_scale", "y_ptr", "store")
+    # program 1 holds element 128 and 127 lanes past it
+    assert (found.lowest, found.highest, found.lanes) == (BLOCK + 1, 2 * BLOCK - 1, BLOCK - 1)
+    assert found.past_end == BLOCK - 1
+    assert found.offsets == tuple(range(BLOCK + 1, BLOCK + 9))
+    assert (found.program, found.grid) == ((1, 0, 0), (2, 1, 1))
+    assert found.outside == found.lanes and found.others == ()
+
+
+def test_masked_off_wild_addresses_and_correct_masks_are_not_reported(
+    runs: dict[str, InterpretedRun],
+) -> None:
+    for name in ("scale", "masked_wild_addresses"):
+        found = runs[name].finish()
+        assert found.error == "", (name, found.error)
+        assert found.out_of_bounds == (), name
+        # the kernels did run under the watch: two launches, one per call
+        assert found.launched == 2, name
+
+
+def test_a_read_past_the_end_of_an_input_is_a_load(runs: dict[str, InterpretedRun]) -> None:
+    found = only(runs["read_one_past_the_end"].finish())
+    assert (found.kernel, found.argument, found.kind, found.tensor) == (
+        "_scale",
+        "x_ptr",
+        "load",
+        "input x",
+    )
+    assert (found.offsets, found.past_end, found.elements) == ((5,), 1, 5)
+
+
+def test_an_atomic_add_past_a_scratch_buffer_is_an_atomic_in_a_destination_call(
+    runs: dict[str, InterpretedRun],
+) -> None:
+    found = only(runs["scale_into"].finish())
+    assert (found.kernel, found.argument, found.kind) == ("_scale_into", "total_ptr", "atomic")
+    # three blocks, three totals: the last program adds to total[3]
+    assert (found.offsets, found.elements, found.program) == ((3,), 3, (2, 0, 0))
+
+
+def test_the_softmax_examples_correct_kernel_stays_in_bounds(
+    runs: dict[str, InterpretedRun],
+) -> None:
+    found = runs["softmax"].finish()
+    assert found.error == ""
+    assert found.launches == (("_masked_softmax_rows", 2),)
+    assert found.out_of_bounds == ()
+
+
+@pytest.mark.slow
+def test_a_candidate_without_triton_kernels_gets_nothing() -> None:
+    fixtures = Path(__file__).parents[1] / "checks" / "fixtures"
+    report = audit(
+        fixtures / "identity.py",
+        f"{fixtures / 'identity_kernels.py'}::copy",
+        "quick",
+        "cpu",
+        ["triton-bounds"],
+    )
+    assert report.verdict == "PASS"
+    assert report.findings == ()
+
+
+def test_a_hung_candidate_is_stopped_at_the_time_limit(runs: dict[str, InterpretedRun]) -> None:
+    began = time.monotonic()
+    found = runs["launches_then_hangs"].finish()
+    assert found.cause == "timeout"
+    assert f"still going after {HANG_LIMIT_S:.0f} s" in found.error
+    # started with the others: it cannot take much longer than its limit from now
+    assert time.monotonic() - began < HANG_LIMIT_S + 2.0
+
+
+def test_index_inputs_are_drawn_at_their_first_and_last_ids() -> None:
+    problem = load_problem(EXAMPLES / "embedding_backward" / "problem.py")
+    ctx = PlanContext(problem, PROFILES["quick"], "cpu", 132, None)
+    cases = interpreted_cases(ctx)
+    assert len(cases) == PROFILES["quick"].interpreted_cases
+    assert all(dict(case.values).get("ids") == "boundary" for case in cases)
+
+
+def test_thorough_audits_interpret_more_boundary_cases() -> None:
+    problem: Problem = load_problem(FIXTURES / "scale.py")
+    quick = interpreted_cases(PlanContext(problem, PROFILES["quick"], "cpu", 132, None))
+    thorough = interpreted_cases(PlanContext(problem, PROFILES["thorough"], "cpu", 132, None))
+    assert [c.size_map()["n"] for c in quick] == [1, 1025]
+    # then one past a power of two: a last block with one live element, after full ones
+    assert [c.size_map()["n"] for c in thorough][:2] == [1, 1025] and len(thorough) == 4
+    single = replace(PROFILES["quick"], interpreted_cases=1)
+    assert len(interpreted_cases(PlanContext(problem, single, "cpu", 132, None))) == 1

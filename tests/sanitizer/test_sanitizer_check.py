@@ -1,0 +1,233 @@
+"""The sanitizer check as a user sees it. Without a GPU it says, in one note, that it needs one;
+its runs are exercised on the CPU with a stand-in for compute-sanitizer that runs the child as
+the real one would and prints captured output of the real tool."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from kernelaudit.checks.sanitizer import judged
+from kernelaudit.engine.audit import audit
+from kernelaudit.problem.load import load_problem
+from kernelaudit.profiles import PROFILES
+from kernelaudit.runner.candidate import parse_candidate
+from kernelaudit.sanitizer.child import ChildResult
+from kernelaudit.sanitizer.report import parse
+from kernelaudit.sanitizer.run import Run, environment, run, sanitizer_command
+from kernelaudit.sanitizer.session import Session, ToolRun, prepare, run_session
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CANDIDATES = FIXTURES / "library_candidates.py"
+
+
+def _stand_in(folder: Path, outputs: dict[str, str]) -> Path:
+    """A compute-sanitizer that runs the child after "--", records its command line and the
+    environment it ran the child in, and writes the fixture named for its tool to its log."""
+    for tool, fixture in outputs.items():
+        (folder / f"{tool}.txt").write_text((FIXTURES / f"{fixture}.txt").read_text())
+    script = folder / "compute-sanitizer"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import os, subprocess, sys\n"
+        "from pathlib import Path\n"
+        "args = sys.argv[1:]\n"
+        "tool = args[args.index('--tool') + 1]\n"
+        f"folder = Path({str(folder)!r})\n"
+        "(folder / f'{tool}.argv').write_text('\\n'.join(args))\n"
+        "caching = os.environ.get('PYTORCH_NO_CUDA_MEMORY_CACHING', '')\n"
+        "(folder / f'{tool}.caching').write_text(caching)\n"
+        "code = subprocess.call(args[args.index('--') + 1:])\n"
+        "log = Path(args[args.index('--log-file') + 1])\n"
+        "log.write_text((folder / f'{tool}.txt').read_text())\n"
+        "sys.exit(code)\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def _session(tmp_path: Path, function: str, outputs: dict[str, str], **profile: object) -> Session:
+    problem = load_problem(FIXTURES / "copy_problem.py")
+    chosen = replace(PROFILES["quick"], **profile)  # type: ignore[arg-type]
+    cases, built, dropped = prepare(problem, chosen.sanitizer_cases)
+    assert not dropped
+    tool = _stand_in(tmp_path, outputs)
+    candidate = parse_candidate(f"{CANDIDATES}::{function}")
+    return run_session(problem, candidate, chosen, "cpu", str(tool), cases, built)
+
+
+def test_on_a_cpu_the_check_says_in_one_note_that_it_needs_cuda() -> None:
+    report = audit(
+        load_problem(FIXTURES / "copy_problem.py"),
+        f"{CANDIDATES}::copy",
+        "quick",
+        "cpu",
+        ["sanitizer"],
+    )
+    found = [f for f in report.findings if f.check == "sanitizer"]
+    assert [f.severity for f in found] == ["note"]
+    assert "needs a CUDA device" in found[0].title
+    assert report.verdict == "PASS"
+
+
+def test_a_write_past_the_end_fails_naming_the_kernel_access_address_and_thread(
+    tmp_path: Path,
+) -> None:
+    session = _session(tmp_path, "copy", {"memcheck": "memcheck_triton_oob"})
+    assert session.plain_result is not None and session.plain_result.failures == ()
+    assert session.cases == ("tail sizes n=513: n=513 | seed=0",)
+    failures = judged(session, audit_s=3.0)
+    assert [f.severity for f in failures] == ["fail", "note"]
+    blamed, cost = failures
+    assert blamed.title == (
+        "memcheck: out-of-bounds global write of 4 bytes in kernel _oob_store (2 reports)"
+    )
+    evidence = dict(blamed.evidence)
+    assert evidence["access"] == "global write of 4 bytes"
+    assert evidence["address"].startswith("0x7f2c3a102e04 is out of bounds and is 0 bytes after")
+    assert evidence["thread"] == "(1,0,0) in block (2,0,0)"
+    assert evidence["where"].endswith("oob_store.py:19")
+    assert cost.key == "cost" and "memcheck on 1 case(s)" in cost.title
+    # the child ran under the tool, with torch's caching allocator off
+    argv = (tmp_path / "memcheck.argv").read_text().splitlines()
+    assert argv[argv.index("--") + 2 : argv.index("--") + 4] == [
+        "-m",
+        "kernelaudit.sanitizer.child",
+    ]
+    assert (tmp_path / "memcheck.caching").read_text() == "1"
+    assert shlex.join(argv) in evidence["sanitizer command"]
+
+
+def test_a_candidate_that_raises_is_noted_and_tools_stop_at_the_budget(tmp_path: Path) -> None:
+    session = _session(tmp_path, "raises", {"memcheck": "tool_errors"}, sanitizer_budget_s=5.0)
+    assert session.tools == ()
+    assert session.skipped == (("memcheck", "5 s of the 5 s budget left"),)
+    raised, cost = judged(session, audit_s=1.0)
+    assert raised.severity == "note"
+    assert "1 call(s) raised without the sanitizer" in raised.title
+    assert "RuntimeError: no kernel for this size" in raised.title
+    assert cost.title == (
+        "compute-sanitizer ran no tool; skipped memcheck (5 s of the 5 s budget left)"
+    )
+    assert not (tmp_path / "memcheck.argv").exists()
+
+
+def _ran(tool: str, fixture: str, returncode: int | None = 0) -> ToolRun:
+    log = (FIXTURES / f"{fixture}.txt").read_text()
+    done = Run(tool, ("compute-sanitizer", "--tool", tool), 12.0, returncode, log, "")
+    return ToolRun(done, parse(log, tool) if returncode is not None else None)
+
+
+def _synthetic(*tools: ToolRun) -> Session:
+    plain = Run("plain", ("python",), 4.0, 0, "", "")
+    return Session(
+        cases=("tail sizes n=513: n=513 | seed=0",),
+        plain=plain,
+        plain_result=ChildResult(error=""),
+        tools=tools,
+        skipped=(),
+        reference_kernels=(),
+        budget_s=300.0,
+    )
+
+
+def test_reports_in_library_kernels_make_one_note_and_no_failure() -> None:
+    failures = judged(_synthetic(_ran("initcheck", "initcheck_library_only")), audit_s=1.0)
+    assert [f.key for f in failures] == ["library-kernels", "cost"]
+    assert all(f.severity == "note" for f in failures)
+    library = failures[0]
+    assert library.title == (
+        "compute-sanitizer reports not blamed on the candidate: 2 inside library kernels "
+        "(sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute"
+        "_segment_k_off_kernel__5x_cublas, splitKreduce_kernel) and 1 outside any kernel"
+    )
+
+
+def test_each_tool_fails_in_its_own_terms() -> None:
+    session = _synthetic(
+        _ran("initcheck", "initcheck_reads"),
+        _ran("synccheck", "synccheck_divergent"),
+        _ran("racecheck", "racecheck_analysis"),
+    )
+    titled = {f.title: f.severity for f in judged(session, audit_s=1.0) if f.severity != "note"}
+    assert titled == {
+        "initcheck: kernel _accumulate_rows reads uninitialised global memory (4-byte reads, "
+        "1 report)": "fail",
+        "synccheck: Barrier error detected. Divergent thread(s) in block in kernel block_reduce "
+        "(1 report)": "fail",
+        "racecheck: shared-memory race between write and read accesses in kernel _softmax_rows "
+        "(256 hazards, 1 report)": "fail",
+        "racecheck: shared-memory race between write accesses in kernel warp_sum (32 hazards, "
+        "1 report)": "warn",
+    }
+
+
+def test_runs_that_could_not_check_are_notes_not_failures() -> None:
+    session = _synthetic(
+        _ran("memcheck", "tool_errors"),
+        _ran("initcheck", "memcheck_cut_short", returncode=None),
+        _ran("synccheck", "memcheck_cut_short"),
+    )
+    failures = judged(session, audit_s=1.0)
+    notes = [f.key for f in failures if f.severity == "note"]
+    assert notes == ["memcheck:tool-error", "initcheck:stopped", "synccheck:cut-short", "cost"]
+    assert "Device not supported" in failures[0].title
+    # what the cut-short run did print is still judged
+    assert [f.title for f in failures if f.severity == "fail"] == [
+        "synccheck: out-of-bounds global read of 2 bytes in kernel _gather_kernel (2 reports)"
+    ]
+
+
+def test_errors_counted_in_a_form_that_cannot_be_read_are_a_warning() -> None:
+    text = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 3 errors\n"
+    done = Run("memcheck", ("compute-sanitizer",), 5.0, 86, text, "")
+    failures = judged(_synthetic(ToolRun(done, parse(text, "memcheck"))), audit_s=1.0)
+    assert [(f.key, f.severity) for f in failures] == [
+        ("memcheck:unread", "warn"),
+        ("cost", "note"),
+    ]
+
+
+def test_memcheck_alone_pads_allocations_and_racecheck_is_filtered_to_named_kernels() -> None:
+    child = ["python", "-m", "kernelaudit.sanitizer.child", "request", "result"]
+    memcheck = sanitizer_command("cs", "memcheck", Path("m.log"), 42.7, (), child)
+    assert memcheck[:3] == ["cs", "--tool", "memcheck"]
+    assert memcheck[memcheck.index("--launch-timeout") + 1] == "42"
+    assert memcheck[memcheck.index("--padding") + 1] == "65536"
+    assert memcheck[memcheck.index("--") + 1 :] == child
+    racecheck = sanitizer_command("cs", "racecheck", Path("r.log"), 100.0, ("_a", "_b"), child)
+    assert "--padding" not in racecheck and "--report-api-errors" not in racecheck
+    filters = [racecheck[i + 1] for i, word in enumerate(racecheck) if word == "--kernel-name"]
+    assert filters == ["kns=_a", "kns=_b"]
+
+
+def test_a_run_past_its_limit_is_killed_with_everything_it_started(tmp_path: Path) -> None:
+    started = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(started)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n"
+    )
+    done = run("memcheck", [sys.executable, "-c", script], environment("cpu"), 2.0, tmp_path / "x")
+    assert done.timed_out and done.seconds < 20 and done.log == ""
+    grandchild = int(started.read_text())
+    # SIGKILL takes effect asynchronously: on a loaded machine the process may take a moment
+    deadline = time.monotonic() + 10.0
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    # a killed process lingers as a zombie until its parent (gone) is reaped by init
+    return "zombie" not in status.lower()
