@@ -14,14 +14,21 @@ pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
-# In the order the two test processes take them in turns (see tests/conftest.py), arranged so
-# that each gets about half the work: measured on a 2-core CPU, the examples that train a model
-# (rmsnorm_backward, cross_entropy_backward, embedding_backward) take 3-6 minutes each, the
-# others under one.
-_TURNS = ("embedding_backward", "cross_entropy_backward", "rmsnorm_backward")
+# The order the two test processes take them in, two at a time (see tests/conftest.py): measured
+# on a 2-core CPU, the examples that train a model (rmsnorm_backward, cross_entropy_backward,
+# embedding_backward) take 3-6 minutes each, the others under one, so each long one is paired
+# with a short one and the two processes start on about half the work each.
+_ORDER = (
+    "rmsnorm_backward",
+    "layernorm",
+    "cross_entropy_backward",
+    "softmax",
+    "embedding_backward",
+    "matmul",
+)
 FOLDERS = sorted(
     (p.parent.name for p in EXAMPLES.glob("*/expected.json")),
-    key=lambda name: (_TURNS.index(name) if name in _TURNS else len(_TURNS), name),
+    key=lambda name: (_ORDER.index(name) if name in _ORDER else len(_ORDER), name),
 )
 
 
