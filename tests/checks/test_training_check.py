@@ -42,13 +42,6 @@ def test_low_precision_gradient_departs_under_sgd_and_adamw_masks_it() -> None:
 
 
 @pytest.mark.slow
-def test_wide_accumulator_trains_like_the_reference() -> None:
-    outcome = _outcome("wide_accumulator")
-    assert outcome.judgements and not any(j.departs for j in outcome.judgements)
-    assert "masks" not in outcome.conclusion
-
-
-@pytest.mark.slow
 def test_training_check_reports_through_the_audit(tmp_path: Path) -> None:
     candidate = tmp_path / "raising.py"
     candidate.write_text(
