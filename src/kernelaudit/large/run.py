@@ -9,10 +9,6 @@ auditor.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,7 +30,7 @@ from kernelaudit.problem.spec import (
     resolve_shape,
 )
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.process import child_environment
+from kernelaudit.runner.process import run_child
 
 
 @dataclass(frozen=True)
@@ -124,30 +120,14 @@ def run_large(
     with tempfile.TemporaryDirectory(prefix="kernelaudit-large-") as folder:
         request, result = Path(folder) / "request.json", Path(folder) / "result.pt"
         request.write_text(json.dumps(request_for(problem, candidate, case, device, seed)))
-        command = [sys.executable, "-m", "kernelaudit.large.child", str(request), str(result)]
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env=child_environment(device),
-        )
-        try:
-            _, stderr = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        done = run_child("kernelaudit.large.child", [str(request), str(result)], device, timeout_s)
+        if done.timed_out:
             return LargeRun(
                 error=f"the candidate did not return within {timeout_s:.0f} s", kind="timeout"
             )
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
         if not result.is_file():
-            tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
-            died = f"the candidate's process died (exit {process.returncode}): "
-            return LargeRun(error=died + (" / ".join(tail) or "no message"), kind="crash")
+            died = f"the candidate's process died (exit {done.returncode}): "
+            return LargeRun(error=died + (done.stderr_tail or "no message"), kind="crash")
         data = torch.load(result, weights_only=True)
     if data.get("error"):
         return LargeRun(error=str(data["error"]), kind=str(data.get("kind", "exception")))

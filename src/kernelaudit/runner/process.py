@@ -467,3 +467,38 @@ def child_environment(device: str) -> dict[str, str]:
         # Triton kernels run through Triton's interpreter on the CPU.
         env["TRITON_INTERPRET"] = "1"
     return env
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    """How a one-shot child (`run_child`) ended."""
+
+    timed_out: bool
+    returncode: int | None
+    stderr_tail: str
+    """Its last three lines of standard error, joined by " / " ("" when silent)."""
+
+
+def run_child(module: str, arguments: list[str], device: str, timeout_s: float) -> ChildExit:
+    """Run `python -m module *arguments` in a session of its own with a candidate's environment
+    (`child_environment`), and kill its whole process group once it is done or past
+    `timeout_s`: a candidate that leaves processes behind takes them with it."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, *arguments],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=child_environment(device),
+    )
+    try:
+        _, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return ChildExit(True, None, "")
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
+    return ChildExit(False, process.returncode, " / ".join(tail))

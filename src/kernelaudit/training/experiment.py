@@ -8,10 +8,6 @@ candidate of a problem); the candidate trains in a process of its own.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -23,7 +19,7 @@ import torch
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.problem.spec import IndexInput, Problem, TensorInput
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.process import child_environment
+from kernelaudit.runner.process import run_child
 from kernelaudit.training.data import batches, token_counts, token_stream
 from kernelaudit.training.envelope import Judgement, conclusion, judge
 from kernelaudit.training.loop import (
@@ -191,28 +187,13 @@ def _candidate_runs(
             },
             request,
         )
-        command = [sys.executable, "-m", "kernelaudit.training.worker", str(request), str(result)]
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            env=child_environment(device),
-        )
-        try:
-            _, stderr = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        arguments = [str(request), str(result)]
+        done = run_child("kernelaudit.training.worker", arguments, device, timeout_s)
+        if done.timed_out:
             return [], [], f"the candidate's training runs took longer than {timeout_s:.0f} s"
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
         if not result.is_file():
-            tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
-            died = f"the candidate's training process died (exit {process.returncode}): "
-            return [], [], died + (" / ".join(tail) or "no message")
+            died = f"the candidate's training process died (exit {done.returncode}): "
+            return [], [], died + (done.stderr_tail or "no message")
         data = torch.load(result, weights_only=True)
     if data.get("error"):
         return [], [], str(data["error"])
