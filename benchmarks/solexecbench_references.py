@@ -21,6 +21,35 @@ from kernelaudit.formats import read_problem, unrunnable
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle.truth import expected
+from kernelaudit.problem.spec import Problem, Workload, resolve_shape
+
+GIB = 1 << 30
+
+
+def smallest_workload(problem: Problem) -> Workload:
+    return min(problem.workloads, key=lambda w: math.prod(max(s, 1) for _, s in w.sizes))
+
+
+def float64_bytes(problem: Problem) -> int:
+    """The bytes of every tensor input at the smallest workload, in float64: what the truth
+    run holds before the reference computes anything."""
+    sizes = dict(smallest_workload(problem).sizes)
+    return sum(math.prod(resolve_shape(t.shape, sizes)) * 8 for t in problem.tensor_inputs)
+
+
+def too_large(problem: Problem, device: str) -> str | None:
+    """Why the truth run cannot fit on `device`, or None: the float64 inputs and their native
+    copies (at most a quarter more, for 16-bit inputs) against the device's whole memory."""
+    if not device.startswith("cuda"):
+        return None
+    needed = float64_bytes(problem) * 1.25
+    total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    if needed <= total:
+        return None
+    return (
+        f"float64 inputs at the smallest workload need {needed / GIB:.1f} GiB with their native "
+        f"copies; {torch.cuda.get_device_name(torch.device(device))} has {total / GIB:.1f} GiB"
+    )
 
 
 def _overran(signum: int, frame: object) -> None:
@@ -36,11 +65,11 @@ def run_one(folder: Path, device: str, limit_s: int) -> dict[str, object]:
         entry.update(status="load error", reason=f"{type(error).__name__}: {error}")
         return entry
     entry["loaded_s"] = round(time.perf_counter() - began, 3)
-    reason = unrunnable(problem)
+    reason = unrunnable(problem) or too_large(problem, device)
     if reason is not None:
         entry.update(status="not runnable here", reason=reason)
         return entry
-    smallest = min(problem.workloads, key=lambda w: math.prod(max(s, 1) for _, s in w.sizes))
+    smallest = smallest_workload(problem)
     case = Case(smallest.sizes, 0, (), (), 0, smallest.name)
     signal.alarm(limit_s)
     try:
@@ -49,6 +78,8 @@ def run_one(folder: Path, device: str, limit_s: int) -> dict[str, object]:
         result = expected(problem, inputs, config, device)
         truth_dtypes = sorted({str(t.dtype) for t in result.truth})
         entry.update(status="ran in float64", truth_dtypes=truth_dtypes, workload=smallest.name)
+    except torch.OutOfMemoryError as error:
+        entry.update(status="out of device memory", reason=str(error).splitlines()[0][:400])
     except Exception as error:
         entry.update(
             status="reference failed",
@@ -61,6 +92,13 @@ def run_one(folder: Path, device: str, limit_s: int) -> dict[str, object]:
             torch.cuda.empty_cache()
     entry["seconds"] = round(time.perf_counter() - began, 3)
     return entry
+
+
+def _size_on_load(folder: Path) -> int:
+    try:
+        return float64_bytes(read_problem(folder))
+    except Exception:
+        return 0  # a problem that does not load is reported when its turn comes
 
 
 def main() -> None:
@@ -78,6 +116,7 @@ def main() -> None:
     entries = json.loads(args.skip.read_text()) if args.skip else []
     done = {str(e["problem"]) for e in entries}
     signal.signal(signal.SIGALRM, _overran)
+    folders.sort(key=_size_on_load)
     for folder in folders:
         if f"{folder.parent.name}/{folder.name}" in done:
             continue
@@ -89,7 +128,8 @@ def main() -> None:
     counts: dict[str, int] = {}
     for entry in entries:
         counts[str(entry["status"])] = counts.get(str(entry["status"]), 0) + 1
-    print(json.dumps({"device": args.device, "torch": torch.__version__, "counts": counts}))
+    named = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    print(json.dumps({"device": named, "torch": torch.__version__, "counts": counts}))
 
 
 if __name__ == "__main__":
