@@ -41,6 +41,9 @@ class Profile:
     candidate that mishandles a layout or an upstream gradient, leaves outputs unwritten or
     games a check is broken whatever training shows, so the quick profile spends no training
     time on it."""
+    training_length: float = 1.0
+    """The training check's runs, as a share of the device's usual steps (150 on a CPU, 200 on
+    a GPU): the quick profile trains for two thirds of them."""
     race_runs: int = 20
     """Calls the races check makes while other kernels keep the GPU's SMs busy, each compared
     bit for bit with a call alone."""
@@ -48,6 +51,9 @@ class Profile:
     """Host threads the races check has call the candidate at once, on streams of their own."""
     race_rounds: int = 2
     """How many times the races check's threads call the candidate together."""
+    race_queued: int = 3
+    """Calls the races check makes behind unrelated work still queued on the caller's stream,
+    the inputs' values last in the queue."""
     large_tensors: bool = False
     """Whether the large-tensors check runs its case past 2^31 elements (on a GPU only)."""
     sanitizer_tools: tuple[str, ...] = ("memcheck", "initcheck", "synccheck")
@@ -59,8 +65,15 @@ class Profile:
     sanitizer_cases: int = 2
     """Small cases the sanitizer runs (the first is the tail-sizes case)."""
     sanitizer_budget_s: float = 300.0
-    """Wall time the sanitizer runs of one audit may take together; a tool is skipped, and
-    the report says so, once it is spent."""
+    """Wall time the sanitizer runs of one audit may take together at most; a tool is
+    skipped, and the report says so, once the budget is spent."""
+    sanitizer_share: float | None = 0.5
+    """The share of the whole audit's time the sanitizer runs may take: the budget is
+    share / (1 - share) times what the rest of the audit took before them, at least
+    `sanitizer_floor_s` and at most `sanitizer_budget_s`. None: `sanitizer_budget_s` alone."""
+    sanitizer_floor_s: float = 60.0
+    """The least budget a share gives: enough for one tool to start Python and torch under
+    compute-sanitizer and run one case."""
     interpreted_cases: int = 2
     """Boundary cases a Triton candidate is run at under Triton's interpreter with every memory
     access checked (the triton-bounds check): the cheapest of each axis, then each axis one
@@ -98,7 +111,9 @@ PROFILES: dict[str, Profile] = {
         timeout_s=60.0,
         warmup_calls=8,
         train_broken=False,
+        training_length=2 / 3,
         race_runs=5,
+        race_queued=1,
         sanitizer_tools=("memcheck",),
         sanitizer_cases=1,
         sanitizer_budget_s=120.0,
@@ -130,10 +145,12 @@ PROFILES: dict[str, Profile] = {
         timeout_s=300.0,
         warmup_calls=50,
         race_runs=50,
+        race_queued=10,
         large_tensors=True,
         interpreted_cases=4,
         sanitizer_racecheck="shared-or-unknown",
         sanitizer_budget_s=1200.0,
+        sanitizer_share=None,
     ),
 }
 

@@ -1,5 +1,6 @@
-"""The races check: calls under noise kernels and from several threads at once, compared bit for
-bit with a call made alone (GPU only); a problem allowed to vary is held to its error budget."""
+"""The races check: calls under noise kernels, from several threads at once and behind work
+queued on the caller's stream, compared bit for bit with a call made alone (GPU only); a problem
+allowed to vary is held to its error budget."""
 
 from __future__ import annotations
 
@@ -39,13 +40,14 @@ def test_a_cpu_gets_no_probes() -> None:
     assert Races().plan(context("column_total", "cpu")) == []
 
 
-def test_a_gpu_gets_runs_under_noise_and_threads_on_exact_values() -> None:
-    noise, threads = Races().plan(context("column_total", "cuda", "default"))
-    assert noise.case.label == threads.case.label == "workload 0"
+def test_a_gpu_gets_runs_under_noise_threads_and_queued_work_on_exact_values() -> None:
+    noise, threads, queued = Races().plan(context("column_total", "cuda", "default"))
+    assert noise.case.label == threads.case.label == queued.case.label == "workload 0"
     # sums of small integers are exact in any order: a differing bit is a race
     assert noise.case.values == (("x", "small_integers"),)
     assert noise.plan.steps == (Step(),) + (Step(noise=True, keep=False),) * 20
     assert threads.plan.steps == (Step(),) + (Step(threads=4, keep=False),) * 2
+    assert queued.plan.steps == (Step(),) + (Step(queued=True, keep=False),) * 3
     varying = Races().plan(context("column_total", "cuda", deterministic=False))
     # a problem allowed to vary has every run's outputs sent back, to judge their values
     assert varying[0].plan.steps == (Step(),) + (Step(noise=True, keep=True),) * 5
@@ -91,6 +93,22 @@ def test_threads_that_differ_or_fail_are_named() -> None:
     assert failed.title == "thread 2 of 4 calling at once (round 2) failed: RuntimeError: busy"
 
 
+def test_a_run_behind_queued_work_that_differs_is_named_so() -> None:
+    ctx = context("row_scale", "cuda")
+    probe = Races().plan(ctx)[2]
+    alone = CallOutcome(outputs=(torch.ones(8, 16),))
+    behind = CallOutcome(outputs=(), noise_kernels=40, mismatches=((-1, 0, 128, 0, float("nan")),))
+    (failure,) = Races().judge(observed(probe, ctx, [alone, behind]))
+    evidence = dict(failure.evidence)
+    assert failure.key == "differs-queued:y"
+    assert failure.title.startswith(
+        "'y': run 1 behind work queued on the caller's stream differs from the call alone in "
+        "128 of 128 elements"
+    )
+    assert evidence["kernels queued ahead of the inputs' values"] == 40
+    assert evidence["runs that differ"] == "1 of 1"
+
+
 def test_a_problem_allowed_to_vary_holds_every_run_and_thread_to_the_error_budget() -> None:
     ctx = context("row_scale", "cuda", deterministic=False)
     probe = Races().plan(ctx)[1]
@@ -128,4 +146,30 @@ def test_a_lock_released_before_its_stores_is_caught_on_a_gpu(candidate: str, ra
     assert report.verdict == "FAIL"
     assert any(f.severity == "fail" and f.key.startswith("differs-") for f in found), [
         f.title for f in report.findings
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    ("candidate", "early"), [("without_waiting", True), ("after_waiting", False)]
+)
+def test_a_candidate_on_its_own_stream_that_does_not_wait_for_the_caller_is_caught(
+    candidate: str, early: bool
+) -> None:
+    report = audit(
+        FIXTURES / "row_scale.py",
+        f"{FIXTURES / 'side_stream_kernels.py'}::{candidate}",
+        profile="quick",
+        device="cuda",
+        checks=["numerics", "races"],
+    )
+    found = [f for f in report.findings if f.check == "races"]
+    if not early:
+        assert report.verdict == "PASS", [f.title for f in report.findings]
+        return
+    # alone, on an idle device, it is right; behind queued work it reads the inputs too early
+    assert not any(f.check == "numerics" for f in report.findings)
+    assert [f.key for f in found if f.severity == "fail"] == ["differs-queued:y"], [
+        f.title for f in found
     ]

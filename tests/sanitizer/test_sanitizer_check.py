@@ -11,7 +11,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from kernelaudit.checks.sanitizer import judged
+from kernelaudit.checks.sanitizer import budget, judged
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
 from kernelaudit.profiles import PROFILES
@@ -114,6 +114,22 @@ def test_a_candidate_that_raises_is_noted_and_tools_stop_at_the_budget(tmp_path:
         "compute-sanitizer ran no tool; skipped memcheck (5 s of the 5 s budget left)"
     )
     assert not (tmp_path / "memcheck.argv").exists()
+
+
+def test_the_sanitizer_takes_a_share_of_the_audit_within_a_floor_and_a_cap() -> None:
+    default, thorough = PROFILES["default"], PROFILES["thorough"]
+    assert budget(default, 10.0) == default.sanitizer_floor_s == 60.0
+    assert budget(default, 200.0) == 200.0  # half of a 400 s audit
+    assert budget(default, 1000.0) == default.sanitizer_budget_s == 300.0
+    assert budget(replace(default, sanitizer_share=0.25), 300.0) == 100.0
+    assert budget(thorough, 5.0) == 1200.0  # a fixed budget: thorough takes its time
+
+
+def test_the_cost_note_gives_the_share_of_the_audit_the_sanitizer_took() -> None:
+    ran = _ran("memcheck", "memcheck_clean")
+    (cost,) = judged(_synthetic(ran), audit_s=16.0)
+    # 12 s under the tool and 4 s plain, after 16 s of the rest of the audit
+    assert cost.title.endswith("the same run without it), 50% of the audit")
 
 
 def _ran(tool: str, fixture: str, returncode: int | None = 0) -> ToolRun:

@@ -42,6 +42,9 @@ class Step:
         outputs are compared bit for bit with the probe's first call's.
     threads: after the call, this many host threads call the candidate at once on streams and
         buffers of their own; each one's outputs are compared with the probe's first call's.
+    queued: the call is made while unrelated work queued ahead of it on the caller's stream
+        has yet to run, the inputs' values last in that queue; its outputs are compared bit
+        for bit with the probe's first call's.
     autotune: (autotuner, configuration index): the named Triton autotuner runs only that
         configuration during the call.
     memory: measure the device memory the call holds after it returns and its peak; the
@@ -60,6 +63,7 @@ class Step:
     threads: int = 0
     autotune: tuple[str, int] | None = None
     memory: bool = False
+    queued: bool = False
 
     def call_options(self) -> dict[str, Any]:
         """The fields that travel to the worker on its `Call`, by the Call's field names."""
@@ -74,6 +78,7 @@ class Step:
             "threads": self.threads,
             "autotune": self.autotune,
             "memory": self.memory,
+            "queued": self.queued,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -96,6 +101,8 @@ class Step:
             data["autotune"] = list(self.autotune)
         if self.memory:
             data["memory"] = True
+        if self.queued:
+            data["queued"] = True
         return data
 
     @classmethod
@@ -115,6 +122,7 @@ class Step:
             threads=int(data.get("threads", 0)),
             autotune=None if autotune is None else (str(autotune[0]), int(autotune[1])),
             memory=bool(data.get("memory", False)),
+            queued=bool(data.get("queued", False)),
         )
 
 

@@ -1,12 +1,16 @@
 """Races under load: calls on identical inputs compared bit for bit with a call made alone,
-while other kernels keep every SM of the GPU busy, and while several host threads call the
-candidate at once on device streams of their own.
+while other kernels keep every SM of the GPU busy, while several host threads call the
+candidate at once on device streams of their own, and while unrelated work queued ahead of the
+call on the caller's stream has yet to run (the inputs' values last in that queue).
 
 The determinism check repeats calls on an idle device, where a kernel's blocks are placed and
 paced the same way run after run. A race between blocks (a lock released before the value it
 guards is stored, a flag read before the write it announces) or between calls (scratch kept in
 a global and shared by every caller) shows when something else competes for the SMs, the
-memory system or the candidate's state.
+memory system or the candidate's state. A candidate that computes on a stream of its own
+without first waiting for the stream it was called on reads its inputs before the work queued
+ahead of it has written them: right alone, on an idle device, and wrong inside a program that
+queues work.
 
 Every float input is drawn as small integers, so sums in any order are exact: a bit that
 differs is a lost, doubled or stale update, not a reassociation. A problem that declares itself
@@ -37,8 +41,9 @@ EXACT = "small_integers"
 class Races:
     name: ClassVar[str] = "races"
     summary: ClassVar[str] = (
-        "calls under contention (other kernels on every SM, several host threads at once) "
-        "agree bit for bit with a call made alone (GPU only)"
+        "calls under contention (other kernels on every SM, several host threads at once, "
+        "unrelated work queued ahead on the caller's stream) agree bit for bit with a call "
+        "made alone (GPU only)"
     )
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
@@ -54,6 +59,9 @@ class Races:
         if profile.race_threads > 1 and profile.race_rounds > 0:
             rounds = (Step(threads=profile.race_threads, keep=keep),) * profile.race_rounds
             probes.append(Probe(self.name, case, RunPlan(steps=(Step(), *rounds))))
+        if profile.race_queued > 0:
+            queued = (Step(queued=True, keep=keep),) * profile.race_queued
+            probes.append(Probe(self.name, case, RunPlan(steps=(Step(), *queued))))
         return probes
 
     def judge(self, observation: Observation) -> list[Failure]:
@@ -87,6 +95,8 @@ def _condition(observation: Observation, call: int, runner: int) -> str:
     step = observation.probe.plan.sequence()[call]
     if runner >= 0:
         return "threads"
+    if step.queued:
+        return "queued"
     return "noise" if step.noise else "alone"
 
 
@@ -98,6 +108,8 @@ def _who(observation: Observation, call: int, runner: int) -> str:
         return f"thread {runner + 1} of {threads} calling at once (round {call})"
     if condition == "noise":
         return f"run {call} under noise"
+    if condition == "queued":
+        return f"run {call} behind work queued on the caller's stream"
     return f"the call made alone before round {call}"
 
 
@@ -105,11 +117,11 @@ def _differences(observation: Observation) -> list[Failure]:
     """One failure per output and condition: the run that differs most, and how many did."""
     result = observation.result
     found: dict[tuple[str, int], list[tuple[int, int, int, int, float]]] = {}
-    runs = {"noise": 0, "threads": 0, "alone": 0}
+    runs = {"noise": 0, "threads": 0, "queued": 0, "alone": 0}
     for call, outcome in enumerate(result.calls[1:], start=1):
         step = observation.probe.plan.sequence()[call]
         runs["threads"] += step.threads
-        runs["noise" if step.noise else "alone"] += 1
+        runs[_condition(observation, call, -1)] += 1
         for runner, output, count, first, largest in outcome.mismatches:
             condition = _condition(observation, call, runner)
             found.setdefault((condition, output), []).append((call, runner, count, first, largest))
@@ -137,6 +149,9 @@ def _differences(observation: Observation) -> list[Failure]:
         if condition == "noise":
             kernels = result.calls[call].noise_kernels
             evidence.append(("noise kernels launched on a side stream", kernels))
+        if condition == "queued":
+            kernels = result.calls[call].noise_kernels
+            evidence.append(("kernels queued ahead of the inputs' values", kernels))
         failures.append(
             Failure(
                 key=f"differs-{condition}:{name}",

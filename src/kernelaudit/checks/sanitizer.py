@@ -18,6 +18,7 @@ import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, Severity
 from kernelaudit.errors import UsageError
+from kernelaudit.profiles import Profile
 from kernelaudit.sanitizer.attribution import attribute, kernel_base
 from kernelaudit.sanitizer.locate import locate
 from kernelaudit.sanitizer.report import Report
@@ -83,7 +84,14 @@ class Sanitizer:
         audit_s = time.perf_counter() - self._began
         try:
             session = run_session(
-                ctx.problem, ctx.candidate, ctx.profile, ctx.device, located.path, cases, built
+                ctx.problem,
+                ctx.candidate,
+                ctx.profile,
+                ctx.device,
+                located.path,
+                cases,
+                built,
+                budget_s=budget(ctx.profile, audit_s),
             )
         except UsageError:
             raise
@@ -95,6 +103,16 @@ class Sanitizer:
                 )
             ]
         return judged(session, audit_s, tuple(dropped))
+
+
+def budget(profile: Profile, audit_s: float) -> float:
+    """Seconds the sanitizer runs may take, after `audit_s` seconds of the rest of the audit:
+    a share of the whole (`Profile.sanitizer_share`) within the floor and the cap."""
+    if profile.sanitizer_share is None:
+        return profile.sanitizer_budget_s
+    share = min(max(profile.sanitizer_share, 0.0), 0.95)
+    scaled = audit_s * share / (1.0 - share)
+    return min(max(scaled, profile.sanitizer_floor_s), profile.sanitizer_budget_s)
 
 
 def unavailable(device: str) -> str:
@@ -331,10 +349,12 @@ def _cost_note(session: Session, audit_s: float, dropped: tuple[str, ...]) -> Fa
     if ran:
         per_run = session.sanitized_s / len(ran)
         ratio = f", {per_run / plain:.0f}x" if plain > 0 else ""
+        spent = session.sanitized_s + plain
+        share = spent / (audit_s + spent) if audit_s + spent > 0 else 0.0
         title = (
             f"compute-sanitizer ran {', '.join(ran)} on {len(session.cases)} case(s) in "
             f"{session.sanitized_s:.1f} s ({per_run:.1f} s a tool{ratio} the {plain:.1f} s of "
-            "the same run without it)"
+            f"the same run without it), {share:.0%} of the audit"
         )
     else:
         title = "compute-sanitizer ran no tool"

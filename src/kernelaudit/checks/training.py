@@ -70,7 +70,7 @@ class Training:
         from kernelaudit.training.loop import Experiment
 
         count = _CONFIGS.get(ctx.profile.name, 1) or len(ctx.problem.dtype_configs())
-        experiment = Experiment.for_device(ctx.device)
+        experiment = Experiment.for_device(ctx.device, length=ctx.profile.training_length)
         failures = []
         for config in range(min(count, len(ctx.problem.dtype_configs()))):
             outcome = run_experiment(

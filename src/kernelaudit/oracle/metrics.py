@@ -20,12 +20,15 @@ rows so memory stays a small multiple of one chunk.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
 
 _CHUNK_ELEMENTS = 1 << 22
+_KEPT_ELEMENTS = 1 << 23
+"""Up to this many elements, a comparison keeps its float64 chunks between its two passes
+(a few hundred MiB at most) instead of converting them twice."""
 
 
 @dataclass(frozen=True)
@@ -74,17 +77,29 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(1, -1) if t.dim() <= 1 else t.reshape(-1, t.shape[-1])
 
 
+@dataclass(frozen=True)
+class _Chunk:
+    """Rows `start`, ... of candidate and truth in float64, zero where either is non-finite,
+    with where both are finite and the error beyond the subnormal allowances (`_excess`)."""
+
+    start: int
+    c: torch.Tensor
+    t: torch.Tensor
+    finite: torch.Tensor
+    excess: torch.Tensor
+
+
 def _chunks(
-    values: torch.Tensor, truth: torch.Tensor
-) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(first row, candidate rows, truth rows) in float64, zero where either is non-finite."""
+    values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype, depth: int
+) -> Iterator[_Chunk]:
     c_rows, t_rows = _rows(values), _rows(truth)
     step = max(1, _CHUNK_ELEMENTS // max(1, c_rows.shape[1]))
     for start in range(0, c_rows.shape[0], step):
         c = c_rows[start : start + step].to(torch.float64)
         t = t_rows[start : start + step].to(torch.float64)
         finite = torch.isfinite(c) & torch.isfinite(t)
-        yield start, torch.where(finite, c, 0.0), torch.where(finite, t, 0.0), finite
+        c, t = torch.where(finite, c, 0.0), torch.where(finite, t, 0.0)
+        yield _Chunk(start, c, t, finite, _excess(c, t, dtype, depth))
 
 
 def _row_norms(x: torch.Tensor) -> torch.Tensor:
@@ -106,18 +121,16 @@ class _RowNorms:
     row_length: int
 
 
-def _row_norms_of(
-    values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype, depth: int
-) -> _RowNorms:
+def _row_norms_of(values: torch.Tensor, chunks: Iterable[_Chunk]) -> _RowNorms:
     row_length = _rows(values).shape[1]
     if values.numel() == 0:
         empty = torch.zeros(0, dtype=torch.float64)
         return _RowNorms(error=empty, truth=empty, compared=0, row_length=row_length)
     errors, truths, compared = [], [], 0
-    for _, c, t, finite in _chunks(values, truth):
-        errors.append(_row_norms(_excess(c, t, dtype, depth)))
-        truths.append(_row_norms(t))
-        compared += int(finite.sum())
+    for chunk in chunks:
+        errors.append(_row_norms(chunk.excess))
+        truths.append(_row_norms(chunk.t))
+        compared += int(chunk.finite.sum())
     return _RowNorms(torch.cat(errors), torch.cat(truths), compared, row_length)
 
 
@@ -137,7 +150,17 @@ def row_errors(
     in float64, one entry per row (leading dimensions flattened). `dtype` is the output's
     (`values.dtype` when not given); it sets the absolute floor A."""
     dtype = dtype or values.dtype
-    return _row_errors(_row_norms_of(values, truth, dtype, depth), dtype)
+    return _row_errors(_row_norms_of(values, _chunks(values, truth, dtype, depth)), dtype)
+
+
+def _again(
+    kept: list[_Chunk] | None,
+    values: torch.Tensor,
+    truth: torch.Tensor,
+    dtype: torch.dtype,
+    depth: int,
+) -> Iterable[_Chunk]:
+    return kept if kept is not None else _chunks(values, truth, dtype, depth)
 
 
 def error_metrics(
@@ -145,7 +168,10 @@ def error_metrics(
 ) -> ErrorMetrics:
     """Error of `values` against `truth` (same shape), for a result of floating dtype `dtype`."""
     floor = absolute_floor(dtype)
-    norms = _row_norms_of(values, truth, dtype, depth)
+
+    # both passes below read the same chunks: kept between them unless that is a lot of memory
+    kept = list(_chunks(values, truth, dtype, depth)) if values.numel() <= _KEPT_ELEMENTS else None
+    norms = _row_norms_of(values, _again(kept, values, truth, dtype, depth))
     per_row = _row_errors(norms, dtype)
     if norms.compared == 0:
         return ErrorMetrics(0.0, 0.0, 0, 0.0, 0, 0.0, 0.0, 0)
@@ -155,14 +181,14 @@ def error_metrics(
 
     rms = truth_norm / math.sqrt(norms.compared)
     worst, worst_index, worst_value, worst_truth = -1.0, 0, 0.0, 0.0
-    for start, c, t, _ in _chunks(values, truth):
-        relative = _excess(c, t, dtype, depth) / torch.clamp(t.abs(), min=max(rms, floor))
+    for chunk in _again(kept, values, truth, dtype, depth):
+        relative = chunk.excess / torch.clamp(chunk.t.abs(), min=max(rms, floor))
         position = int(torch.argmax(relative))
         if float(relative.reshape(-1)[position]) > worst:
             worst = float(relative.reshape(-1)[position])
-            worst_index = start * c.shape[1] + position
-            worst_value = float(c.reshape(-1)[position])
-            worst_truth = float(t.reshape(-1)[position])
+            worst_index = chunk.start * chunk.c.shape[1] + position
+            worst_value = float(chunk.c.reshape(-1)[position])
+            worst_truth = float(chunk.t.reshape(-1)[position])
     return ErrorMetrics(
         normwise=normwise,
         worst_row=float(per_row[worst_row_index]),

@@ -1,6 +1,6 @@
 """Contention for races to show under: other kernels occupying the device's SMs while the
-candidate runs, and the bit-for-bit comparison of what a contended call produced with what the
-call produced alone.
+candidate runs, unrelated work queued ahead of the call on the caller's stream, and the
+bit-for-bit comparison of what a contended call produced with what the call produced alone.
 
 A race between a kernel's blocks (a lock released before the data it guards is written, a
 flag read before the write it announces lands) shows only when the blocks run in an order or
@@ -25,6 +25,9 @@ _MAX_PASSES = 4000
 _LONGEST_S = 0.02
 """The noise of one call lasts at most this long: races show in how blocks are first placed,
 and a long call would otherwise cost as much again under noise."""
+_QUEUED_S = 0.005
+"""Work queued ahead of a call lasts at least this long: longer than a candidate takes to
+launch on a stream of its own, so such a launch starts before the queue has drained."""
 
 
 class Noise:
@@ -53,6 +56,30 @@ class Noise:
                 self.scratch.neg_()
         return passes
 
+    def queue_ahead(self, inputs: Sequence[torch.Tensor], duration_s: float) -> int:
+        """Leave the inputs' true values pending behind unrelated work on the current stream:
+        each input (but an expanded view, whose elements share memory) is overwritten (NaN
+        for floating point, zeros otherwise) and the device synchronised, then passes over the
+        scratch lasting about `duration_s` (at least `_QUEUED_S`) and the copies of the true
+        values are queued on the current stream. Returns how many kernels were queued ahead
+        of the inputs' values."""
+        stream = torch.cuda.current_stream(self.device)
+        inputs = [t for t in inputs if _elementwise_writable(t)]
+        staged = [t.clone() for t in inputs]
+        for tensor in inputs:
+            tensor.fill_(math.nan if tensor.is_floating_point() or tensor.is_complex() else 0)
+        torch.cuda.synchronize(self.device)
+        wanted = min(max(duration_s, _QUEUED_S), _LONGEST_S)
+        passes = min(max(math.ceil(wanted / self.pass_s), _MIN_PASSES), _MAX_PASSES)
+        with torch.cuda.stream(stream):
+            for _ in range(passes):
+                self.scratch.neg_()
+            for tensor, value in zip(inputs, staged, strict=True):
+                tensor.copy_(value)
+        for value in staged:
+            value.record_stream(stream)  # freed only once the queued copies have run
+        return passes
+
     def _time_one_pass(self) -> float:
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
@@ -64,6 +91,13 @@ class Noise:
             end.record()
         end.synchronize()
         return max(start.elapsed_time(end) / 1000 / _CALIBRATION_PASSES, 1e-6)
+
+
+def _elementwise_writable(tensor: torch.Tensor) -> bool:
+    """Whether every element has memory of its own (no expanded, stride-0 dimension), so the
+    tensor can be overwritten and restored element by element."""
+    dims = zip(tensor.shape, tensor.stride(), strict=True)
+    return all(stride != 0 or size <= 1 for size, stride in dims)
 
 
 def bit_mismatches(

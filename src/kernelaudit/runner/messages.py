@@ -76,6 +76,14 @@ class Call:
     configurations during the call (see `InvocationResult.autotuners` for the names)."""
     memory: bool = False
     """Measure the device memory the call leaves allocated and the peak it reaches (CUDA)."""
+    queued: bool = False
+    """Call the candidate while unrelated work is still queued on the caller's stream: the
+    inputs are overwritten with NaN (floats) or zeros and the device synchronised, then a
+    burst of kernels and the copy of the inputs' true values are queued on the current stream,
+    and the call is made at once. A candidate that honours the stream it is called on reads
+    the true values; one that computes on a stream of its own without waiting for the
+    caller's reads the overwritten ones. The outputs are compared bit for bit with those of
+    the invocation's first call. Nothing on a CPU."""
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ def run_invocation(
     held: list[tuple[torch.Tensor, ...]] = []
     reused = {call.reuse for call in invocation.calls if call.reuse is not None}
     placed: dict[int, Placed] = {}
-    contended = any(call.noise or call.threads for call in invocation.calls)
+    contended = any(call.noise or call.threads or call.queued for call in invocation.calls)
     # the first call's outputs on the device, which calls under contention are compared with
     alone: tuple[torch.Tensor, ...] = ()
     tuners = _autotuners(candidate, device, watch)
@@ -236,7 +236,7 @@ def run_call(
     slot_views = [s.view for s in slots]
     if call.scrub:
         scrub_free_memory(device)
-    if call.noise and cuda and watch.noise is None:
+    if (call.noise or call.queued) and cuda and watch.noise is None:
         watch.noise = Noise(device)  # its stream made before the call's streams are counted
     state_before = snapshot(device)
     threads_before = set(threading.enumerate())
@@ -244,6 +244,8 @@ def run_call(
     mode = PoisonMode(call.poison)
     guarded_all = [*inputs.values(), *slots]
     noise_kernels = watch.noise.launch(noise_s) if call.noise and watch.noise is not None else 0
+    if call.queued and watch.noise is not None:
+        noise_kernels += watch.noise.queue_ahead([g.view for g in inputs.values()], noise_s)
     allocated_before = start_peak(device) if measured else 0
     peak = -1
 
@@ -315,7 +317,7 @@ def run_call(
         outcome = replace(
             outcome, device_bytes_held=held, device_bytes_unseen=unseen, device_peak_bytes=peak
         )
-    if (call.noise or call.threads) and alone:
+    if (call.noise or call.threads or call.queued) and alone:
         outcome = replace(outcome, mismatches=tuple(bit_mismatches(outputs, alone, -1)))
     if call.threads:
         found = _concurrent_calls(candidate, call, index, device, watch, alone, breaches)

@@ -117,9 +117,12 @@ def run_session(
     executable: str,
     cases: list[Case],
     built: list[Arguments],
+    budget_s: float | None = None,
 ) -> Session:
-    """Run the child plainly, then under every tool the profile names while its budget
-    lasts (racecheck as `Profile.sanitizer_racecheck` says)."""
+    """Run the child plainly, then under every tool the profile names while the budget
+    (`budget_s`, else `Profile.sanitizer_budget_s`) lasts (racecheck as
+    `Profile.sanitizer_racecheck` says)."""
+    budget = profile.sanitizer_budget_s if budget_s is None else budget_s
     references = _reference_kernels(problem, cases, device)
     env = environment(device)
     tools: list[ToolRun] = []
@@ -134,11 +137,11 @@ def run_session(
         plain = run("plain", command, env, limit, work / "plain.log")
         plain_result = read_result(work / "plain.json")
         for tool, kernels, why_not in planned_tools(profile, plain_result, references):
-            left = profile.sanitizer_budget_s - sum(t.run.seconds for t in tools)
+            left = budget - sum(t.run.seconds for t in tools)
             if not why_not and plain_result is not None and plain_result.error:
                 why_not = "the candidate could not be imported"
             if not why_not and left < MIN_RUN_S:
-                why_not = f"{left:.0f} s of the {profile.sanitizer_budget_s:.0f} s budget left"
+                why_not = f"{left:.0f} s of the {budget:.0f} s budget left"
             if why_not:
                 skipped.append((tool, why_not))
                 continue
@@ -154,7 +157,7 @@ def run_session(
         tools=tuple(tools),
         skipped=tuple(skipped),
         reference_kernels=references,
-        budget_s=profile.sanitizer_budget_s,
+        budget_s=budget,
     )
 
 
