@@ -79,6 +79,19 @@ class Profile:
     access checked (the triton-bounds check): the cheapest of each axis, then each axis one
     past a power of two."""
 
+    def __post_init__(self) -> None:
+        share = self.sanitizer_share
+        if share is not None and not 0.0 < share < 1.0:
+            raise UsageError(
+                f"profile {self.name!r}: sanitizer_share is {share}; give a share of the audit "
+                "between 0 and 1 (0.5: half of it), or None for the fixed sanitizer_budget_s"
+            )
+        if not self.training_length > 0.0:
+            raise UsageError(
+                f"profile {self.name!r}: training_length is {self.training_length}; give a "
+                "positive share of the usual training steps (1.0: all of them)"
+            )
+
 
 _ALL_FLOATS = (
     "normal",

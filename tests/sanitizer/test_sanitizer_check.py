@@ -11,8 +11,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from kernelaudit.checks.sanitizer import budget, judged
 from kernelaudit.engine.audit import audit
+from kernelaudit.errors import UsageError
 from kernelaudit.problem.load import load_problem
 from kernelaudit.profiles import PROFILES
 from kernelaudit.runner.candidate import parse_candidate
@@ -123,6 +126,8 @@ def test_the_sanitizer_takes_a_share_of_the_audit_within_a_floor_and_a_cap() -> 
     assert budget(default, 1000.0) == default.sanitizer_budget_s == 300.0
     assert budget(replace(default, sanitizer_share=0.25), 300.0) == 100.0
     assert budget(thorough, 5.0) == 1200.0  # a fixed budget: thorough takes its time
+    with pytest.raises(UsageError, match=r"sanitizer_share is 1\.0; give a share of the audit"):
+        replace(default, sanitizer_share=1.0)
 
 
 def test_the_cost_note_gives_the_share_of_the_audit_the_sanitizer_took() -> None:

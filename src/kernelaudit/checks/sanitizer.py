@@ -110,7 +110,7 @@ def budget(profile: Profile, audit_s: float) -> float:
     a share of the whole (`Profile.sanitizer_share`) within the floor and the cap."""
     if profile.sanitizer_share is None:
         return profile.sanitizer_budget_s
-    share = min(max(profile.sanitizer_share, 0.0), 0.95)
+    share = profile.sanitizer_share
     scaled = audit_s * share / (1.0 - share)
     return min(max(scaled, profile.sanitizer_floor_s), profile.sanitizer_budget_s)
 
