@@ -108,12 +108,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write every problem's entry as JSON")
     parser.add_argument("--only", help="substring of the problems to run")
     parser.add_argument("--limit-s", type=int, default=60, help="time limit per reference")
-    parser.add_argument("--skip", type=Path, help="an earlier --out file: its problems are kept")
+    parser.add_argument(
+        "--skip", type=Path, help="an earlier --out file, or a kept record: its problems are kept"
+    )
     args = parser.parse_args()
     folders = sorted(p.parent for p in args.root.glob("*/*/definition.json"))
     if args.only:
         folders = [f for f in folders if args.only in str(f)]
-    entries = json.loads(args.skip.read_text()) if args.skip else []
+    earlier = json.loads(args.skip.read_text()) if args.skip else []
+    # an --out file is a list of entries; a kept record (benchmarks/results) holds them under
+    # "problems"
+    entries = earlier.get("problems", []) if isinstance(earlier, dict) else earlier
     done = {str(e["problem"]) for e in entries}
     signal.signal(signal.SIGALRM, _overran)
     folders.sort(key=_size_on_load)
