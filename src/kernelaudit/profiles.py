@@ -41,9 +41,22 @@ class Profile:
     candidate that mishandles a layout or an upstream gradient, leaves outputs unwritten or
     games a check is broken whatever training shows, so the quick profile spends no training
     time on it."""
+    training_configs: int = 2
+    """How many of the problem's dtype configurations the training check trains, in
+    declaration order (0: all)."""
     training_length: float = 1.0
     """The training check's runs, as a share of the device's usual steps (150 on a CPU, 200 on
     a GPU): the quick profile trains for two thirds of them."""
+    gradient_depth: int = 4
+    """How many times longer than at the workload the gradients check makes a reduced axis
+    (the rows of a weight gradient, the tokens of an embedding gradient)."""
+    invariance_configs: int = 0
+    """How many of the problem's dtype configurations the batch-invariance check probes
+    (0: all)."""
+    invariance_axes: int = 0
+    """How many batch axes the batch-invariance check probes, first first (0: all)."""
+    invariance_rows: tuple[str, ...] = ("last", "middle")
+    """Which rows the batch-invariance check computes alone: "last", "middle"."""
     race_runs: int = 20
     """Calls the races check makes while other kernels keep the GPU's SMs busy, each compared
     bit for bit with a call alone."""
@@ -86,6 +99,12 @@ class Profile:
                 f"profile {self.name!r}: sanitizer_share is {share}; give a share of the audit "
                 "between 0 and 1 (0.5: half of it), or None for the fixed sanitizer_budget_s"
             )
+        unknown_rows = [r for r in self.invariance_rows if r not in ("last", "middle")]
+        if unknown_rows or not self.invariance_rows:
+            raise UsageError(
+                f"profile {self.name!r}: invariance_rows is {self.invariance_rows!r}; name one "
+                'or both of "last" and "middle"'
+            )
         if not self.training_length > 0.0:
             raise UsageError(
                 f"profile {self.name!r}: training_length is {self.training_length}; give a "
@@ -124,7 +143,12 @@ PROFILES: dict[str, Profile] = {
         timeout_s=60.0,
         warmup_calls=8,
         train_broken=False,
+        training_configs=1,
         training_length=2 / 3,
+        gradient_depth=1,
+        invariance_configs=1,
+        invariance_axes=1,
+        invariance_rows=("last",),
         race_runs=5,
         race_queued=1,
         sanitizer_tools=("memcheck",),
@@ -157,6 +181,8 @@ PROFILES: dict[str, Profile] = {
         shrink_budget=48,
         timeout_s=300.0,
         warmup_calls=50,
+        training_configs=0,
+        gradient_depth=16,
         race_runs=50,
         race_queued=10,
         large_tensors=True,

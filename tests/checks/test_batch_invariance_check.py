@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from kernelaudit import Contract
+from kernelaudit.checks.base import PlanContext
+from kernelaudit.checks.batch_invariance import BatchInvariance
+from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, Finding
+from kernelaudit.problem.load import load_problem
 from kernelaudit.problem.spec import Problem
+from kernelaudit.profiles import PROFILES
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +79,19 @@ def test_a_candidate_that_computes_every_row_alike_passes_a_batch_invariant_cont
     # the whole batch, then its last row and a middle one alone, along rows only (cols is
     # reduced): one probe
     assert [r.check for r in report.records] == ["batch-invariance"]
+
+
+def test_the_profile_chooses_the_rows_computed_alone() -> None:
+    problem = load_problem(Path(__file__).parent / "fixtures" / "row_scale.py")
+
+    def alone(profile: str, **fields: object) -> list[tuple[str, int, int] | None]:
+        chosen = replace(PROFILES[profile], **fields)  # type: ignore[arg-type]
+        probes = BatchInvariance().plan(PlanContext(problem, chosen, "cpu", 1))
+        return [s.case.rows for p in probes for s in p.plan.steps if s.case is not None]
+
+    # every batch axis, its last row and a middle one, each alone
+    assert alone("default") == [("rows", 6, 7), ("rows", 3, 4), ("cols", 12, 13), ("cols", 6, 7)]
+    assert alone("quick") == [("rows", 8, 9)]  # the first axis, its last row
+    assert alone("default", invariance_rows=("middle",)) == [("rows", 3, 4), ("cols", 6, 7)]
+    with pytest.raises(UsageError, match="invariance_rows"):
+        replace(PROFILES["default"], invariance_rows=("first",))

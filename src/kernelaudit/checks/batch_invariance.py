@@ -22,12 +22,6 @@ from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.shapes import shape_cases
 from kernelaudit.runner.guard import same_elements
 
-_CONFIGS = {"quick": 1}
-"""How many of the problem's dtype configurations are probed, by profile (others: all)."""
-
-_QUICK_AXES = 1
-"""The quick profile probes the first batch axis only, and its last row alone only."""
-
 _SAME_SIZE_INTEGERS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -39,17 +33,18 @@ class BatchInvariance:
     )
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
+        profile = ctx.profile
         configs = len(ctx.problem.dtype_configs())
-        configs = min(configs, _CONFIGS.get(ctx.profile.name, configs))
-        quick = ctx.profile.name == "quick"
+        configs = min(configs, profile.invariance_configs or configs)
         axes = batch_axes(ctx.problem)
         probes = []
-        for axis in axes[:_QUICK_AXES] if quick else axes:
+        for axis in axes[: profile.invariance_axes or len(axes)]:
             whole = _whole_case(ctx, axis)
             if whole is None:
                 continue
             size = whole.size_map()[axis]
-            rows = (size - 1,) if quick else (size - 1, size // 2)
+            at = {"last": size - 1, "middle": size // 2}
+            rows = tuple(at[r] for r in profile.invariance_rows)
             for config in range(configs):
                 case = replace(whole, dtype_config=config)
                 alone = tuple(

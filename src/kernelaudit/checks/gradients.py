@@ -36,9 +36,6 @@ transpose or a slice, of a broadcast along one axis, of `loss.sum()`."""
 DEEP_INDEX_DISTRIBUTIONS = ("zipf", "hot")
 """Index draws that pile many contributions onto a few rows of a gradient."""
 
-_DEPTH_FACTOR = {"quick": 1, "default": 4, "thorough": 16}
-"""How many times longer than at the workload a reduced axis is made."""
-
 _DEEP_ELEMENTS = {"cpu": 1 << 22, "cuda": 1 << 26}
 """The most elements any tensor of a lengthened case may hold, by device type."""
 
@@ -97,7 +94,7 @@ def gradient_cases(ctx: PlanContext) -> list[Case]:
                 cases += [
                     base.with_value(s.name, str(mode)) for s in modes for mode in s.modes()[1:]
                 ]
-                deep = deepened(problem, workload.as_dict(), profile.name, ctx.device)
+                deep = deepened(problem, workload.as_dict(), profile.gradient_depth, ctx.device)
                 if deep is not None:
                     sizes, label = deep
                     cases.append(base.with_sizes(sizes, label))
@@ -127,11 +124,11 @@ def reduced_axes(problem: Problem) -> list[str]:
 
 
 def deepened(
-    problem: Problem, sizes: dict[str, int], profile: str, device: str
+    problem: Problem, sizes: dict[str, int], factor: int, device: str
 ) -> tuple[dict[str, int], str] | None:
-    """The workload with every reduced axis made `_DEPTH_FACTOR` times longer, as far as the
-    axis's constraints and the element budget allow; None when nothing can grow."""
-    factor = _DEPTH_FACTOR.get(profile, 1)
+    """The workload with every reduced axis made `factor` times longer
+    (`Profile.gradient_depth`), as far as the axis's constraints and the element budget allow;
+    None when nothing can grow."""
     budget = _DEEP_ELEMENTS["cuda" if device.startswith("cuda") else "cpu"]
     axes = {a.name: a for a in problem.axes}
     grown = dict(sizes)

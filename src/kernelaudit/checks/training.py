@@ -18,9 +18,6 @@ if TYPE_CHECKING:
     from kernelaudit.training.experiment import Outcome
     from kernelaudit.training.loop import Experiment
 
-_CONFIGS = {"quick": 1, "default": 2, "thorough": 0}
-"""How many of the problem's dtype configurations are trained, in declaration order (0: all)."""
-
 _TIMEOUT_FACTOR = 10
 """The candidate's training runs may take this many times the profile's per-call timeout."""
 
@@ -69,7 +66,7 @@ class Training:
         from kernelaudit.training.experiment import run_experiment
         from kernelaudit.training.loop import Experiment
 
-        count = _CONFIGS.get(ctx.profile.name, 1) or len(ctx.problem.dtype_configs())
+        count = ctx.profile.training_configs or len(ctx.problem.dtype_configs())
         experiment = Experiment.for_device(ctx.device, length=ctx.profile.training_length)
         failures = []
         for config in range(min(count, len(ctx.problem.dtype_configs()))):
