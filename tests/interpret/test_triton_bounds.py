@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from kernelaudit.checks.base import PlanContext
-from kernelaudit.checks.triton_bounds import call_for, interpreted_cases
+from kernelaudit.checks.triton_bounds import interpreted_cases
 from kernelaudit.engine.audit import audit
+from kernelaudit.engine.executor import call_for
+from kernelaudit.inputs.materialize import materialize
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
 from kernelaudit.problem.load import load_problem
@@ -44,7 +46,12 @@ def softmax_run() -> InterpretedRun:
     # one row, and one column: each axis at its cheapest boundary
     assert [c.label for c in cases] == ["boundary cols=1", "boundary rows=1"]
     names = [i.name for i in problem.inputs], [o.name for o in problem.outputs]
-    return InterpretedRun(candidate, [call_for(problem, c) for c in cases], *names, timeout_s=120.0)
+    return InterpretedRun(
+        candidate,
+        [call_for(problem, c, materialize(problem, c)) for c in cases],
+        *names,
+        timeout_s=120.0,
+    )
 
 
 @pytest.fixture(scope="module")

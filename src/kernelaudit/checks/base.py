@@ -287,3 +287,22 @@ class Concluding(Protocol):
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
         """Failures to report, given (check name, failure) of every runtime failure."""
         ...
+
+
+class ConcludingOnly:
+    """What a check that runs no probe and speaks only in `conclude` shares: it keeps the
+    audit's context from `plan` (`self.context`), and judges nothing and asks for nothing
+    while the probes run. A subclass that does more in `plan` calls this one first."""
+
+    def __init__(self) -> None:
+        self.context: PlanContext | None = None
+
+    def plan(self, ctx: PlanContext) -> list[Probe]:
+        self.context = ctx
+        return []
+
+    def judge(self, observation: Observation) -> list[Failure]:
+        return []
+
+    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
+        return []

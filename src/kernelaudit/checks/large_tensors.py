@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.base import ConcludingOnly, Failure
 from kernelaudit.checks.execution import headline
 from kernelaudit.checks.numerics import comparison_evidence
 from kernelaudit.errors import ProblemError
@@ -38,28 +38,15 @@ and compiling the kernel come on top of the call)."""
 _GIB = float(1 << 30)
 
 
-class LargeTensors:
+class LargeTensors(ConcludingOnly):
     name: ClassVar[str] = "large-tensors"
     summary: ClassVar[str] = (
         "a case whose largest tensor holds more than 2^31 elements matches the truth in the "
         "rows past the 2^31st element (thorough profile, on a GPU)"
     )
 
-    def __init__(self) -> None:
-        self._context: PlanContext | None = None
-
-    def plan(self, ctx: PlanContext) -> list[Probe]:
-        self._context = ctx
-        return []
-
-    def judge(self, observation: Observation) -> list[Failure]:
-        return []
-
-    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
-        return []
-
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
-        ctx = self._context
+        ctx = self.context
         if ctx is None or ctx.candidate is None or not ctx.profile.large_tensors:
             return []
         if not ctx.device.startswith("cuda"):

@@ -16,7 +16,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, Severity
+from kernelaudit.checks.base import (
+    ConcludingOnly,
+    Failure,
+    PlanContext,
+    Probe,
+    Severity,
+)
 from kernelaudit.errors import UsageError
 from kernelaudit.profiles import Profile
 from kernelaudit.sanitizer.attribution import attribute, kernel_base
@@ -31,7 +37,7 @@ _SHOWN = 6
 """Kernels, reports or messages listed by name in one piece of evidence."""
 
 
-class Sanitizer:
+class Sanitizer(ConcludingOnly):
     name: ClassVar[str] = "sanitizer"
     summary: ClassVar[str] = (
         "on a CUDA device, compute-sanitizer sees no out-of-bounds, misaligned or uninitialised "
@@ -39,22 +45,15 @@ class Sanitizer:
     )
 
     def __init__(self) -> None:
-        self._context: PlanContext | None = None
+        super().__init__()
         self._began = 0.0
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
-        self._context = ctx
         self._began = time.perf_counter()
-        return []
-
-    def judge(self, observation: Observation) -> list[Failure]:
-        return []
-
-    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
-        return []
+        return super().plan(ctx)
 
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
-        ctx = self._context
+        ctx = self.context
         if ctx is None or ctx.candidate is None:
             return []
         why = unavailable(ctx.device)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.base import ConcludingOnly, Failure
 
 if TYPE_CHECKING:
     from kernelaudit.training.experiment import Outcome
@@ -22,28 +22,15 @@ _TIMEOUT_FACTOR = 10
 """The candidate's training runs may take this many times the profile's per-call timeout."""
 
 
-class Training:
+class Training(ConcludingOnly):
     name: ClassVar[str] = "training"
     summary: ClassVar[str] = (
         "a candidate plugged into a small language model trains like the reference under SGD "
         "and AdamW, within the envelope of one-ulp perturbations"
     )
 
-    def __init__(self) -> None:
-        self._context: PlanContext | None = None
-
-    def plan(self, ctx: PlanContext) -> list[Probe]:
-        self._context = ctx
-        return []
-
-    def judge(self, observation: Observation) -> list[Failure]:
-        return []
-
-    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
-        return []
-
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
-        ctx = self._context
+        ctx = self.context
         if ctx is None or not ctx.problem.slot or ctx.candidate is None:
             return []
         # numerics and execution failures leave the question open: an error may be harmless

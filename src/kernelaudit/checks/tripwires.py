@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.tripwires import Tripwire, scan_candidate
 
 
-class Tripwires:
+class Tripwires(ConcludingOnly):
     name: ClassVar[str] = "tripwires"
     summary: ClassVar[str] = (
         "the candidate's source holds no benchmark-gaming constructs (warnings, confirmed by "
@@ -23,17 +23,12 @@ class Tripwires:
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self.found: tuple[Tripwire, ...] = ()
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         if ctx.candidate is not None:
             self.found = scan_candidate(*_scanned(ctx.candidate))
-        return []
-
-    def judge(self, observation: Observation) -> list[Failure]:
-        return []
-
-    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         return []
 
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:

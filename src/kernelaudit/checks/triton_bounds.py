@@ -19,16 +19,14 @@ import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import torch
-
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe
+from kernelaudit.engine.executor import call_for
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, materialize
 from kernelaudit.inputs.shapes import shape_cases
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
 from kernelaudit.problem.spec import IndexInput, Problem, resolve_shape
-from kernelaudit.runner.messages import Call, OutputSlot, TensorArg
 
 _VERBS = {"load": "reads", "store": "writes", "atomic": "updates atomically"}
 
@@ -40,7 +38,7 @@ _HOW = (
 )
 
 
-class TritonBounds:
+class TritonBounds(ConcludingOnly):
     name: ClassVar[str] = "triton-bounds"
     summary: ClassVar[str] = (
         "every load, store and atomic of the candidate's Triton kernels stays inside the "
@@ -48,6 +46,7 @@ class TritonBounds:
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self._cases: list[Case] = []
         self._run: InterpretedRun | None = None
 
@@ -56,7 +55,7 @@ class TritonBounds:
         if candidate is None or candidate.autograd is not None:
             return []
         self._cases = interpreted_cases(ctx)
-        calls = [call_for(ctx.problem, case) for case in self._cases]
+        calls = [call_for(ctx.problem, c, materialize(ctx.problem, c)) for c in self._cases]
         self._run = InterpretedRun(
             candidate,
             calls,
@@ -64,12 +63,6 @@ class TritonBounds:
             [out.name for out in ctx.problem.outputs],
             ctx.profile.timeout_s * max(1, len(calls)),
         )
-        return []
-
-    def judge(self, observation: Observation) -> list[Failure]:
-        return []
-
-    def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         return []
 
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
@@ -121,25 +114,6 @@ def _elements(problem: Problem, sizes: dict[str, int]) -> int:
     """Elements of every tensor input and output at `sizes`: what the interpreter walks."""
     shapes = [inp.shape for inp in problem.tensor_inputs] + [o.shape for o in problem.outputs]
     return sum(math.prod(resolve_shape(shape, sizes)) for shape in shapes)
-
-
-def call_for(problem: Problem, case: Case) -> Call:
-    """The call of the candidate a case makes: its inputs in declaration order, and the
-    preallocated outputs of a destination-passing contract."""
-    inputs = materialize(problem, case)
-    args = tuple(
-        TensorArg(value, case.layout_of(name)) if isinstance(value, torch.Tensor) else value
-        for name, value in inputs.items()
-    )
-    slots: tuple[OutputSlot, ...] = ()
-    if problem.contract.style == "destination":
-        config = problem.dtype_configs()[case.dtype_config]
-        sizes = case.size_map()
-        slots = tuple(
-            OutputSlot(resolve_shape(out.shape, sizes), problem.output_dtype(out, config))
-            for out in problem.outputs
-        )
-    return Call(args=args, slots=slots)
 
 
 def _grouped(found: Sequence[OutOfBounds]) -> list[list[OutOfBounds]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -109,19 +110,26 @@ class Executor:
         return self.prepare(case)[0]
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:
-        args = []
-        for inp in self.problem.inputs:
-            value = inputs[inp.name]
-            if isinstance(value, torch.Tensor):
-                args.append(TensorArg(value, case.layout_of(inp.name)))
-            else:
-                args.append(value)
-        slots: tuple[OutputSlot, ...] = ()
-        if self.problem.contract.style == "destination":
-            config = self.problem.dtype_configs()[case.dtype_config]
-            sizes = case.size_map()
-            slots = tuple(
-                OutputSlot(resolve_shape(out.shape, sizes), self.problem.output_dtype(out, config))
-                for out in self.problem.outputs
-            )
-        return Call(args=tuple(args), slots=slots, poison=poison)
+        return call_for(self.problem, case, inputs, poison)
+
+
+def call_for(
+    problem: Problem, case: Case, inputs: Mapping[str, object], poison: str = "nan"
+) -> Call:
+    """The call of the candidate a case makes: its inputs in declaration order (tensors in the
+    case's layout), and the preallocated outputs of a destination-passing contract."""
+    args: list[object] = []
+    for inp in problem.inputs:
+        value = inputs[inp.name]
+        args.append(
+            TensorArg(value, case.layout_of(inp.name)) if isinstance(value, torch.Tensor) else value
+        )
+    slots: tuple[OutputSlot, ...] = ()
+    if problem.contract.style == "destination":
+        config = problem.dtype_configs()[case.dtype_config]
+        sizes = case.size_map()
+        slots = tuple(
+            OutputSlot(resolve_shape(out.shape, sizes), problem.output_dtype(out, config))
+            for out in problem.outputs
+        )
+    return Call(args=tuple(args), slots=slots, poison=poison)
