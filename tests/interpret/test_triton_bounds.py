@@ -14,7 +14,7 @@ import torch
 from kernelaudit.checks.base import PlanContext
 from kernelaudit.checks.triton_bounds import interpreted_cases
 from kernelaudit.engine.audit import audit
-from kernelaudit.engine.executor import call_for
+from kernelaudit.engine.calls import call_for
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun

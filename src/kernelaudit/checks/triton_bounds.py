@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe
-from kernelaudit.engine.executor import call_for
+from kernelaudit.engine.calls import call_for
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, materialize
 from kernelaudit.inputs.shapes import shape_cases

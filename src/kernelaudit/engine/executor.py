@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import torch
-
 from kernelaudit.checks.base import Expected, Observation, Probe, Step
+from kernelaudit.engine.calls import call_for
 from kernelaudit.engine.measure import reference_kernels, reference_memory, reference_timing
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle.truth import expected
-from kernelaudit.problem.spec import Problem, ScalarInput, resolve_shape
-from kernelaudit.runner.messages import Call, Invocation, OutputSlot, TensorArg
+from kernelaudit.problem.spec import Problem, ScalarInput
+from kernelaudit.runner.messages import Call, Invocation
 from kernelaudit.runner.process import Worker
 
 _CACHE_SIZE = 16
@@ -111,25 +109,3 @@ class Executor:
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:
         return call_for(self.problem, case, inputs, poison)
-
-
-def call_for(
-    problem: Problem, case: Case, inputs: Mapping[str, object], poison: str = "nan"
-) -> Call:
-    """The call of the candidate a case makes: its inputs in declaration order (tensors in the
-    case's layout), and the preallocated outputs of a destination-passing contract."""
-    args: list[object] = []
-    for inp in problem.inputs:
-        value = inputs[inp.name]
-        args.append(
-            TensorArg(value, case.layout_of(inp.name)) if isinstance(value, torch.Tensor) else value
-        )
-    slots: tuple[OutputSlot, ...] = ()
-    if problem.contract.style == "destination":
-        config = problem.dtype_configs()[case.dtype_config]
-        sizes = case.size_map()
-        slots = tuple(
-            OutputSlot(resolve_shape(out.shape, sizes), problem.output_dtype(out, config))
-            for out in problem.outputs
-        )
-    return Call(args=tuple(args), slots=slots, poison=poison)
