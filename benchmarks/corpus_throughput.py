@@ -3,13 +3,15 @@
     python benchmarks/corpus_throughput.py --profile quick --out corpus-throughput.json
 
 Builds a corpus of copies of the bundled examples (each examples/<name>/ folder: problem.py, its
-candidates and expected.json) in a temporary folder and audits it with `kernelaudit corpus` on
-1, 2, 4, ... slots up to one per local GPU (without a GPU: up to --max-slots CPU slots), each
-configuration into an empty database. Every configuration gets `--copies-per-slot` copies per
-slot, so each slot has the same work and perfect scaling keeps the wall time constant. A warm-up
-run (one copy, every slot, not timed) fills Triton's on-disk cache first. The wall time is the
-whole command: starting the slots, every audit, storing each result and writing its reports.
-Prints a table and one JSON line per configuration; --out writes them all with the versions.
+candidates and expected.json; --problems picks some of them) in a temporary folder and audits it
+with `kernelaudit corpus` on 1, 2, 4, ... slots up to one per local GPU (without a GPU: up to
+--max-slots CPU slots), each configuration into an empty database. Every configuration gets
+`--copies-per-slot` copies per slot, so each slot has the same work and perfect scaling keeps the
+wall time constant. A warm-up run (one copy, every slot, not timed; --no-warm-up skips it) fills
+Triton's on-disk cache first. The wall time is the whole command: starting the slots, every
+audit, storing each result and writing its reports. Prints a table and one JSON line per
+configuration, with each job's seconds; --out writes them all with the versions after each
+configuration, and the corpus logs beside it.
 """
 
 from __future__ import annotations
@@ -43,13 +45,27 @@ def main() -> None:
     parser.add_argument("--max-slots", type=int, default=2, help="CPU slots at most, without GPUs")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu"))
     parser.add_argument("--examples", type=Path, default=None)
+    parser.add_argument(
+        "--problems", nargs="+", help="example folders to use, by name (default: every one)"
+    )
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="skip the untimed warm-up (Triton's cache already holds every kernel)",
+    )
     args = parser.parse_args()
 
     gpus = torch.cuda.device_count() if args.device == "auto" and torch.cuda.is_available() else 0
     most = gpus or args.max_slots
     configurations = args.slots or _doubling(most)
     examples = load_examples(find_examples(args.examples))
+    if args.problems:
+        known = {Path(e.problem).parent.name for e in examples}
+        unknown = sorted(set(args.problems) - known)
+        if unknown:
+            parser.error(f"--problems: no example named {', '.join(unknown)}; have {sorted(known)}")
+        examples = [e for e in examples if Path(e.problem).parent.name in args.problems]
     expected = {(Path(e.problem).parent.name, e.candidate.rpartition("::")[2]): e for e in examples}
     device = "cuda" if gpus else "cpu"
     print(
@@ -62,8 +78,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kernelaudit-corpus-") as scratch:
         root = Path(scratch)
         copies = args.copies_per_slot * max(configurations)
-        folders = _copies(find_examples(args.examples), root / "copies", copies)
-        _run(root, "warm-up", folders[:1], examples, max(configurations), device, args)
+        names = sorted({Path(e.problem).parent.name for e in examples})
+        folders = _copies(find_examples(args.examples), names, root / "copies", copies)
+        if not args.no_warm_up:
+            _run(root, "warm-up", folders[:1], examples, max(configurations), device, args)
         for slots in configurations:
             used = folders[: args.copies_per_slot * slots]
             seconds, results = _run(root, f"slots-{slots}", used, examples, slots, device, args)
@@ -87,9 +105,14 @@ def main() -> None:
                 "fail": counts["FAIL"],
                 "error": jobs - counts["PASS"] - counts["FAIL"],
                 "unexpected_verdicts": unexpected,
+                "devices": sorted({str(r.device) for r in results}),
+                "job_seconds": _by_candidate(results),
+                "errors": [str(r.error).splitlines()[0][:300] for r in results if r.error],
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
+            if args.out:  # after each configuration, so a run cut short keeps what it measured
+                _write(args.out, device, gpus, args.copies_per_slot, rows)
 
     per = "GPU" if gpus else "slot"
     print(f"\n| slots | jobs | seconds | candidates/hour | per {per} | errors | unexpected |")
@@ -100,15 +123,17 @@ def main() -> None:
             f"| {row['candidates_per_hour_per_slot']} | {row['error']} | "
             f"{row['unexpected_verdicts']} |"
         )
-    if args.out:
-        record = {
-            "date": time.strftime("%Y-%m-%d"),
-            "environment": dict(environment(device)),
-            "gpus": gpus,
-            "copies_per_slot": args.copies_per_slot,
-            "configurations": rows,
-        }
-        args.out.write_text(json.dumps(record, indent=1))
+
+
+def _write(out: Path, device: str, gpus: int, copies_per_slot: int, rows: list[dict]) -> None:
+    record = {
+        "date": time.strftime("%Y-%m-%d"),
+        "environment": dict(environment(device)),
+        "gpus": gpus,
+        "copies_per_slot": copies_per_slot,
+        "configurations": rows,
+    }
+    out.write_text(json.dumps(record, indent=1))
 
 
 def _doubling(most: int) -> list[int]:
@@ -118,16 +143,16 @@ def _doubling(most: int) -> list[int]:
     return sorted({*counts, most})
 
 
-def _copies(examples: Path, root: Path, copies: int) -> list[Path]:
-    """`copies` folders, each holding every example folder: the same files at new paths,
-    so each copy's jobs have keys of their own."""
+def _copies(examples: Path, names: list[str], root: Path, copies: int) -> list[Path]:
+    """`copies` folders, each holding the example folders `names`: the same files at new
+    paths, so each copy's jobs have keys of their own."""
     folders = []
     for index in range(copies):
         folder = root / f"copy{index}"
-        for example in sorted(examples.glob("*/expected.json")):
+        for name in names:
             shutil.copytree(
-                example.parent,
-                folder / example.parent.name,
+                examples / name,
+                folder / name,
                 ignore=shutil.ignore_patterns("__pycache__"),
             )
         folders.append(folder)
@@ -163,12 +188,22 @@ def _run(
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     parsed = parser.parse_args(argv)
-    with (root / f"{name}.log").open("w") as log:
+    logs = args.out.parent if args.out else root  # kept beside --out, for the run's details
+    with (logs / f"corpus-{name}.log").open("w") as log:
         began = time.perf_counter()
         parsed.run(parsed, Console(file=log, width=160))
         seconds = time.perf_counter() - began
     with Store(db) as store:
         return seconds, store.results()
+
+
+def _by_candidate(results: list[Any]) -> dict[str, list[float]]:
+    """Each candidate's job seconds, one per copy."""
+    seconds: dict[str, list[float]] = {}
+    for r in results:
+        name = f"{Path(r.problem).parent.name}::{_function(r.candidate)}"
+        seconds.setdefault(name, []).append(round(r.seconds or 0.0, 1))
+    return seconds
 
 
 def _function(spec: str) -> str:

@@ -21,7 +21,12 @@ from kernelaudit.formats import read_problem, unrunnable
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle.truth import expected
-from kernelaudit.problem.spec import Problem, Workload, resolve_shape
+from kernelaudit.problem.spec import (
+    Input,
+    Problem,
+    Workload,
+    resolve_shape,
+)
 
 GIB = 1 << 30
 
@@ -33,22 +38,33 @@ def smallest_workload(problem: Problem) -> Workload:
 def float64_bytes(problem: Problem) -> int:
     """The bytes of every tensor input at the smallest workload, in float64: what the truth
     run holds before the reference computes anything."""
-    sizes = dict(smallest_workload(problem).sizes)
-    return sum(math.prod(resolve_shape(t.shape, sizes)) * 8 for t in problem.tensor_inputs)
+    return sum(_elements(problem, t) * 8 for t in problem.tensor_inputs)
+
+
+def _elements(problem: Problem, tensor: Input) -> int:
+    return math.prod(resolve_shape(tensor.shape, dict(smallest_workload(problem).sizes)))
 
 
 def too_large(problem: Problem, device: str) -> str | None:
-    """Why the truth run cannot fit on `device`, or None: the float64 inputs and their native
-    copies (at most a quarter more, for 16-bit inputs) against the device's whole memory."""
+    """Why the truth run cannot fit on `device`, or None: the float64 inputs, plus the native
+    copy each is made from (one at a time), against the device's whole memory. What the
+    reference allocates as it runs is not counted; a run that needs more reports running out
+    of memory."""
     if not device.startswith("cuda"):
         return None
-    needed = float64_bytes(problem) * 1.25
+    config = problem.dtype_configs()[0]
+    largest = max(
+        (_elements(problem, t) * config[t.name].itemsize for t in problem.tensor_inputs),
+        default=0,
+    )
+    needed = float64_bytes(problem) + largest
     total = torch.cuda.get_device_properties(torch.device(device)).total_memory
     if needed <= total:
         return None
     return (
-        f"float64 inputs at the smallest workload need {needed / GIB:.1f} GiB with their native "
-        f"copies; {torch.cuda.get_device_name(torch.device(device))} has {total / GIB:.1f} GiB"
+        f"float64 inputs at the smallest workload need {needed / GIB:.1f} GiB with the largest "
+        f"native copy; {torch.cuda.get_device_name(torch.device(device))} has "
+        f"{total / GIB:.1f} GiB"
     )
 
 
@@ -106,7 +122,7 @@ def main() -> None:
     parser.add_argument("root", type=Path, help="folder holding <subset>/<problem>/definition.json")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, help="write every problem's entry as JSON")
-    parser.add_argument("--only", help="substring of the problems to run")
+    parser.add_argument("--only", nargs="+", help="run the problems whose path holds one of these")
     parser.add_argument("--limit-s", type=int, default=60, help="time limit per reference")
     parser.add_argument(
         "--skip", type=Path, help="an earlier --out file, or a kept record: its problems are kept"
@@ -114,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     folders = sorted(p.parent for p in args.root.glob("*/*/definition.json"))
     if args.only:
-        folders = [f for f in folders if args.only in str(f)]
+        folders = [f for f in folders if any(part in str(f) for part in args.only)]
     earlier = json.loads(args.skip.read_text()) if args.skip else []
     # an --out file is a list of entries; a kept record (benchmarks/results) holds them under
     # "problems"

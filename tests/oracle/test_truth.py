@@ -203,3 +203,36 @@ def test_truth_and_baseline_on_a_gpu():
     assert truth.dtype == torch.float64 and baseline.dtype == torch.bfloat16
     assert torch.allclose(truth, a.double() @ w.double(), rtol=1e-12, atol=1e-12)
     assert torch.equal(baseline, reference(a.cuda(), w.cuda()).cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_truth_run_holds_only_the_float64_inputs_and_the_baseline_only_the_native_ones():
+    # Two 32 MiB float32 inputs: 128 MiB as float64, 64 MiB as they are. Holding both sets at
+    # once would shut out the largest problems a device can otherwise run in float64.
+    torch.manual_seed(0)
+    a, b = torch.randn(2048, 4096), torch.randn(2048, 4096)
+    held: list[int] = []
+
+    def reference(a, b):
+        held.append(torch.cuda.memory_allocated())
+        return a + b
+
+    p = Problem(
+        name="add",
+        reference=reference,
+        axes=("m", "n"),
+        inputs=(
+            TensorInput("a", ("m", "n"), torch.float32),
+            TensorInput("b", ("m", "n"), torch.float32),
+        ),
+        outputs=(Output("y", ("m", "n"), "a"),),
+        workloads=({"m": 2048, "n": 4096},),
+    )
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    expected(p, {"a": a, "b": b}, {"a": torch.float32, "b": torch.float32}, "cuda")
+    mib = 1 << 20
+    truth_run, baseline_run = (bytes_ - before for bytes_ in held)
+    assert 128 * mib <= truth_run <= 136 * mib
+    assert 64 * mib <= baseline_run <= 72 * mib

@@ -37,20 +37,28 @@ def expected(
     it is after the call. Floating truth is float64 (complex128); integer and bool results keep
     the declared dtype. A reference that fails, or returns what the problem does not declare,
     raises ProblemError.
+
+    The two runs do not share the device: the float64 copies (each made from its native copy,
+    one input at a time) are freed before the native copies of the baseline are made, so the
+    largest problem that fits is bounded by its float64 inputs, not by both sets together.
     """
-    native = [
-        native_copy(inputs[spec.name], dtype_config.get(spec.name), device)
-        for spec in problem.inputs
-    ]
-    promoted = [promoted_copy(value) for value in native]
     sizes = _axis_sizes(problem, inputs)
     dtypes = tuple(problem.output_dtype(out, dtype_config) for out in problem.outputs)
     mutated = [_mutated_position(problem, name) for name in problem.contract.mutates]
 
+    promoted = [
+        _promoted_on(inputs[spec.name], dtype_config.get(spec.name), device)
+        for spec in problem.inputs
+    ]
     truth_returned = _call_reference(problem, promoted, promoted_to_fp64, _TRUTH_RUN)
     truth = _outputs(problem, truth_returned, sizes, dtypes, _TRUTH_RUN, to_truth=True)
     truth += tuple(_on_cpu(t, t.dtype) for t in _tensors(promoted, mutated))
+    del promoted, truth_returned
 
+    native = [
+        native_copy(inputs[spec.name], dtype_config.get(spec.name), device)
+        for spec in problem.inputs
+    ]
     baseline_returned = _call_reference(problem, native, full_precision_accumulation, _BASELINE_RUN)
     baseline = _outputs(problem, baseline_returned, sizes, dtypes, _BASELINE_RUN, to_truth=False)
     baseline += tuple(_on_cpu(t, t.dtype) for t in _tensors(native, mutated))
@@ -72,6 +80,14 @@ def native_copy(value: object, dtype: torch.dtype | None, device: str) -> object
     if not isinstance(value, torch.Tensor):
         return value
     return value.detach().to(device=device, dtype=dtype or value.dtype, copy=True)
+
+
+def _promoted_on(value: object, dtype: torch.dtype | None, device: str) -> object:
+    """The float64 copy on `device` of a tensor rounded to `dtype` first (its native value);
+    the native value is a temporary, never a second copy held beside it."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    return promoted_copy(value.detach().to(device=device, dtype=dtype or value.dtype))
 
 
 def _on_cpu(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
