@@ -35,6 +35,7 @@ from kernelaudit.training.loop import (
     Shadowed,
     Trajectory,
     shadow,
+    shadow_all,
     train,
 )
 from kernelaudit.training.slots import Plug
@@ -242,7 +243,7 @@ def main() -> None:
                 for seed in range(1, args.runs + 1)
             ]
             members.append(Plug(problem.slot, problem.reference, dtypes))
-            shadows = [shadow(experiment, optimizer, centre, m, tokens, device) for m in members]
+            shadows = shadow_all(experiment, optimizer, centre, members, tokens, device)
             for k, summary in enumerate(null):
                 summary.update(_shadow_summary(shadows[:k] + shadows[k + 1 :], shadows[k], hot))
             row: dict = {

@@ -75,3 +75,24 @@ def test_the_quick_profile_does_not_train_a_candidate_already_broken(tmp_path: P
     training = [f for f in report.findings if f.check == "training"]
     assert [f.severity for f in training] == ["note"]
     assert "already fails mutation" in training[0].title
+
+
+def test_when_the_reference_itself_cannot_train_nothing_is_judged(tmp_path: Path) -> None:
+    source = (EXAMPLE / "problem.py").read_text().replace("problem = Problem(", "_all = Problem(")
+    (tmp_path / "problem.py").write_text(
+        source + "\n\ndef _refuses(grad_out, ids, num_embeddings):\n"
+        "    raise RuntimeError('the reference refuses to run')\n\n\n"
+        "import dataclasses\n\nproblem = dataclasses.replace(_all, reference=_refuses)\n"
+    )
+    candidate = tmp_path / "raising.py"
+    candidate.write_text(
+        "def embedding_backward(grad_out, ids, num_embeddings):\n"
+        "    raise RuntimeError('no kernel for this shape')\n"
+    )
+    problem = load_problem(tmp_path / "problem.py")
+    report = audit(problem, f"{candidate}::embedding_backward", "quick", "cpu", ["training"])
+    (training,) = [f for f in report.findings if f.check == "training"]
+    # the candidate's stop is not held against it when the reference stops too
+    assert training.severity == "warn" and report.verdict == "PASS"
+    assert training.key.startswith("training-inconclusive")
+    assert "the reference refuses to run" in training.title

@@ -6,7 +6,14 @@ import torch
 
 from kernelaudit.training.data import batches, token_stream
 from kernelaudit.training.envelope import DRIFT_SLACK, conclusion, judge
-from kernelaudit.training.loop import Experiment, Perturbed, Shadowed, Trajectory, shadow
+from kernelaudit.training.loop import (
+    Experiment,
+    Perturbed,
+    Shadowed,
+    Trajectory,
+    shadow,
+    shadow_all,
+)
 from kernelaudit.training.model import ModelConfig
 from kernelaudit.training.slots import REFERENCES, Plug
 
@@ -122,3 +129,39 @@ def test_a_failing_plug_stops_the_shadow_with_its_message() -> None:
 
     run = _shadow("sgd", broken)
     assert "no kernel for this shape" in run.error and run.slot_calls == 0
+
+
+def test_shadowing_several_plugs_at_once_gives_each_what_it_gets_alone() -> None:
+    config = ModelConfig(vocab=64, hidden=32, layers=1, heads=2, seq=8, mlp_hidden=64)
+    experiment = Experiment(config, steps=6, batch=4)
+    tokens = batches(token_stream(64, 4096, 0), 4, 8, 6, 0)
+    dtypes = (torch.float16, torch.int64, None)
+    reference = REFERENCES["embedding_backward"]
+
+    def fails_at_step_3():  # type: ignore[no-untyped-def]
+        calls = []
+
+        def backward(grad_out, ids, num_embeddings):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            if len(calls) > 3:
+                raise RuntimeError("out of workspace")
+            return reference(grad_out, ids, num_embeddings)
+
+        return backward
+
+    def plugs() -> list[Plug]:  # fresh each time: a perturbed plug counts its own calls
+        functions = [Perturbed(reference, 1), Perturbed(reference, 2), fails_at_step_3()]
+        return [Plug("embedding_backward", f, dtypes) for f in functions]
+
+    for optimizer in ("sgd", "adamw"):
+        centre = Plug("embedding_backward", reference, dtypes)
+        together = shadow_all(experiment, optimizer, centre, plugs(), tokens, "cpu")
+        alone = [shadow(experiment, optimizer, centre, p, tokens, "cpu") for p in plugs()]
+        for one, other in zip(together, alone, strict=True):
+            assert (one.slot_calls, one.error) == (other.slot_calls, other.error)
+            assert one.drift.keys() == other.drift.keys()
+            for name in one.drift:
+                assert torch.equal(one.drift[name], other.drift[name]), (optimizer, name)
+        assert together[0].slot_calls == 6 and not together[0].error
+        assert any(float(d.abs().max()) > 0 for d in together[0].drift.values())
+        assert together[2].slot_calls == 3 and "out of workspace" in together[2].error

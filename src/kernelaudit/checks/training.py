@@ -112,6 +112,16 @@ def _failure(outcome: Outcome, experiment: Experiment, slot: str) -> Failure:
         evidence.append(("rows that drift most", outcome.rows))
     evidence.append(("loss curves", outcome.curves))
     evidence.append(("seconds", round(outcome.seconds, 1)))
+    unjudged = [j for j in outcome.judgements if j.inconclusive]
+    if unjudged and not departed:
+        names = " and ".join("SGD" if j.optimizer == "sgd" else "AdamW" for j in unjudged)
+        return Failure(
+            key=f"training-inconclusive:{outcome.dtypes}",
+            title=f"training in slot {slot} ({outcome.dtypes}) could not be judged under "
+            f"{names}: {unjudged[0].inconclusive}",
+            evidence=tuple(evidence),
+            severity="warn",
+        )
     if not departed:
         return Failure(
             key=f"trains-within-envelope:{outcome.dtypes}",

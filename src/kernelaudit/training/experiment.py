@@ -3,13 +3,16 @@ each trained with SGD and with AdamW from the same start on the same tokens, and
 the reference's trajectory (`loop.shadow`).
 
 The reference runs stay in the auditor's process (they are trusted, and shared by every
-candidate of a problem); the candidate trains in a process of its own.
+candidate of a problem); the candidate trains in a process of its own at the same time. The
+perturbed runs shadow the reference's trajectory together (`loop.shadow_all`).
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +32,7 @@ from kernelaudit.training.loop import (
     Rounded,
     Shadowed,
     Trajectory,
-    shadow,
+    shadow_all,
     train,
 )
 from kernelaudit.training.slots import Plug
@@ -88,15 +91,30 @@ def run_experiment(
     tokens = batches(
         stream, experiment.batch, experiment.config.seq, experiment.steps, experiment.seed
     )
-    references = _reference_runs(problem, config, dtypes, experiment, tokens, device)
-    runs, shadows, error = _candidate_runs(
-        problem, candidate, dtypes, experiment, tokens, device, timeout_s
-    )
     label = "/".join(
         sorted({dtype_name(d) for d in dtypes if d is not None and d.is_floating_point})
     )
+    # The candidate trains in its own process while the reference's runs go on here. Once the
+    # candidate's side is back, the reference's runs stop at what judging it still needs.
+    with ThreadPoolExecutor(1, thread_name_prefix="kernelaudit-training") as pool:
+        side = pool.submit(
+            _candidate_runs, problem, candidate, dtypes, experiment, tokens, device, timeout_s
+        )
+
+        def wanted() -> str:
+            if not side.done():
+                return "all"
+            if side.exception() is not None or side.result()[2]:
+                return "none"  # it could not train at all
+            runs, shadows, _ = side.result()
+            # every run stopped: the reference's own runs still tell whether it stops too
+            return "plain" if all(r.error for r in (*runs, *shadows)) else "all"
+
+        references = _reference_runs(problem, config, dtypes, experiment, tokens, device, wanted)
+        runs, shadows, error = side.result()
     if error:
         return Outcome(label, (), {}, [], error, time.perf_counter() - began, error)
+    assert references is not None, "only a candidate that could not train stops them all"
     counts = token_counts(tokens, experiment.config.vocab)
     hot = torch.topk(counts, max(1, experiment.config.vocab // _HOT_SHARE)).indices
     judgements = []
@@ -123,34 +141,47 @@ def _reference_runs(
     experiment: Experiment,
     tokens: torch.Tensor,
     device: str,
-) -> dict[str, _Envelope]:
+    wanted: Callable[[], str] = lambda: "all",
+) -> dict[str, _Envelope] | None:
+    """The reference's runs for every optimizer, from the cache when another candidate of the
+    problem made them. `wanted()`, asked before each run, may cut them short: "plain" keeps
+    only the reference's own run per optimizer (no envelope), "none" returns None. Only a
+    whole set is cached."""
     key = (problem.source or problem.name, problem.slot, config, experiment, device)
-    if key not in _references:
-        threads = torch.get_num_threads()
-        if device == "cpu":
-            torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
-        try:
-            runs = {}
-            for optimizer in OPTIMIZERS:
-                plain = Plug(problem.slot, problem.reference, dtypes)
-                reference = train(experiment, optimizer, plain, tokens, device)
-                nudged = [
-                    Plug(problem.slot, Perturbed(problem.reference, seed), dtypes)
-                    for seed in range(1, experiment.perturbed_runs + 1)
-                ]
-                perturbed = [train(experiment, optimizer, p, tokens, device) for p in nudged]
-                # drift is measured from the correctly rounded slot; the native reference is
-                # one more correct kernel of the envelope
-                centre = Plug(problem.slot, Rounded(problem.reference), dtypes)
-                shadows = [
-                    shadow(experiment, optimizer, centre, p, tokens, device)
-                    for p in (*nudged, plain)
-                ]
-                runs[optimizer] = (reference, perturbed, shadows)
-        finally:
-            torch.set_num_threads(threads)
-        _references[key] = runs
-    return _references[key]
+    if key in _references:
+        return _references[key]
+    threads = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
+    try:
+        plain = Plug(problem.slot, problem.reference, dtypes)
+        references = {}
+        for optimizer in OPTIMIZERS:
+            if wanted() == "none":
+                return None
+            references[optimizer] = train(experiment, optimizer, plain, tokens, device)
+        runs: dict[str, _Envelope] = {}
+        for optimizer in OPTIMIZERS:
+            nudged = [
+                Plug(problem.slot, Perturbed(problem.reference, seed), dtypes)
+                for seed in range(1, experiment.perturbed_runs + 1)
+            ]
+            perturbed = []
+            for plug in nudged:
+                if wanted() != "all":
+                    return {o: (r, [], []) for o, r in references.items()}
+                perturbed.append(train(experiment, optimizer, plug, tokens, device))
+            if wanted() != "all":
+                return {o: (r, [], []) for o, r in references.items()}
+            # drift is measured from the correctly rounded slot; the native reference is one
+            # more correct kernel of the envelope
+            centre = Plug(problem.slot, Rounded(problem.reference), dtypes)
+            shadows = shadow_all(experiment, optimizer, centre, (*nudged, plain), tokens, device)
+            runs[optimizer] = (references[optimizer], perturbed, shadows)
+    finally:
+        torch.set_num_threads(threads)
+    _references[key] = runs
+    return runs
 
 
 def _candidate_runs(

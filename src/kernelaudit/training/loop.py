@@ -7,7 +7,7 @@ in the last place, or the candidate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -253,29 +253,59 @@ def shadow(
     root. Free-running runs cannot tell them apart once a ulp has been amplified into a
     different trajectory.
     """
+    return shadow_all(experiment, optimizer, reference, (plug,), tokens, device)[0]
+
+
+def shadow_all(
+    experiment: Experiment,
+    optimizer: str,
+    reference: Plug,
+    plugs: Sequence[Plug],
+    tokens: torch.Tensor,
+    device: str,
+) -> list[Shadowed]:
+    """`shadow` for several plugs along one run of the reference's trajectory: the same results
+    as shadowing each alone (each plug keeps its own optimizer state and call count), for one
+    reference gradient per step instead of one per plug. A plug that raises stops being asked;
+    the others go on."""
     torch.manual_seed(experiment.seed)
     slots = Slots(reference)
     model = TinyDecoder(experiment.config, slots, seed=experiment.seed).to(device)
-    driven, shadowing = _Updates(experiment, optimizer), _Updates(experiment, optimizer)
-    drift = {n: torch.zeros(p.shape, dtype=torch.float64) for n, p in model.named_parameters()}
-    calls = 0
+    driven = _Updates(experiment, optimizer)
+    shadowing = [_Updates(experiment, optimizer) for _ in plugs]
+    drifts = [
+        {n: torch.zeros(p.shape, dtype=torch.float64) for n, p in model.named_parameters()}
+        for _ in plugs
+    ]
+    calls = [0] * len(plugs)
+    errors = [""] * len(plugs)
     for batch in tokens.to(device):
-        slots.plug = plug
-        before = slots.calls[plug.slot]
-        try:
-            candidate = _gradients(model, batch)
-        except Exception as failure:  # the plugged kernel's failure, reported by the check
-            error = f"step {calls}: {type(failure).__name__}: {failure}"
-            return Shadowed(optimizer, {}, calls, error)
-        calls += 1 if slots.calls[plug.slot] > before else 0
+        taken: dict[int, dict[str, torch.Tensor]] = {}
+        for k, plug in enumerate(plugs):
+            if errors[k]:
+                continue
+            slots.plug = plug
+            before = slots.calls[plug.slot]
+            try:
+                taken[k] = _gradients(model, batch)
+            except Exception as failure:  # the plugged kernel's failure, reported by the check
+                errors[k] = f"step {calls[k]}: {type(failure).__name__}: {failure}"
+                continue
+            calls[k] += 1 if slots.calls[plug.slot] > before else 0
+        if not taken:
+            break
         slots.plug = reference
-        truth = _gradients(model, batch)
-        ours, theirs = driven(truth), shadowing(candidate)
-        for name in drift:
-            drift[name] += (theirs[name] - ours[name]).cpu()
+        ours = driven(_gradients(model, batch))
+        for k, gradients in taken.items():
+            theirs = shadowing[k](gradients)
+            for name, drift in drifts[k].items():
+                drift += (theirs[name] - ours[name]).cpu()
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if optimizer == "adamw":
                     p.mul_(1 - experiment.adamw_lr * experiment.weight_decay)
                 p.sub_(ours[name].to(p.dtype))
-    return Shadowed(optimizer, drift, calls)
+    return [
+        Shadowed(optimizer, {} if errors[k] else drifts[k], calls[k], errors[k])
+        for k in range(len(plugs))
+    ]
