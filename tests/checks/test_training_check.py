@@ -28,6 +28,15 @@ def _outcome(function: str):  # type: ignore[no-untyped-def]
     return run_experiment(problem, candidate, FP16, Experiment.for_device("cpu"), "cpu", 600.0)
 
 
+def _raising(folder: Path) -> Path:
+    candidate = folder / "raising.py"
+    candidate.write_text(
+        "def embedding_backward(grad_out, ids, num_embeddings):\n"
+        "    raise RuntimeError('no kernel for this shape')\n"
+    )
+    return candidate
+
+
 @pytest.mark.slow
 def test_low_precision_gradient_departs_under_sgd_and_adamw_masks_it() -> None:
     outcome = _outcome("accumulate_in_low_precision")
@@ -43,11 +52,7 @@ def test_low_precision_gradient_departs_under_sgd_and_adamw_masks_it() -> None:
 
 @pytest.mark.slow
 def test_training_check_reports_through_the_audit(tmp_path: Path) -> None:
-    candidate = tmp_path / "raising.py"
-    candidate.write_text(
-        "def embedding_backward(grad_out, ids, num_embeddings):\n"
-        "    raise RuntimeError('no kernel for this shape')\n"
-    )
+    candidate = _raising(tmp_path)
     problem = load_problem(EXAMPLE / "problem.py")
     report = audit(problem, f"{candidate}::embedding_backward", "quick", "cpu", ["training"])
     training = [f for f in report.findings if f.check == "training"]
@@ -84,11 +89,7 @@ def test_when_the_reference_itself_cannot_train_nothing_is_judged(tmp_path: Path
         "    raise RuntimeError('the reference refuses to run')\n\n\n"
         "import dataclasses\n\nproblem = dataclasses.replace(_all, reference=_refuses)\n"
     )
-    candidate = tmp_path / "raising.py"
-    candidate.write_text(
-        "def embedding_backward(grad_out, ids, num_embeddings):\n"
-        "    raise RuntimeError('no kernel for this shape')\n"
-    )
+    candidate = _raising(tmp_path)
     problem = load_problem(tmp_path / "problem.py")
     report = audit(problem, f"{candidate}::embedding_backward", "quick", "cpu", ["training"])
     (training,) = [f for f in report.findings if f.check == "training"]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kernelaudit.checks.base import ConcludingOnly, Failure
 
 if TYPE_CHECKING:
+    from kernelaudit.training.envelope import Judgement
     from kernelaudit.training.experiment import Outcome
     from kernelaudit.training.loop import Experiment
 
@@ -114,11 +115,10 @@ def _failure(outcome: Outcome, experiment: Experiment, slot: str) -> Failure:
     evidence.append(("seconds", round(outcome.seconds, 1)))
     unjudged = [j for j in outcome.judgements if j.inconclusive]
     if unjudged and not departed:
-        names = " and ".join("SGD" if j.optimizer == "sgd" else "AdamW" for j in unjudged)
         return Failure(
             key=f"training-inconclusive:{outcome.dtypes}",
             title=f"training in slot {slot} ({outcome.dtypes}) could not be judged under "
-            f"{names}: {unjudged[0].inconclusive}",
+            f"{_names(unjudged)}: {unjudged[0].inconclusive}",
             evidence=tuple(evidence),
             severity="warn",
         )
@@ -130,11 +130,14 @@ def _failure(outcome: Outcome, experiment: Experiment, slot: str) -> Failure:
             evidence=tuple(evidence),
             severity="note",
         )
-    names = " and ".join("SGD" if j.optimizer == "sgd" else "AdamW" for j in departed)
     return Failure(
         key=f"departs:{'+'.join(j.optimizer for j in departed)}:{outcome.dtypes}",
-        title=f"training departs from the reference under {names} in slot {slot} "
+        title=f"training departs from the reference under {_names(departed)} in slot {slot} "
         f"({outcome.dtypes})",
         evidence=tuple(evidence),
         score=max(max(j.loss_ratio, j.drift_ratio) for j in departed),
     )
+
+
+def _names(judgements: Sequence[Judgement]) -> str:
+    return " and ".join("SGD" if j.optimizer == "sgd" else "AdamW" for j in judgements)
