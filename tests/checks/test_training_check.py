@@ -97,3 +97,15 @@ def test_when_the_reference_itself_cannot_train_nothing_is_judged(tmp_path: Path
     assert training.severity == "warn" and report.verdict == "PASS"
     assert training.key.startswith("training-inconclusive")
     assert "the reference refuses to run" in training.title
+
+
+def test_a_candidate_that_cannot_load_where_it_trains_stops_with_the_loading_error(
+    tmp_path: Path,
+) -> None:
+    candidate = tmp_path / "broken.py"
+    candidate.write_text("raise ImportError('needs a library this machine lacks')\n")
+    problem = load_problem(EXAMPLE / "problem.py")
+    ref = parse_candidate(f"{candidate}::embedding_backward")
+    outcome = run_experiment(problem, ref, FP16, Experiment.for_device("cpu", steps=20), "cpu", 600)
+    assert "needs a library this machine lacks" in outcome.error
+    assert outcome.judgements == () and outcome.curves == {}
