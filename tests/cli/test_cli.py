@@ -23,6 +23,10 @@ def _check(tmp_path: Path, *names: str) -> tuple[int, dict]:
             "quick",
             "--device",
             "cpu",
+            # what these tests look at: the CLI's handling of verdicts, findings and reports
+            # (every check's own behaviour is tested with the check)
+            "--checks",
+            "execution,unwritten,numerics",
             "--json",
             str(report),
         ]
