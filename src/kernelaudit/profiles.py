@@ -46,7 +46,7 @@ class Profile:
     declaration order (0: all)."""
     training_length: float = 1.0
     """The training check's runs, as a share of the device's usual steps (150 on a CPU, 200 on
-    a GPU): the quick profile trains for two thirds of them."""
+    a GPU): the quick profile trains for half of them."""
     gradient_depth: int = 4
     """How many times longer than at the workload the gradients check makes a reduced axis
     (the rows of a weight gradient, the tokens of an embedding gradient)."""
@@ -144,7 +144,7 @@ PROFILES: dict[str, Profile] = {
         warmup_calls=8,
         train_broken=False,
         training_configs=1,
-        training_length=2 / 3,
+        training_length=0.5,
         gradient_depth=1,
         invariance_configs=1,
         invariance_axes=1,
