@@ -21,12 +21,7 @@ from kernelaudit.formats import read_problem, unrunnable
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle.truth import expected
-from kernelaudit.problem.spec import (
-    Input,
-    Problem,
-    Workload,
-    resolve_shape,
-)
+from kernelaudit.problem.spec import Problem, Workload, resolve_shape
 
 GIB = 1 << 30
 
@@ -38,11 +33,13 @@ def smallest_workload(problem: Problem) -> Workload:
 def float64_bytes(problem: Problem) -> int:
     """The bytes of every tensor input at the smallest workload, in float64: what the truth
     run holds before the reference computes anything."""
-    return sum(_elements(problem, t) * 8 for t in problem.tensor_inputs)
+    return sum(count * 8 for count in _elements(problem).values())
 
 
-def _elements(problem: Problem, tensor: Input) -> int:
-    return math.prod(resolve_shape(tensor.shape, dict(smallest_workload(problem).sizes)))
+def _elements(problem: Problem) -> dict[str, int]:
+    """Each tensor input's element count at the smallest workload."""
+    sizes = dict(smallest_workload(problem).sizes)
+    return {t.name: math.prod(resolve_shape(t.shape, sizes)) for t in problem.tensor_inputs}
 
 
 def too_large(problem: Problem, device: str) -> str | None:
@@ -54,8 +51,7 @@ def too_large(problem: Problem, device: str) -> str | None:
         return None
     config = problem.dtype_configs()[0]
     largest = max(
-        (_elements(problem, t) * config[t.name].itemsize for t in problem.tensor_inputs),
-        default=0,
+        (count * config[name].itemsize for name, count in _elements(problem).items()), default=0
     )
     needed = float64_bytes(problem) + largest
     total = torch.cuda.get_device_properties(torch.device(device)).total_memory

@@ -169,9 +169,9 @@ def _reference_runs(
             perturbed = []
             for plug in nudged:
                 if wanted() != "all":
-                    return {o: (r, [], []) for o, r in references.items()}
+                    break
                 perturbed.append(train(experiment, optimizer, plug, tokens, device))
-            if wanted() != "all":
+            if wanted() != "all":  # it never turns back to "all" once the candidate is back
                 return {o: (r, [], []) for o, r in references.items()}
             # drift is measured from the correctly rounded slot; the native reference is one
             # more correct kernel of the envelope
