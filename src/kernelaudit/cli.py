@@ -18,15 +18,17 @@ from rich.table import Table
 from kernelaudit.checks import REGISTRY, build_checks
 from kernelaudit.corpus.command import add_parser as add_corpus_parser
 from kernelaudit.demo import find_examples, load_examples
-from kernelaudit.engine.audit import audit_in_turn, limits_for, resolve_device
+from kernelaudit.engine.audit import audit_in_turn, limits_for, resolve_device, sm_count
+from kernelaudit.engine.budget import expected_seconds
 from kernelaudit.engine.executor import Executor
+from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, read_reports, write_reports
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.trace import write_traces
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.spec import Problem
-from kernelaudit.profiles import PROFILES, profile_named
+from kernelaudit.profiles import PROFILES, profile_named, profile_with_budget
 from kernelaudit.report.html import write_html
 from kernelaudit.report.terminal import (
     print_evidence,
@@ -114,6 +116,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="auto", help="auto (default), cpu or cuda[:N]")
     parser.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="time to plan each candidate's audit for, overriding the profile's (quick 10, "
+        "default 30, thorough 300, for an H100); optional cases beyond it are left untried and "
+        "listed in the report",
+    )
+    parser.add_argument(
         "--json",
         type=Path,
         default=Path(DEFAULT_REPORT),
@@ -132,15 +142,23 @@ def _audit_all(
     args: argparse.Namespace,
     console: Console,
     checks: list[str] | None = None,
+    announce: bool = False,
 ) -> list[AuditReport]:
-    profile = profile_named(args.profile)
+    profile = profile_with_budget(args.profile, args.budget)
     device = resolve_device(args.device)
+    if announce:
+        sms = sm_count(device)
+        expected = sum(expected_seconds(p, c, profile, device, sms) for p, c in jobs)
+        console.print(
+            f"auditing {len(jobs)} candidates with the {profile.name} profile on {device}: "
+            f"about {_duration(expected)} on this machine"
+        )
     reports: list[AuditReport] = []
     with progress_bar(console) as bar:
 
-        def progress(done: int, total: int, what: str) -> None:
+        def progress(event: ProgressEvent) -> None:
             problem, candidate = jobs[len(reports)]
-            bar(done, total, f"{problem.name} / {candidate.function}  {what}")
+            bar(f"{problem.name} / {candidate.function}", event)
 
         for report in audit_in_turn(jobs, profile, device, checks, progress):
             reports.append(report)
@@ -180,7 +198,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     examples = load_examples(find_examples(args.examples))
     problems = {path: read_problem(path) for path in dict.fromkeys(e.problem for e in examples)}
     jobs = [read_candidate(e.candidate, problems[e.problem]) for e in examples]
-    reports = _audit_all(jobs, args, console)
+    reports = _audit_all(jobs, args, console, announce=True)
     table = Table(title=f"kernelaudit demo ({args.profile} profile)", title_justify="left")
     for column in ("problem", "candidate", "expected", "verdict", "finding that names the bug"):
         table.add_column(column)
@@ -264,6 +282,11 @@ def _repro(args: argparse.Namespace, console: Console) -> int:
         else:
             console.print("[bold green]not reproduced[/]: the case passes now")
     return 1 if failing else 0
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes} minute{'s' if minutes != 1 else ''}" if minutes else f"{seconds:.0f} s"
 
 
 def _clip(text: str, limit: int) -> str:

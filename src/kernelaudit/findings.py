@@ -138,6 +138,13 @@ class AuditReport:
     interpretation: tuple[str, ...] = ()
     """How the problem's format was read where it states less than kernelaudit needs (input
     roles inferred, axes held fixed): the problem's notes."""
+    check_seconds: tuple[tuple[str, float], ...] = ()
+    """Seconds per check: its probes (run and judged) and its concluding experiment."""
+    budget: tuple[tuple[str, float], ...] = ()
+    """The time budget and the plan fitted to it: budget_s, planned_s (the estimate of the
+    probes that ran), probes_planned, probes_untried."""
+    untried: tuple[tuple[str, int], ...] = ()
+    """Optional probes the budget left out, counted by check and shape."""
 
     @property
     def failures(self) -> tuple[Finding, ...]:
@@ -167,6 +174,9 @@ class AuditReport:
             "phases": dict(self.phases),
             "interpretation": list(self.interpretation),
             "workload_errors": dict(self.workload_errors),
+            "check_seconds": dict(self.check_seconds),
+            "budget": dict(self.budget),
+            "untried": dict(self.untried),
             "findings": [f.to_json() for f in self.findings],
             "cases": [r.to_json() for r in self.records],
         }
@@ -190,6 +200,9 @@ class AuditReport:
             interpretation=tuple(data.get("interpretation", [])),
             candidate_source=str(data.get("candidate_source", "")),
             workload_errors=tuple(data.get("workload_errors", {}).items()),
+            check_seconds=tuple(data.get("check_seconds", {}).items()),
+            budget=tuple(data.get("budget", {}).items()),
+            untried=tuple(data.get("untried", {}).items()),
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kernelaudit.errors import UsageError
 
@@ -28,6 +28,12 @@ class Profile:
     """Most reruns spent shrinking one failing case."""
     timeout_s: float
     """Wall time one call of the candidate may take before it counts as hung."""
+    budget_s: float = 30.0
+    """The audit's target time per candidate on an H100, for problems up to SOL-ExecBench L1
+    size. Cases that every audit needs (each value distribution, boundary size and layout at
+    least once, every check's own probes) always run; the optional ones run, most revealing
+    first, while the estimated time fits (`kernelaudit.inputs.cost`: an estimate, never the
+    clock, so the cases run do not depend on how busy the host is). `--budget` overrides it."""
     warmup_calls: int = 20
     """Calls made before the judged one when looking for behaviour that changes after a
     warm-up (a call counter, a cache filled on the way)."""
@@ -105,6 +111,11 @@ class Profile:
                 f"profile {self.name!r}: invariance_rows is {self.invariance_rows!r}; name one "
                 'or both of "last" and "middle"'
             )
+        if not self.budget_s > 0.0:
+            raise UsageError(
+                f"profile {self.name!r}: budget_s is {self.budget_s}; give the seconds an "
+                "audit of one candidate may plan for (30: the default profile's)"
+            )
         if not self.training_length > 0.0:
             raise UsageError(
                 f"profile {self.name!r}: training_length is {self.training_length}; give a "
@@ -141,6 +152,7 @@ PROFILES: dict[str, Profile] = {
         repeats=2,
         shrink_budget=8,
         timeout_s=60.0,
+        budget_s=10.0,
         warmup_calls=8,
         train_broken=False,
         training_configs=1,
@@ -180,6 +192,7 @@ PROFILES: dict[str, Profile] = {
         repeats=5,
         shrink_budget=48,
         timeout_s=300.0,
+        budget_s=300.0,
         warmup_calls=50,
         training_configs=0,
         gradient_depth=16,
@@ -200,3 +213,13 @@ def profile_named(name: str) -> Profile:
     except KeyError:
         known = ", ".join(PROFILES)
         raise UsageError(f"unknown profile {name!r}; choose one of: {known}") from None
+
+
+def profile_with_budget(name: str, budget_s: float | None) -> Profile:
+    """The named profile, its time budget replaced by `budget_s` when one is given."""
+    profile = profile_named(name)
+    if budget_s is None:
+        return profile
+    if not budget_s > 0:
+        raise UsageError(f"--budget is {budget_s:g}; give a positive number of seconds")
+    return replace(profile, budget_s=budget_s)

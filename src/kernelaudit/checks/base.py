@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
 
@@ -19,6 +19,9 @@ from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.messages import InvocationResult
+
+if TYPE_CHECKING:  # the oracle imports this module
+    from kernelaudit.oracle.compare import Memo
 
 Severity = Literal["fail", "warn", "note"]
 
@@ -174,6 +177,9 @@ class Probe:
     check: str
     case: Case
     plan: RunPlan = field(default_factory=RunPlan)
+    rank: int = field(default=0, compare=False)
+    """0: the probe runs whatever the time budget; 1, 2, ...: optional, run lowest rank first
+    while the audit's budget allows (`kernelaudit.engine.budget`), else reported as untried."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,9 @@ class Expected:
     depth: int = 1
     """How many terms each result may sum: the product of the sizes of the axes the inputs have
     and the outputs do not (the reduced axes). The oracle's noise floor grows with it."""
+    memo: Memo = field(default_factory=dict, compare=False, repr=False)
+    """What the oracle learns from the truth and baseline alone (the baseline's error), kept
+    with the case so every check that judges it reuses it."""
 
 
 @dataclass(frozen=True)

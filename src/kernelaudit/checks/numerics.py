@@ -8,7 +8,7 @@ import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.sweep import numerics_cases
-from kernelaudit.oracle.compare import Comparison, compare
+from kernelaudit.oracle.compare import Comparison, compare, judging_device
 from kernelaudit.oracle.metrics import row_errors
 from kernelaudit.problem.spec import IndexInput
 
@@ -23,7 +23,7 @@ class Numerics:
     )
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
-        return [Probe(self.name, case) for case in numerics_cases(ctx)]
+        return [Probe(self.name, case, rank=rank) for case, rank in numerics_cases(ctx)]
 
     def judge(self, observation: Observation) -> list[Failure]:
         if observation.probe.check != self.name or observation.result.error:
@@ -54,6 +54,8 @@ def judge_results(
             expected.baseline[k],
             expected.dtypes[k],
             depth=expected.depth,
+            device=judging_device(observation.device),
+            memo=expected.memo,
         )
         if comparison.passed:
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kernelaudit.checks.base import PlanContext
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import case_elements, cost_model
 from kernelaudit.inputs.layouts import geometry
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, distributions_for
 from kernelaudit.inputs.shapes import shape_cases
@@ -71,26 +72,104 @@ def value_variants(ctx: PlanContext) -> list[tuple[tuple[str, str], ...]]:
     return variants
 
 
-def numerics_cases(ctx: PlanContext) -> list[Case]:
-    """For every dtype configuration: every workload with every value variant; every boundary
-    shape with default values and with offset-mean activations; every allowed layout, one input
-    at a time, at the first workload."""
+COVERAGE, MORE_WORKLOAD_VALUES, MORE_CONFIGS, SAMPLED_OUT = range(4)
+"""Ranks of numerics cases (`Probe.rank`): what every audit runs, then the optional cases in
+the order they are worth their time."""
+
+_VARIANT_SHARE = 0.4
+"""The share of the time budget the value variants at their anchor workload may take."""
+_WORKLOAD_SHARE = 0.25
+"""The share of the time budget every workload at default values may take before the
+workloads are sampled."""
+_SAMPLED_ODD = 6
+"""Odd-sized workloads kept, at most, when the workloads are sampled."""
+
+
+def _odd(sizes: dict[str, int]) -> bool:
+    """A size map with an axis that is not a multiple of 16: where tails and masks matter."""
+    return any(size % 16 for size in sizes.values())
+
+
+def kept_workloads(ctx: PlanContext) -> tuple[list[str], list[str]]:
+    """The workloads an audit runs whatever its budget, and those it runs only if the budget
+    allows. All of them when they are cheap; otherwise the first, the smallest, the largest
+    and up to `_SAMPLED_ODD` odd-sized ones, spread over the list."""
+    problem = ctx.problem
+    names = [w.name for w in problem.workloads]
+    model = cost_model(ctx.device)
+    seconds = {
+        w.name: model.seconds(case_elements(problem, w.as_dict())) for w in problem.workloads
+    }
+    configs = len(problem.dtype_configs())
+    if sum(seconds.values()) * configs <= _WORKLOAD_SHARE * ctx.profile.budget_s:
+        return names, []
+    by_size = sorted(names, key=lambda name: seconds[name])
+    kept = {names[0], by_size[0], by_size[-1]}
+    odd = [w.name for w in problem.workloads if _odd(w.as_dict()) and w.name not in kept]
+    stride = max(1, len(odd) // _SAMPLED_ODD)
+    kept.update(odd[::stride][:_SAMPLED_ODD])
+    return [n for n in names if n in kept], [n for n in names if n not in kept]
+
+
+def _anchor(ctx: PlanContext, kept: list[str], variants: int) -> str:
+    """The workload every value variant is tried at: the largest kept one at which all of
+    them fit their share of the budget (larger sizes reveal more: longer reductions, more
+    repeated ids), else the smallest."""
+    problem = ctx.problem
+    model = cost_model(ctx.device)
+    sizes = {w.name: w.as_dict() for w in problem.workloads}
+    configs = len(problem.dtype_configs())
+    cost = {name: model.seconds(case_elements(problem, sizes[name])) for name in kept}
+    fitting = [
+        n for n in kept if cost[n] * variants * configs <= _VARIANT_SHARE * ctx.profile.budget_s
+    ]
+    pool = fitting or [min(kept, key=lambda name: cost[name])]
+    return max(pool, key=lambda name: cost[name])
+
+
+def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
+    """Every case of the sweep with its rank (see `Probe.rank`), for every dtype configuration.
+
+    Always run: each kept workload at default values; every value variant at one anchor
+    workload; every boundary shape at default values and with offset-mean activations; every
+    allowed layout, one input at a time, at the first workload. Optional: the value variants at
+    the other workloads (largest first), the layouts in the other dtype configurations, more
+    seeds, and the workloads left out of the sample."""
     problem, profile = ctx.problem, ctx.profile
     shapes = shape_cases(problem, profile.boundary_sizes_per_axis, ctx.sm_count)
-    workload_names = {w.name for w in problem.workloads}
+    if not shapes:
+        return []
+    kept, left_out = kept_workloads(ctx)
+    variants = value_variants(ctx)
+    anchor = _anchor(ctx, kept, len(variants)) if kept else ""
+    size_of = {label: sum(sizes.values()) for sizes, label in shapes}
     offset = tuple((i.name, "offset") for i in activations(problem))
-    cases: list[Case] = []
+    ranked: list[tuple[Case, int]] = []
+
+    def add(sizes: dict[str, int], label: str, config: int, values: tuple, rank: int) -> None:
+        for seed in range(profile.seeds):
+            case = Case(tuple(sizes.items()), config, tuple(sorted(values)), (), seed, label)
+            ranked.append((case, rank if seed == 0 else max(rank, MORE_CONFIGS)))
+
     for config in range(len(problem.dtype_configs())):
         for sizes, label in shapes:
-            if label in workload_names:
-                variants = value_variants(ctx)
+            if label in left_out:
+                add(sizes, label, config, (), SAMPLED_OUT)
+            elif label == anchor:
+                for values in variants:
+                    add(sizes, label, config, values, COVERAGE)
+            elif label in kept:
+                add(sizes, label, config, (), COVERAGE)
             else:
-                variants = [(), offset] if offset else [()]
-            for values in variants:
-                for seed in range(profile.seeds):
-                    cases.append(
-                        Case(tuple(sizes.items()), config, tuple(sorted(values)), (), seed, label)
-                    )
+                add(sizes, label, config, (), COVERAGE)
+                if offset:
+                    add(sizes, label, config, offset, COVERAGE)
+    others = sorted((label for label in kept if label != anchor), key=lambda n: -size_of[n])
+    for config in range(len(problem.dtype_configs())):
+        for label in others:
+            sizes = next(s for s, name in shapes if name == label)
+            for values in variants[1:]:
+                add(sizes, label, config, values, MORE_WORKLOAD_VALUES)
     first_sizes, first_label = shapes[0]
     allowed = [layout for layout in profile.layouts if layout in problem.contract.layouts]
     for inp in problem.tensor_inputs:
@@ -104,8 +183,9 @@ def numerics_cases(ctx: PlanContext) -> list[Case]:
                 continue
             for config in range(len(problem.dtype_configs())):
                 layouts = ((inp.name, layout),)
-                cases.append(Case(tuple(first_sizes.items()), config, (), layouts, 0, first_label))
-    return cases
+                case = Case(tuple(first_sizes.items()), config, (), layouts, 0, first_label)
+                ranked.append((case, COVERAGE if config == 0 else MORE_CONFIGS))
+    return ranked
 
 
 def boundary_cases(ctx: PlanContext, limit: int) -> list[Case]:

@@ -11,7 +11,7 @@ import torch
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.sweep import activations
 from kernelaudit.inputs.case import Case
-from kernelaudit.oracle.compare import compare
+from kernelaudit.oracle.compare import compare, judging_device
 from kernelaudit.oracle.metrics import absolute_floor
 from kernelaudit.oracle.rule import budget
 
@@ -27,18 +27,27 @@ class WeakCases:
         if observation.probe.check != "numerics":
             return []
         expected = observation.expected
+        where = judging_device(observation.device)
         failures = []
         for k, name in enumerate(expected.names):
             truth, dtype = expected.truth[k], expected.dtypes[k]
             if not dtype.is_floating_point or truth.numel() == 0:
                 continue
             cutoff = 2 * budget("normwise", dtype, depth=expected.depth)
-            screen = _Screen(truth, dtype)
-            for label, impostor in _impostors(observation, truth, dtype):
+            here = truth.to(where)
+            screen = _Screen(here, dtype)
+            for label, impostor in _impostors(observation, here, dtype):
                 if screen.error(impostor) > cutoff:
                     continue  # cannot pass even the normwise budget: skip the full comparison
                 verdict = compare(
-                    name, impostor, truth, expected.baseline[k], dtype, depth=expected.depth
+                    name,
+                    impostor,
+                    truth,
+                    expected.baseline[k],
+                    dtype,
+                    depth=expected.depth,
+                    device=where,
+                    memo=expected.memo,
                 )
                 if verdict.passed:
                     failures.append(
@@ -83,13 +92,16 @@ def _stronger(observation: Observation) -> list[Case]:
 def _impostors(
     observation: Observation, truth: torch.Tensor, dtype: torch.dtype
 ) -> list[tuple[str, torch.Tensor]]:
-    finite = truth[torch.isfinite(truth)]
-    mean = float(finite.mean()) if finite.numel() else 0.0
-    impostors = [("an all-zeros output", torch.zeros(truth.shape, dtype=dtype))]
+    """Trivial outputs, made where `truth` is."""
+    finite = torch.isfinite(truth)
+    count = finite.sum()
+    mean = float(torch.where(finite, truth, 0.0).sum() / count.clamp(min=1))
+    where = truth.device
+    impostors = [("an all-zeros output", torch.zeros(truth.shape, dtype=dtype, device=where))]
     if truth.numel() > 1:  # one value is always "constant": that would say nothing
         # built in fp64 then rounded: a mean beyond the dtype's range becomes inf, as a
         # kernel's would
-        constant = torch.full(truth.shape, mean, dtype=torch.float64).to(dtype)
+        constant = torch.full(truth.shape, mean, dtype=torch.float64, device=where).to(dtype)
         impostors.append((f"a constant output ({mean:.3g})", constant))
     for name, value in observation.inputs.items():
         if (
@@ -97,7 +109,7 @@ def _impostors(
             and value.shape == truth.shape
             and value.dtype.is_floating_point
         ):
-            impostors.append((f"input {name!r} passed through", value.to(dtype)))
+            impostors.append((f"input {name!r} passed through", value.to(where, dtype)))
     return impostors
 
 

@@ -6,38 +6,31 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
 import kernelaudit
 from kernelaudit.checks import build_checks
-from kernelaudit.checks.base import Check, Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.base import Check, PlanContext
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
+from kernelaudit.engine.budget import fit, untried_summary
 from kernelaudit.engine.executor import Executor
-from kernelaudit.engine.shrink import shrink
+from kernelaudit.engine.grouping import finding_of
+from kernelaudit.engine.probing import check_seconds, concluded, phase_done, probe_all, tell
+from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
-from kernelaudit.inputs.case import Case, dtype_name
-from kernelaudit.oracle.plain import plain_errors
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile, profile_named
 from kernelaudit.runner.candidate import CandidateRef, from_callable
 from kernelaudit.runner.messages import AUDITOR_PID
 from kernelaudit.runner.process import Limits, Worker, default_limits
-
-Progress = Callable[[int, int, str], None]
-"""Called after each probe with (done, total, what just ran)."""
-
-_HANGS_BEFORE_STOPPING = 2
-"""Hung calls (or calls killed at a memory limit) after which an audit stops running further
-cases."""
+from kernelaudit.runner.threads import hold_to, thread_share
 
 _CPU_SM_TARGET = 132
 """Without a GPU, plan "fewer rows than SMs" sizes for an H100-class part (132 SMs)."""
@@ -145,7 +138,8 @@ def run_audit(
             'put the code that starts the audit under `if __name__ == "__main__":`'
         )
     started = time.perf_counter()
-    ctx = PlanContext(problem, profile, device, _sm_count(device), candidate)
+    hold_to(thread_share(device))
+    ctx = PlanContext(problem, profile, device, sm_count(device), candidate)
     # the worker imports torch and the candidate while the probes are planned
     with worker or Worker(candidate, device, limits=limits_for(profile, device)) as worker:
         planned = [p for check in checks for p in check.plan(ctx)]
@@ -154,18 +148,23 @@ def run_audit(
             # chosen alone, they watch the numerics sweep; a concluding check (tripwires,
             # training) runs its own experiment
             planned = Numerics().plan(ctx)
+        fitted = fit(planned, problem, device, profile.budget_s)
         planning = time.perf_counter() - started
+        tell(progress, ProgressEvent("phase", 0, len(fitted.probes), "planning", planning))
         executor = Executor(problem, worker, device)
-        probing = _probe_all(executor, checks, planned, progress)
+        probing = probe_all(executor, checks, list(fitted.probes), progress)
+        tell(progress, phase_done(probing, "probing", time.perf_counter() - started - planning))
         shrinking_began = time.perf_counter()
         by_name = {check.name: check for check in checks}
         findings = [
-            _finding(executor, by_name[name], key, items, probing.records, profile)
+            finding_of(executor, by_name[name], key, items, probing.records, profile)
             for (name, key), items in probing.groups.items()
         ]
         shrinking = time.perf_counter() - shrinking_began
-        findings += _concluded(checks, probing)
+        tell(progress, phase_done(probing, "shrinking", shrinking))
+        findings += concluded(checks, probing, progress)
     concluding = time.perf_counter() - shrinking_began - shrinking
+    tell(progress, phase_done(probing, "concluding checks", concluding))
     records = probing.records
     backward = _backward_pass(ctx, checks, progress)
     if backward is not None:
@@ -180,6 +179,7 @@ def run_audit(
     }
     if backward is not None:
         phases["backward through autograd"] = backward[2]
+        tell(progress, phase_done(probing, "backward through autograd", backward[2]))
     # the most specific diagnosis first: an unwritten output also shows as NaN in the numerics
     order = {check.name: i for i, check in enumerate(checks)}
     findings.sort(
@@ -208,6 +208,16 @@ def run_audit(
         interpretation=problem.notes,
         candidate_source=candidate.source,
         workload_errors=tuple(probing.workload_errors.items()),
+        check_seconds=tuple(
+            (name, round(seconds, 3)) for name, seconds in check_seconds(records, probing)
+        ),
+        budget=(
+            ("budget_s", profile.budget_s),
+            ("planned_s", round(fitted.estimate_s, 3)),
+            ("probes_planned", len(fitted.probes)),
+            ("probes_untried", len(fitted.untried)),
+        ),
+        untried=untried_summary(fitted.untried),
     )
 
 
@@ -231,118 +241,13 @@ def _backward_pass(
     with Worker(differentiated, ctx.device, limits=limits) as worker:
         executor = Executor(derived, worker, ctx.device)
         planned = gradients[0].plan(derived_ctx)
-        probing = _probe_all(executor, judges, planned, progress)
+        probing = probe_all(executor, judges, planned, progress)
         by_name = {check.name: check for check in judges}
         findings = [
-            _finding(executor, by_name[name], key, items, probing.records, ctx.profile)
+            finding_of(executor, by_name[name], key, items, probing.records, ctx.profile)
             for (name, key), items in probing.groups.items()
         ]
     return findings, probing.records, time.perf_counter() - began
-
-
-@dataclass
-class _Probing:
-    groups: dict[tuple[str, str], list[tuple[Probe, Failure]]]
-    records: list[CaseRecord]
-    seconds: dict[str, float]
-    judging: float
-    workload_errors: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Plain error figures at each workload, from its first numerics case with default values."""
-
-
-def _probe_all(
-    executor: Executor, checks: list[Check], planned: list[Probe], progress: Progress | None
-) -> _Probing:
-    """Run every planned probe (and one round of the follow-ups checks ask for), judging each
-    observation with every check."""
-    queue = deque(dict.fromkeys(planned))
-    seen = set(queue)
-    followups: set[Probe] = set()
-    probing = _Probing(groups={}, records=[], seconds={}, judging=0.0)
-    hangs = 0
-    while queue:
-        probe = queue.popleft()
-        tick = time.perf_counter()
-        observation = executor.observe(probe)
-        judging_began = time.perf_counter()
-        _note_workload_errors(probing, executor.problem, observation)
-        keys = []
-        for check in checks:
-            failures = check.judge(observation)
-            for failure in failures:
-                probing.groups.setdefault((check.name, failure.key), []).append((probe, failure))
-                keys.append(failure.key)
-            if probe in followups:
-                continue  # one round of follow-ups: they never ask for more
-            for extra in check.followups(observation, failures):
-                if extra not in seen:
-                    seen.add(extra)
-                    followups.add(extra)
-                    queue.append(extra)
-        probing.judging += time.perf_counter() - judging_began
-        # a hang costs a whole timeout, a memory kill as long as the candidate takes to fill it
-        hangs += observation.result.error_kind in ("timeout", "memory")
-        if hangs >= _HANGS_BEFORE_STOPPING and queue:
-            # every further hang costs a whole timeout: the verdict is already FAIL
-            stopped = Failure(
-                key="stopped",
-                title=f"the audit stopped after {hangs} hangs or memory kills: {len(queue)} "
-                "planned case(s) were not run",
-                evidence=(("cases not run", len(queue)),),
-                severity="warn",
-            )
-            probing.groups.setdefault(("execution", "stopped"), []).append((probe, stopped))
-            queue.clear()
-        probing.records.append(
-            CaseRecord(probe.check, probe.case, tuple(keys), time.perf_counter() - tick)
-        )
-        if progress is not None:
-            done = len(probing.records)
-            progress(done, done + len(queue), f"{probe.check}: {probe.case.label}")
-    probing.seconds = dict(executor.seconds)
-    return probing
-
-
-def _note_workload_errors(probing: _Probing, problem: Problem, observation: Observation) -> None:
-    case = observation.probe.case
-    plain = (
-        observation.probe.check == "numerics"
-        and not case.values
-        and not case.layouts
-        and case.dtype_config == 0
-        and case.label not in probing.workload_errors
-        and case.label in {w.name for w in problem.workloads}
-    )
-    if plain:
-        errors = plain_errors(observation)
-        if errors is not None:
-            probing.workload_errors[case.label] = errors
-
-
-def _concluded(checks: list[Check], probing: _Probing) -> list[Finding]:
-    """Findings of checks that speak once every probe is judged (see `Concluding`)."""
-    found = [(name, failure) for (name, _), items in probing.groups.items() for _, failure in items]
-    findings = []
-    for check in checks:
-        conclude = getattr(check, "conclude", None)
-        if conclude is None:
-            continue
-        for failure in conclude(found):
-            findings.append(
-                Finding(
-                    id="",
-                    check=check.name,
-                    key=failure.key,
-                    severity=failure.severity,
-                    title=failure.title,
-                    evidence=failure.evidence,
-                    probe=None,
-                    original=None,
-                    occurrences=1,
-                    probes=0,
-                )
-            )
-    return findings
 
 
 def limits_for(profile: Profile, device: str) -> Limits:
@@ -355,86 +260,8 @@ def limits_for(profile: Profile, device: str) -> Limits:
     )
 
 
-def _finding(
-    executor: Executor,
-    check: Check,
-    key: str,
-    items: list[tuple[Probe, Failure]],
-    records: list[CaseRecord],
-    profile: Profile,
-) -> Finding:
-    probe, failure = max(items, key=lambda item: item[1].score)
-    original = probe.case
-    steps: tuple[str, ...] = ()
-    if failure.severity == "fail" and not key.startswith(("timeout", "memory")):
-        shrunk = shrink(executor, check, probe, failure, profile.shrink_budget)
-        probe, failure, steps = shrunk.probe, shrunk.failure, shrunk.steps
-    same_check = [r for r in records if r.check == items[0][0].check]
-    evidence = (
-        *failure.evidence,
-        ("cases", _by_variant(executor.problem, items, same_check)),
-        ("other failing cases", _others(executor.problem, items, probe)),
-    )
-    return Finding(
-        id="",
-        check=check.name,
-        key=key,
-        severity=failure.severity,
-        title=failure.title,
-        evidence=evidence,
-        probe=probe,
-        original=original,
-        occurrences=len(items),
-        probes=len(same_check),
-        shrink_steps=steps,
-    )
-
-
-_OTHERS_SHOWN = 8
-_HEADLINE_SKIPPED = ("result", "reason", "metrics", "message")
-
-
-def _others(
-    problem: Problem, items: list[tuple[Probe, Failure]], shown: Probe
-) -> list[dict[str, object]]:
-    """The worst few other failing cases, each with its title and leading evidence: the one
-    finding shows how the failure looks under each input that exposes it."""
-    others = sorted((i for i in items if i[0] != shown), key=lambda item: -item[1].score)
-    rows = []
-    for probe, failure in others[:_OTHERS_SHOWN]:
-        row: dict[str, object] = {"case": _variant(problem, probe.case), "title": failure.title}
-        headline = [(k, v) for k, v in failure.evidence if k not in _HEADLINE_SKIPPED]
-        row.update(headline[:3])
-        rows.append(row)
-    return rows
-
-
-def _variant(problem: Problem, case: Case) -> str:
-    """A case's values, layouts, shape label and floating dtypes, e.g.
-    "ids~zipf @ workload 0 [float16]"."""
-    values = ", ".join(f"{name}~{dist}" for name, dist in case.values) or "default values"
-    layouts = ", ".join(f"{name}:{layout}" for name, layout in case.layouts)
-    label = case.label.removesuffix(" (shrunk)")
-    config = problem.dtype_configs()[case.dtype_config]
-    dtypes = "/".join(sorted({dtype_name(d) for d in config.values() if d.is_floating_point}))
-    where = f"{values}; {layouts}" if layouts else values
-    return f"{where} @ {label}" + (f" [{dtypes}]" if dtypes else "")
-
-
-def _by_variant(
-    problem: Problem, items: list[tuple[Probe, Failure]], records: list[CaseRecord]
-) -> dict[str, str]:
-    """Failing / total cases per value-and-layout variant: shows which inputs expose the bug
-    and which hide it."""
-    failed = Counter(_variant(problem, p.case) for p, _ in items)
-    total = Counter(_variant(problem, r.case) for r in records)
-    return {
-        variant: f"failed {failed.get(variant, 0)} of {count}"
-        for variant, count in sorted(total.items(), key=lambda kv: -failed.get(kv[0], 0))
-    }
-
-
-def _sm_count(device: str) -> int:
+def sm_count(device: str) -> int:
+    """The device's SM count (on a CPU, an H100's, so the same sizes are planned)."""
     if device.startswith("cuda"):
         return torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
     return _CPU_SM_TARGET

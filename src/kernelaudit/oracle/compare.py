@@ -76,6 +76,22 @@ class Comparison:
     """The first few positions that failed (non-finite pattern, bit-exact rule, exact kind)."""
 
 
+@dataclass(frozen=True)
+class BaselineJudgement:
+    """What a comparison learns from the truth and the baseline alone, the same for every
+    result compared with them: kept per case (`Memo`) so checks that judge one case several
+    times compute it once."""
+
+    error: ErrorMetrics
+    bit_exact: bool
+    """Whether the bit-exact rule applies: the truth is exactly representable at every
+    compared position and the baseline reproduces it."""
+
+
+Memo = dict[str, BaselineJudgement]
+"""Baseline judgements of one case, by result name."""
+
+
 def compare(
     name: str,
     values: torch.Tensor,
@@ -84,11 +100,16 @@ def compare(
     dtype: torch.dtype,
     ratio_limit: float = RATIO_LIMIT,
     depth: int = 1,
+    device: str | torch.device | None = None,
+    memo: Memo | None = None,
 ) -> Comparison:
     """Judge a candidate's result `values` against the fp64 `truth` and the native `baseline`.
 
     `dtype` is the dtype the result must have; `depth` how many terms it may sum (see
-    `noise_floor`). Never raises on a bad result: a wrong shape or dtype is a failed comparison.
+    `noise_floor`). The arithmetic runs on `device` (where `truth` is when None): on a GPU the
+    three tensors are moved there once and only the figures come back. `memo` keeps what the
+    truth and baseline alone decide, by `name`, for later comparisons against the same ones.
+    Never raises on a bad result: a wrong shape or dtype is a failed comparison.
     """
     kind: Literal["floating", "exact"] = "exact" if is_exact(dtype) else "floating"
     if tuple(values.shape) != tuple(truth.shape):
@@ -97,7 +118,15 @@ def compare(
     if values.dtype != dtype:
         reason = f"{name} is {dtype_name(values.dtype)}, expected {dtype_name(dtype)}"
         return Comparison(name, kind, passed=False, reason=reason, failure="dtype")
-    return _COMPARISONS[kind](name, values, truth, baseline, dtype, ratio_limit, depth)
+    where = torch.device(device) if device is not None else truth.device
+    return _COMPARISONS[kind](name, values, truth, baseline, dtype, ratio_limit, depth, where, memo)
+
+
+def judging_device(device: str) -> torch.device:
+    """Where results of a candidate that ran on `device` are judged: on its GPU, where the
+    float64 arithmetic is fast and the host's cores stay free; on the host otherwise."""
+    where = torch.device(device)
+    return where if where.type == "cuda" and torch.cuda.is_available() else torch.device("cpu")
 
 
 def is_exact(dtype: torch.dtype) -> bool:
@@ -113,11 +142,15 @@ def _compare_exact(
     dtype: torch.dtype,
     ratio_limit: float,
     depth: int,
+    where: torch.device,
+    memo: Memo | None,
 ) -> Comparison:
-    del depth  # exact results have no rounding noise
+    del depth, memo  # exact results have no rounding noise, and nothing worth keeping
+    values, truth = values.to(where), truth.to(where)
     differ = values != truth
-    count = int(differ.sum())
-    baseline_count = int((baseline != truth).sum())
+    count, baseline_count = torch.stack(
+        (differ.sum(), (baseline.to(where) != truth).sum())
+    ).tolist()
     metrics = (
         ("mismatches", count),
         ("baseline_mismatches", baseline_count),
@@ -150,25 +183,38 @@ def _compare_floating(
     dtype: torch.dtype,
     ratio_limit: float,
     depth: int,
+    where: torch.device,
+    memo: Memo | None,
 ) -> Comparison:
     if dtype.is_complex:
         values, truth, baseline = (_interleaved(t) for t in (values, truth, baseline))
         dtype = dtype.to_real()
-    candidate = values.to(torch.float64)
-    reference = baseline.to(torch.float64)
-    truth = truth.to(torch.float64)
+    candidate = values.to(where, torch.float64)
+    truth = truth.to(where, torch.float64)
 
     overflow = torch.isfinite(truth) & (truth.abs() > torch.finfo(dtype).max)
     pattern = _nonfinite_pattern(candidate, truth, overflow, dtype)
     # positions where the truth overflows the dtype are judged by the pattern alone
-    compared_truth = truth.masked_fill(overflow, math.nan) if bool(overflow.any()) else truth
-    measured = error_metrics(candidate, compared_truth, dtype, depth)
-    reference_error = error_metrics(reference, compared_truth, dtype, depth)
-    results = tuple(
-        _judge(m, measured, reference_error, dtype, ratio_limit, depth) for m in METRICS
-    )
+    compared_truth = truth.masked_fill(overflow, math.nan)
     compared = torch.isfinite(compared_truth)
-    exact = _bit_exact_mismatches(candidate, reference, compared_truth, compared, dtype)
+    measured = error_metrics(candidate, compared_truth, dtype, depth)
+    judged = memo.get(name) if memo is not None else None
+    if judged is None:
+        reference = baseline.to(where, torch.float64)
+        judged = BaselineJudgement(
+            error=error_metrics(reference, compared_truth, dtype, depth),
+            bit_exact=_bit_exact_applies(reference, compared_truth, compared, dtype),
+        )
+        del reference
+        if memo is not None:
+            memo[name] = judged
+    results = tuple(_judge(m, measured, judged.error, dtype, ratio_limit, depth) for m in METRICS)
+    exact = (
+        _bit_exact_mismatches(candidate, compared_truth, compared, dtype)
+        if judged.bit_exact
+        else None
+    )
+    exact_count = int(exact.sum()) if exact is not None else 0
 
     worst = _unravel(measured.worst_element_index, candidate.shape)
     summary: list[tuple[str, Value]] = []
@@ -183,7 +229,7 @@ def _compare_floating(
     summary += [("worst_row_index", measured.worst_row_index), ("compared", measured.compared)]
     summary += [(key, count) for key, count, _ in pattern]
     if exact is not None:
-        summary.append(("bit_exact_mismatches", int(exact.sum())))
+        summary.append(("bit_exact_mismatches", exact_count))
     failing = [(key, count, shown) for key, count, shown in pattern if count]
     failed = [r for r in results if not r.passed]
     reason, failure = "", ""
@@ -192,9 +238,9 @@ def _compare_floating(
         reason, failure, shown = _nonfinite_reason(name, failing), failing[0][0], failing[0][2]
     elif failed:
         reason, failure = _error_reason(name, failed, measured, worst, dtype), "error"
-    elif exact is not None and bool(exact.any()):
+    elif exact is not None and exact_count:
         shown = _mismatches(exact, candidate, truth)
-        reason, failure = _bit_exact_reason(name, int(exact.sum()), shown), "bit-exact"
+        reason, failure = _bit_exact_reason(name, exact_count, shown), "bit-exact"
     return Comparison(
         name=name,
         kind="floating",
@@ -269,28 +315,29 @@ def _nonfinite_pattern(
         ("wrong-where-inf", t_inf & ~(c_inf & same_sign)),
         ("wrong-where-overflow", overflow & ~saturated),
     )
-    pattern = []
-    for key, mask in masks:
-        count = int(mask.sum())
-        pattern.append((key, count, _mismatches(mask, candidate, truth) if count else ()))
-    return pattern
+    counts = torch.stack([mask.sum() for _, mask in masks]).tolist()
+    return [
+        (key, count, _mismatches(mask, candidate, truth) if count else ())
+        for (key, mask), count in zip(masks, counts, strict=True)
+    ]
+
+
+def _bit_exact_applies(
+    baseline: torch.Tensor, truth: torch.Tensor, compared: torch.Tensor, dtype: torch.dtype
+) -> bool:
+    """Whether the dtype represents the truth exactly at every compared position and the
+    baseline reproduces it there: then a candidate must too, bit for bit."""
+    if not bool(compared.any()):
+        return False
+    exact_truth = torch.where(compared, truth, 0.0)
+    representable = torch.equal(exact_truth.to(dtype).to(torch.float64), exact_truth)
+    return representable and torch.equal(torch.where(compared, baseline, 0.0), exact_truth)
 
 
 def _bit_exact_mismatches(
-    candidate: torch.Tensor,
-    baseline: torch.Tensor,
-    truth: torch.Tensor,
-    compared: torch.Tensor,
-    dtype: torch.dtype,
-) -> torch.Tensor | None:
-    """Where the candidate differs from a truth that the dtype represents exactly at every
-    compared position and the baseline reproduces exactly; None when the rule does not apply."""
-    if not bool(compared.any()):
-        return None
-    exact_truth = torch.where(compared, truth, 0.0)
-    representable = torch.equal(exact_truth.to(dtype).to(torch.float64), exact_truth)
-    if not representable or not torch.equal(torch.where(compared, baseline, 0.0), exact_truth):
-        return None
+    candidate: torch.Tensor, truth: torch.Tensor, compared: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """Where the candidate differs from a truth the bit-exact rule applies to."""
     # compared by value, so -0.0 equals +0.0; where the truth is subnormal, differences no
     # larger than the smallest normal are what flushing to zero does, which the metrics forgive
     tiny = torch.finfo(dtype).smallest_normal

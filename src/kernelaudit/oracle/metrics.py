@@ -109,29 +109,33 @@ def _row_norms(x: torch.Tensor) -> torch.Tensor:
     return scale.squeeze(-1) * torch.linalg.vector_norm(x / scale, dim=-1)
 
 
-def _norm(row_norms: torch.Tensor) -> float:
-    return float(_row_norms(row_norms.reshape(1, -1))[0]) if row_norms.numel() else 0.0
+def _norm(row_norms: torch.Tensor) -> torch.Tensor:
+    """The norm of a vector of row norms, as a 0-dim tensor where the vector lives."""
+    if not row_norms.numel():
+        return torch.zeros((), dtype=torch.float64, device=row_norms.device)
+    return _row_norms(row_norms.reshape(1, -1))[0]
 
 
 @dataclass(frozen=True)
 class _RowNorms:
     error: torch.Tensor
     truth: torch.Tensor
-    compared: int
+    compared: torch.Tensor
+    """How many elements were compared, a 0-dim tensor (read once, with everything else)."""
     row_length: int
 
 
 def _row_norms_of(values: torch.Tensor, chunks: Iterable[_Chunk]) -> _RowNorms:
     row_length = _rows(values).shape[1]
     if values.numel() == 0:
-        empty = torch.zeros(0, dtype=torch.float64)
-        return _RowNorms(error=empty, truth=empty, compared=0, row_length=row_length)
-    errors, truths, compared = [], [], 0
+        empty = torch.zeros(0, dtype=torch.float64, device=values.device)
+        return _RowNorms(empty, empty, torch.zeros((), dtype=torch.int64), row_length)
+    errors, truths, compared = [], [], []
     for chunk in chunks:
         errors.append(_row_norms(chunk.excess))
         truths.append(_row_norms(chunk.t))
-        compared += int(chunk.finite.sum())
-    return _RowNorms(torch.cat(errors), torch.cat(truths), compared, row_length)
+        compared.append(chunk.finite.sum())
+    return _RowNorms(torch.cat(errors), torch.cat(truths), torch.stack(compared).sum(), row_length)
 
 
 def _row_errors(norms: _RowNorms, dtype: torch.dtype) -> torch.Tensor:
@@ -139,8 +143,8 @@ def _row_errors(norms: _RowNorms, dtype: torch.dtype) -> torch.Tensor:
     if rows == 0:
         return norms.error
     rms_row = _norm(norms.truth) / math.sqrt(rows)
-    floor = max(rms_row, math.sqrt(norms.row_length) * absolute_floor(dtype))
-    return norms.error / torch.clamp(norms.truth, min=floor)
+    floor = torch.clamp(rms_row, min=math.sqrt(norms.row_length) * absolute_floor(dtype))
+    return norms.error / torch.maximum(norms.truth, floor)
 
 
 def row_errors(
@@ -166,36 +170,60 @@ def _again(
 def error_metrics(
     values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype, depth: int = 1
 ) -> ErrorMetrics:
-    """Error of `values` against `truth` (same shape), for a result of floating dtype `dtype`."""
+    """Error of `values` against `truth` (same shape, on the same device), for a result of
+    floating dtype `dtype`.
+
+    Computed where the tensors are (on the GPU when they are there), every figure kept as a
+    tensor until the end and read back in one transfer: no synchronisation per chunk or row.
+    """
     floor = absolute_floor(dtype)
 
     # both passes below read the same chunks: kept between them unless that is a lot of memory
     kept = list(_chunks(values, truth, dtype, depth)) if values.numel() <= _KEPT_ELEMENTS else None
     norms = _row_norms_of(values, _again(kept, values, truth, dtype, depth))
-    per_row = _row_errors(norms, dtype)
-    if norms.compared == 0:
+    if norms.error.numel() == 0:
         return ErrorMetrics(0.0, 0.0, 0, 0.0, 0, 0.0, 0.0, 0)
+    per_row = _row_errors(norms, dtype)
+    compared = norms.compared.to(torch.float64)
     truth_norm = _norm(norms.truth)
-    normwise = _norm(norms.error) / max(truth_norm, math.sqrt(norms.compared) * floor)
-    worst_row_index = int(torch.argmax(per_row))
+    normwise = _norm(norms.error) / torch.maximum(truth_norm, compared.sqrt() * floor)
+    worst_row_index = torch.argmax(per_row)
 
-    rms = truth_norm / math.sqrt(norms.compared)
-    worst, worst_index, worst_value, worst_truth = -1.0, 0, 0.0, 0.0
+    rms = truth_norm / compared.clamp(min=1.0).sqrt()
+    denominator = torch.clamp(rms, min=floor)
+    bests = []
     for chunk in _again(kept, values, truth, dtype, depth):
-        relative = chunk.excess / torch.clamp(chunk.t.abs(), min=max(rms, floor))
-        position = int(torch.argmax(relative))
-        if float(relative.reshape(-1)[position]) > worst:
-            worst = float(relative.reshape(-1)[position])
-            worst_index = chunk.start * chunk.c.shape[1] + position
-            worst_value = float(chunk.c.reshape(-1)[position])
-            worst_truth = float(chunk.t.reshape(-1)[position])
+        relative = (chunk.excess / torch.maximum(chunk.t.abs(), denominator)).reshape(-1)
+        position = torch.argmax(relative)
+        bests.append(
+            torch.stack(
+                (
+                    relative[position],
+                    (position + chunk.start * chunk.c.shape[1]).to(torch.float64),
+                    chunk.c.reshape(-1)[position],
+                    chunk.t.reshape(-1)[position],
+                )
+            )
+        )
+    # the first chunk holding the largest value, as a scan in row-major order would find it
+    table = torch.stack(bests)
+    chosen = table[torch.argmax(table[:, 0])]
+    figures = torch.cat(
+        (
+            torch.stack((normwise, per_row[worst_row_index], worst_row_index.to(torch.float64))),
+            chosen,
+            compared.reshape(1),
+        )
+    ).tolist()
+    if figures[7] == 0:
+        return ErrorMetrics(0.0, 0.0, 0, 0.0, 0, 0.0, 0.0, 0)
     return ErrorMetrics(
-        normwise=normwise,
-        worst_row=float(per_row[worst_row_index]),
-        worst_row_index=worst_row_index,
-        componentwise=worst,
-        worst_element_index=worst_index,
-        worst_element_value=worst_value,
-        worst_element_truth=worst_truth,
-        compared=norms.compared,
+        normwise=figures[0],
+        worst_row=figures[1],
+        worst_row_index=int(figures[2]),
+        componentwise=figures[3],
+        worst_element_index=int(figures[4]),
+        worst_element_value=figures[5],
+        worst_element_truth=figures[6],
+        compared=int(figures[7]),
     )

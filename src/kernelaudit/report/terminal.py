@@ -4,16 +4,24 @@ findings with their numbers and the command that replays each one."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
-from kernelaudit.engine.audit import Progress as ProgressCallback
+from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.findings import AuditReport, Finding
 
 _STYLE = {"PASS": "bold green", "FAIL": "bold red"}
@@ -21,19 +29,42 @@ _SEVERITY = {"fail": "red", "warn": "yellow", "note": "cyan"}
 
 
 @contextmanager
-def progress_bar(console: Console) -> Iterator[ProgressCallback]:
-    """A live bar; yields the callback the engine reports progress through."""
+def progress_bar(console: Console) -> Iterator[Callable[[str, ProgressEvent], None]]:
+    """What a user sees while an audit runs; yields the callback that takes each event with
+    the label of the audit it belongs to.
+
+    In a terminal, a live bar with the time elapsed and left. Anywhere else (a CI log, a
+    corpus slot's log, a pipe), where a live bar shows nothing until the end, one line per
+    phase and per check as it finishes, with its seconds and the audit's elapsed time.
+    """
+    if not console.is_terminal:
+        began = time.perf_counter()
+
+        def log(label: str, event: ProgressEvent) -> None:
+            if event.kind == "probe":
+                return
+            console.print(
+                f"[{time.perf_counter() - began:7.1f} s] {escape(label)}  {event.kind} "
+                f"{escape(event.what)}: {event.seconds:.1f} s ({event.total} probes)",
+                soft_wrap=True,
+            )
+
+        yield log
+        return
     columns = (
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         TextColumn("{task.description}"),
     )
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("", total=None)
 
-        def update(done: int, total: int, what: str) -> None:
-            bar.update(task, completed=done, total=total, description=escape(what[:90]))
+        def update(label: str, event: ProgressEvent) -> None:
+            what = f"{label}  {event.what}"
+            bar.update(task, completed=event.done, total=event.total, description=escape(what[:90]))
 
         yield update
 

@@ -1,0 +1,78 @@
+"""Fit an audit's probes to its time budget.
+
+Every probe of rank 0 runs: each value distribution, boundary size and layout at least once,
+and every check's own probes. The optional ones (rank 1 and up: the same variants at more
+workloads, more dtype configurations, more seeds, workloads left out of a sample) are added
+lowest rank first while the estimated time of everything planned fits the probes' share of
+the budget. The estimate comes from `kernelaudit.inputs.cost`, never from the clock, so which
+cases run, and the verdict, do not depend on how busy the host is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from kernelaudit.checks import build_checks
+from kernelaudit.checks.base import PlanContext, Probe
+from kernelaudit.inputs.cost import case_seconds
+from kernelaudit.problem.spec import Problem
+from kernelaudit.profiles import Profile
+from kernelaudit.runner.candidate import CandidateRef
+
+PROBE_SHARE = 0.6
+"""The share of the budget the probes may plan for: the rest is for shrinking and for the
+checks that run experiments of their own once the probes are judged."""
+
+
+@dataclass(frozen=True)
+class FittedPlan:
+    probes: tuple[Probe, ...]
+    """What runs, in order: every rank-0 probe as planned, then the optional ones taken."""
+    untried: tuple[Probe, ...]
+    """Optional probes the budget left out."""
+    estimate_s: float
+    """The estimated seconds of the probes that run."""
+    budget_s: float
+
+
+def probe_seconds(problem: Problem, probe: Probe, device: str) -> float:
+    """The estimated seconds of one probe: each call of its sequence on its own case."""
+    return sum(
+        case_seconds(problem, step.case or probe.case, device) for step in probe.plan.sequence()
+    )
+
+
+def fit(planned: list[Probe], problem: Problem, device: str, budget_s: float) -> FittedPlan:
+    """The probes to run within `budget_s` (see the module's docstring)."""
+    unique = list(dict.fromkeys(planned))
+    required = [p for p in unique if p.rank == 0]
+    optional = sorted((p for p in unique if p.rank > 0), key=lambda p: p.rank)
+    estimate = sum(probe_seconds(problem, p, device) for p in required)
+    allowance = PROBE_SHARE * budget_s
+    taken, untried = [], []
+    for probe in optional:
+        seconds = probe_seconds(problem, probe, device)
+        if estimate + seconds <= allowance:
+            taken.append(probe)
+            estimate += seconds
+        else:
+            untried.append(probe)
+    return FittedPlan(tuple(required + taken), tuple(untried), estimate, budget_s)
+
+
+def untried_summary(untried: tuple[Probe, ...]) -> tuple[tuple[str, int], ...]:
+    """How many probes were left untried, by check and shape ("numerics @ workload 3")."""
+    counts = Counter(f"{p.check} @ {p.case.label}" for p in untried)
+    return tuple(sorted(counts.items()))
+
+
+def expected_seconds(
+    problem: Problem, candidate: CandidateRef, profile: Profile, device: str, sm_count: int
+) -> float:
+    """Roughly how long an audit of `candidate` will take here, before it starts: its fitted
+    probes' estimate, plus as much again for shrinking and the concluding checks, in the
+    proportion the budget reserves for them."""
+    ctx = PlanContext(problem, profile, device, sm_count, candidate)
+    planned = [p for check in build_checks() for p in check.plan(ctx)]
+    return fit(planned, problem, device, profile.budget_s).estimate_s / PROBE_SHARE

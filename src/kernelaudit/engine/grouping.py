@@ -1,0 +1,93 @@
+"""Findings: the failures of one check and key grouped into one finding, its worst case shrunk,
+with the variants of values and layouts that fail and those that pass."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kernelaudit.checks.base import Check, Failure, Probe
+from kernelaudit.engine.executor import Executor
+from kernelaudit.engine.shrink import shrink
+from kernelaudit.findings import CaseRecord, Finding
+from kernelaudit.inputs.case import Case, dtype_name
+from kernelaudit.problem.spec import Problem
+from kernelaudit.profiles import Profile
+
+
+def finding_of(
+    executor: Executor,
+    check: Check,
+    key: str,
+    items: list[tuple[Probe, Failure]],
+    records: list[CaseRecord],
+    profile: Profile,
+) -> Finding:
+    probe, failure = max(items, key=lambda item: item[1].score)
+    original = probe.case
+    steps: tuple[str, ...] = ()
+    if failure.severity == "fail" and not key.startswith(("timeout", "memory")):
+        shrunk = shrink(executor, check, probe, failure, profile.shrink_budget)
+        probe, failure, steps = shrunk.probe, shrunk.failure, shrunk.steps
+    same_check = [r for r in records if r.check == items[0][0].check]
+    evidence = (
+        *failure.evidence,
+        ("cases", _by_variant(executor.problem, items, same_check)),
+        ("other failing cases", _others(executor.problem, items, probe)),
+    )
+    return Finding(
+        id="",
+        check=check.name,
+        key=key,
+        severity=failure.severity,
+        title=failure.title,
+        evidence=evidence,
+        probe=probe,
+        original=original,
+        occurrences=len(items),
+        probes=len(same_check),
+        shrink_steps=steps,
+    )
+
+
+_OTHERS_SHOWN = 8
+_HEADLINE_SKIPPED = ("result", "reason", "metrics", "message")
+
+
+def _others(
+    problem: Problem, items: list[tuple[Probe, Failure]], shown: Probe
+) -> list[dict[str, object]]:
+    """The worst few other failing cases, each with its title and leading evidence: the one
+    finding shows how the failure looks under each input that exposes it."""
+    others = sorted((i for i in items if i[0] != shown), key=lambda item: -item[1].score)
+    rows = []
+    for probe, failure in others[:_OTHERS_SHOWN]:
+        row: dict[str, object] = {"case": _variant(problem, probe.case), "title": failure.title}
+        headline = [(k, v) for k, v in failure.evidence if k not in _HEADLINE_SKIPPED]
+        row.update(headline[:3])
+        rows.append(row)
+    return rows
+
+
+def _variant(problem: Problem, case: Case) -> str:
+    """A case's values, layouts, shape label and floating dtypes, e.g.
+    "ids~zipf @ workload 0 [float16]"."""
+    values = ", ".join(f"{name}~{dist}" for name, dist in case.values) or "default values"
+    layouts = ", ".join(f"{name}:{layout}" for name, layout in case.layouts)
+    label = case.label.removesuffix(" (shrunk)")
+    config = problem.dtype_configs()[case.dtype_config]
+    dtypes = "/".join(sorted({dtype_name(d) for d in config.values() if d.is_floating_point}))
+    where = f"{values}; {layouts}" if layouts else values
+    return f"{where} @ {label}" + (f" [{dtypes}]" if dtypes else "")
+
+
+def _by_variant(
+    problem: Problem, items: list[tuple[Probe, Failure]], records: list[CaseRecord]
+) -> dict[str, str]:
+    """Failing / total cases per value-and-layout variant: shows which inputs expose the bug
+    and which hide it."""
+    failed = Counter(_variant(problem, p.case) for p, _ in items)
+    total = Counter(_variant(problem, r.case) for r in records)
+    return {
+        variant: f"failed {failed.get(variant, 0)} of {count}"
+        for variant, count in sorted(total.items(), key=lambda kv: -failed.get(kv[0], 0))
+    }

@@ -1,0 +1,166 @@
+"""Probing: run every planned probe against the candidate's worker, judge each observation with
+every check, ask for one round of follow-ups, and let the concluding checks speak at the end."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelaudit.checks.base import Check, Failure, Observation, Probe
+from kernelaudit.engine.executor import Executor
+from kernelaudit.engine.progress import Progress, ProgressEvent
+from kernelaudit.findings import CaseRecord, Finding
+from kernelaudit.oracle.plain import plain_errors
+from kernelaudit.problem.spec import Problem
+
+_HANGS_BEFORE_STOPPING = 2
+"""Hung calls (or calls killed at a memory limit) after which an audit stops running further
+cases."""
+
+
+def tell(progress: Progress | None, event: ProgressEvent) -> None:
+    if progress is not None:
+        progress(event)
+
+
+def phase_done(probing: Probing, phase: str, seconds: float) -> ProgressEvent:
+    done = len(probing.records)
+    return ProgressEvent("phase", done, done, phase, seconds)
+
+
+def check_seconds(records: list[CaseRecord], probing: Probing) -> list[tuple[str, float]]:
+    """Seconds per check: its probes' (as run, judging included) and its concluding
+    experiment's, in the order checks first took time."""
+    seconds: dict[str, float] = {}
+    for record in records:
+        seconds[record.check] = seconds.get(record.check, 0.0) + record.seconds
+    for name, spent in probing.concluded.items():
+        seconds[name] = seconds.get(name, 0.0) + spent
+    return list(seconds.items())
+
+
+@dataclass
+class Probing:
+    groups: dict[tuple[str, str], list[tuple[Probe, Failure]]]
+    records: list[CaseRecord]
+    seconds: dict[str, float]
+    judging: float
+    workload_errors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Plain error figures at each workload, from its first numerics case with default values."""
+    concluded: dict[str, float] = field(default_factory=dict)
+    """Seconds each concluding check's `conclude` took."""
+
+
+def probe_all(
+    executor: Executor, checks: list[Check], planned: list[Probe], progress: Progress | None
+) -> Probing:
+    """Run every planned probe (and one round of the follow-ups checks ask for), judging each
+    observation with every check."""
+    queue = deque(dict.fromkeys(planned))
+    seen = set(queue)
+    followups: set[Probe] = set()
+    probing = Probing(groups={}, records=[], seconds={}, judging=0.0)
+    hangs = 0
+    current, current_s = "", 0.0
+    while queue:
+        probe = queue.popleft()
+        if probe.check != current:
+            if current:
+                tell(progress, _check_done(probing, queue, current, current_s))
+            current, current_s = probe.check, 0.0
+        tick = time.perf_counter()
+        observation = executor.observe(probe)
+        judging_began = time.perf_counter()
+        _note_workload_errors(probing, executor.problem, observation)
+        keys = []
+        for check in checks:
+            failures = check.judge(observation)
+            for failure in failures:
+                probing.groups.setdefault((check.name, failure.key), []).append((probe, failure))
+                keys.append(failure.key)
+            if probe in followups:
+                continue  # one round of follow-ups: they never ask for more
+            for extra in check.followups(observation, failures):
+                if extra not in seen:
+                    seen.add(extra)
+                    followups.add(extra)
+                    queue.append(extra)
+        probing.judging += time.perf_counter() - judging_began
+        # a hang costs a whole timeout, a memory kill as long as the candidate takes to fill it
+        hangs += observation.result.error_kind in ("timeout", "memory")
+        if hangs >= _HANGS_BEFORE_STOPPING and queue:
+            # every further hang costs a whole timeout: the verdict is already FAIL
+            stopped = Failure(
+                key="stopped",
+                title=f"the audit stopped after {hangs} hangs or memory kills: {len(queue)} "
+                "planned case(s) were not run",
+                evidence=(("cases not run", len(queue)),),
+                severity="warn",
+            )
+            probing.groups.setdefault(("execution", "stopped"), []).append((probe, stopped))
+            queue.clear()
+        spent = time.perf_counter() - tick
+        current_s += spent
+        probing.records.append(CaseRecord(probe.check, probe.case, tuple(keys), spent))
+        done = len(probing.records)
+        what = f"{probe.check}: {probe.case.label}"
+        tell(progress, ProgressEvent("probe", done, done + len(queue), what))
+    if current:
+        tell(progress, _check_done(probing, queue, current, current_s))
+    probing.seconds = dict(executor.seconds)
+    return probing
+
+
+def _check_done(probing: Probing, queue: deque[Probe], check: str, seconds: float) -> ProgressEvent:
+    done = len(probing.records)
+    return ProgressEvent("check", done, done + len(queue), check, seconds)
+
+
+def _note_workload_errors(probing: Probing, problem: Problem, observation: Observation) -> None:
+    case = observation.probe.case
+    plain = (
+        observation.probe.check == "numerics"
+        and not case.values
+        and not case.layouts
+        and case.dtype_config == 0
+        and case.label not in probing.workload_errors
+        and case.label in {w.name for w in problem.workloads}
+    )
+    if plain:
+        errors = plain_errors(observation)
+        if errors is not None:
+            probing.workload_errors[case.label] = errors
+
+
+def concluded(checks: list[Check], probing: Probing, progress: Progress | None) -> list[Finding]:
+    """Findings of checks that speak once every probe is judged (see `Concluding`)."""
+    found = [(name, failure) for (name, _), items in probing.groups.items() for _, failure in items]
+    findings = []
+    for check in checks:
+        conclude = getattr(check, "conclude", None)
+        if conclude is None:
+            continue
+        began = time.perf_counter()
+        failures = conclude(found)
+        spent = time.perf_counter() - began
+        probing.concluded[check.name] = spent
+        done = len(probing.records)
+        tell(progress, ProgressEvent("check", done, done, check.name, spent))
+        for failure in failures:
+            findings.append(
+                Finding(
+                    id="",
+                    check=check.name,
+                    key=failure.key,
+                    severity=failure.severity,
+                    title=failure.title,
+                    evidence=failure.evidence,
+                    probe=None,
+                    original=None,
+                    occurrences=1,
+                    probes=0,
+                )
+            )
+    return findings

@@ -1,0 +1,110 @@
+"""An audit plans to its time budget: what every audit needs always runs, the optional cases
+run most revealing first while the estimate fits, and the rest is reported as untried."""
+
+from dataclasses import replace
+
+import torch
+
+from kernelaudit.checks.base import PlanContext, Probe
+from kernelaudit.checks.numerics import Numerics
+from kernelaudit.checks.sweep import COVERAGE, SAMPLED_OUT, kept_workloads, value_variants
+from kernelaudit.engine.budget import fit, probe_seconds, untried_summary
+from kernelaudit.inputs.case import Case
+from kernelaudit.problem.spec import Output, Problem, TensorInput
+from kernelaudit.profiles import profile_named
+
+
+def _add(x, y):
+    return x + y
+
+
+def _problem(workloads: list[dict[str, int]]) -> Problem:
+    return Problem(
+        name="add",
+        reference=_add,
+        axes=("rows", "cols"),
+        inputs=(
+            TensorInput("x", ("rows", "cols"), (torch.float32, torch.bfloat16)),
+            TensorInput("y", ("rows", "cols"), (torch.float32, torch.bfloat16)),
+        ),
+        outputs=(Output("out", ("rows", "cols"), "x"),),
+        workloads=tuple(workloads),
+    )
+
+
+def _context(problem: Problem, profile: str = "default", budget_s: float | None = None):
+    chosen = profile_named(profile)
+    if budget_s is not None:
+        chosen = replace(chosen, budget_s=budget_s)
+    return PlanContext(problem, chosen, "cuda", 132)
+
+
+def test_required_probes_run_even_past_the_budget_and_optional_ones_only_within_it():
+    problem = _problem([{"rows": 64, "cols": 64}])
+    case = Case((("rows", 64), ("cols", 64)))
+    required = [Probe("numerics", replace(case, seed=s)) for s in range(3)]
+    optional = [Probe("numerics", replace(case, seed=10 + s), rank=1) for s in range(3)]
+    one = probe_seconds(problem, required[0], "cuda")
+
+    tight = fit(required + optional, problem, "cuda", budget_s=one / 10)
+    assert tight.probes == tuple(required)
+    assert tight.untried == tuple(optional)
+
+    # room for exactly two optional probes beyond the required ones
+    roomy = fit(required + optional, problem, "cuda", budget_s=5.5 * one / 0.6)
+    assert roomy.probes == tuple(required + optional[:2])
+    assert roomy.untried == (optional[2],)
+    assert untried_summary(roomy.untried) == (("numerics @ ", 1),)
+
+
+def test_lower_ranks_are_taken_before_higher_ones():
+    problem = _problem([{"rows": 64, "cols": 64}])
+    case = Case((("rows", 64), ("cols", 64)))
+    late = Probe("numerics", replace(case, seed=1), rank=3)
+    early = Probe("numerics", replace(case, seed=2), rank=1)
+    one = probe_seconds(problem, late, "cuda")
+    fitted = fit([late, early], problem, "cuda", budget_s=1.5 * one / 0.6)
+    assert fitted.probes == (early,)
+    assert fitted.untried == (late,)
+
+
+def test_the_plan_is_the_same_every_time():
+    problem = _problem([{"rows": 4096, "cols": 4096}, {"rows": 333, "cols": 1000}])
+    ctx = _context(problem, budget_s=2.0)
+    plans = [fit(Numerics().plan(ctx), problem, "cuda", 2.0) for _ in range(3)]
+    assert plans[0] == plans[1] == plans[2]
+
+
+def test_every_value_variant_and_boundary_shape_runs_whatever_the_budget():
+    problem = _problem([{"rows": 8192, "cols": 8192}, {"rows": 4096, "cols": 4096}])
+    ctx = _context(problem, budget_s=0.001)
+    probes = Numerics().plan(ctx)
+    fitted = fit(probes, problem, "cuda", 0.001)
+    ran = {(p.case.values, p.case.dtype_config) for p in fitted.probes}
+    for config in range(2):
+        for values in value_variants(ctx):
+            assert (tuple(sorted(values)), config) in ran
+    boundaries = {p.case.label for p in probes if p.case.label.startswith("boundary")}
+    assert boundaries
+    assert boundaries <= {p.case.label for p in fitted.probes}
+    assert fitted.untried  # the variants at the second workload wait for a larger budget
+
+
+def test_cheap_workloads_all_run_and_costly_ones_are_sampled():
+    cheap = _problem([{"rows": 16 * (i + 1), "cols": 64} for i in range(12)])
+    kept, left_out = kept_workloads(_context(cheap))
+    assert len(kept) == 12 and not left_out
+
+    sizes = [4096 + 16 * i for i in range(20)] + [4095, 8191, 4097]
+    costly = _problem([{"rows": rows, "cols": 4096} for rows in sizes])
+    kept, left_out = kept_workloads(_context(costly, budget_s=5.0))
+    assert left_out
+    names = {f"workload {i}": rows for i, rows in enumerate(sizes)}
+    kept_rows = {names[name] for name in kept}
+    assert {min(sizes), max(sizes), sizes[0]} <= kept_rows
+    assert {4095, 4097} <= kept_rows  # odd sizes, where tails and masks matter
+    ranks: dict[str, set[int]] = {}
+    for probe in Numerics().plan(_context(costly, budget_s=5.0)):
+        ranks.setdefault(probe.case.label, set()).add(probe.rank)
+    assert all(ranks[name] == {SAMPLED_OUT} for name in left_out)
+    assert all(COVERAGE in ranks[name] for name in kept)

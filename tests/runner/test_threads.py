@@ -1,0 +1,42 @@
+"""Each audit holds its thread pools, and those of every process it starts, to its share of
+the host's cores."""
+
+import subprocess
+import sys
+
+import pytest
+
+from kernelaudit.runner.process import child_environment
+from kernelaudit.runner.threads import THREADS_VARIABLE, thread_share, usable_cores
+
+
+def test_an_audit_told_its_share_takes_it(monkeypatch):
+    monkeypatch.setenv(THREADS_VARIABLE, "1")
+    assert thread_share("cpu") == 1
+
+
+def test_a_lone_audit_on_the_cpu_takes_every_core(monkeypatch):
+    monkeypatch.delenv(THREADS_VARIABLE, raising=False)
+    assert thread_share("cpu") == usable_cores()
+    assert thread_share("cpu", sharing=usable_cores() * 4) == 1
+
+
+def test_the_candidates_processes_start_with_the_audits_share(monkeypatch):
+    monkeypatch.setenv(THREADS_VARIABLE, "1")
+    env = child_environment("cpu")
+    assert env[THREADS_VARIABLE] == env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
+    # and torch, started with that environment, sizes its pool to it
+    shown = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown.strip() == "1"
+
+
+@pytest.mark.parametrize("told", ["0", "many", ""])
+def test_a_meaningless_share_is_ignored(monkeypatch, told):
+    monkeypatch.setenv(THREADS_VARIABLE, told)
+    assert thread_share("cpu") == usable_cores()
