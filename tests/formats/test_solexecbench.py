@@ -14,7 +14,15 @@ from kernelaudit.errors import ProblemError, UsageError
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
-from kernelaudit.problem.spec import IndexInput, ScalarInput, TensorInput, resolve_shape
+from kernelaudit.problem.spec import (
+    GeneratedInput,
+    IndexInput,
+    MaskInput,
+    Problem,
+    ScalarInput,
+    TensorInput,
+    resolve_shape,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "solexecbench" / "embedding_rmsnorm"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "solexecbench"
@@ -131,3 +139,118 @@ def test_every_shared_problem_loads() -> None:
     assert len(safetensors) == 9
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (10, 0):
         assert sum("Blackwell" in r for r in reasons.values()) == 15
+
+
+def _shared(name: str) -> Path:
+    folder = next(SHARED.glob(f"*/{name}"), None)
+    if folder is None:
+        pytest.skip(f"the SOL-ExecBench problem {name} is not beside")
+    return folder
+
+
+def _case(problem: Problem, **sizes: int) -> Case:
+    first = problem.workloads[0].as_dict()
+    return Case(tuple({**first, **sizes}.items()), seed=5, label="small")
+
+
+def test_generator_structure_is_kept_while_plain_draws_stay_adversarial() -> None:
+    problem = read_problem(_shared("001_attention_softmax_dropout_value_matmul_backward"))
+    kept = {i.name for i in problem.inputs if isinstance(i, GeneratedInput)}
+    assert kept == {"attn_weights", "attn_weights_dropped", "dropout_mask"}
+    assert isinstance(problem.input("value_states"), TensorInput)
+    values = materialize(problem, _case(problem, batch_size=1, seq_len_q=3, seq_len_kv=7))
+    weights = values["attn_weights"].double()
+    assert torch.allclose(weights.sum(-1), torch.ones(1, dtype=torch.float64), atol=0.02)
+    dropped = weights * values["dropout_mask"] / (1 - values["attention_dropout"])
+    assert torch.allclose(values["attn_weights_dropped"].double(), dropped, atol=0.02)
+    redrawn = materialize(
+        problem,
+        _case(problem, batch_size=1, seq_len_q=3, seq_len_kv=7).with_value(
+            "value_states", "outlier_channels"
+        ),
+    )
+    assert not torch.equal(redrawn["value_states"], values["value_states"])
+    assert torch.equal(redrawn["attn_weights"], values["attn_weights"])
+
+
+def test_random_inputs_named_for_a_structure_get_it() -> None:
+    rope = read_problem(_shared("088_rotary_position_embedding_application"))
+    assert isinstance(rope.input("cos"), GeneratedInput)
+    values = materialize(rope, _case(rope))
+    assert torch.allclose(values["cos"] ** 2 + values["sin"] ** 2, torch.ones(1), atol=1e-5)
+    dropout = read_problem(_shared("066_masked_softmax_with_attention_dropout_backward"))
+    assert isinstance(dropout.input("p_attn"), GeneratedInput)
+    assert isinstance(dropout.input("dropout_mask"), GeneratedInput)
+    assert isinstance(dropout.input("mask"), MaskInput)  # no structure: kernelaudit's masks
+    values = materialize(dropout, _case(dropout, batch_size=1, n_heads=2, seq_len=9))
+    assert torch.allclose(
+        values["p_attn"].sum(-1), torch.ones(1, dtype=values["p_attn"].dtype), atol=1e-5
+    )
+    assert any("p_attn" in note and "softmax" in note for note in dropout.notes)
+
+
+def _solution(tmp_path: Path, **spec: object) -> Path:
+    data = json.loads((FIXTURE / "good_solution.json").read_text())
+    data["spec"].update(spec)
+    path = tmp_path / "solution.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_languages_the_harness_rejects_are_refused(tmp_path: Path) -> None:
+    problem = read_problem(FIXTURE)
+    mixed = _solution(tmp_path, languages=["triton", "cuda_cpp"])
+    with pytest.raises(UsageError, match=r"solution\.json: field 'spec\.languages'.*mixed"):
+        read_candidate(str(mixed), problem)
+    unknown = _solution(tmp_path, languages=["cupy"])
+    with pytest.raises(UsageError, match=r"'cupy' is not a language.*use some of: pytorch"):
+        read_candidate(str(unknown), problem)
+    wrong_entry = _solution(tmp_path, languages=["cuda_cpp"])
+    with pytest.raises(UsageError, match=r"spec\.entry_point.*C\+\+/CUDA entry point"):
+        read_candidate(str(wrong_entry), problem)
+
+
+def test_compile_options_reach_the_extension_build(tmp_path: Path) -> None:
+    problem = read_problem(FIXTURE)
+    data = json.loads((FIXTURE / "good_solution.json").read_text())
+    data["spec"] = {
+        "languages": ["cuda_cpp"],
+        "entry_point": "kernel.cu::run",
+        "compile_options": {"cuda_cflags": ["-O2", "--maxrregcount=64"], "cflags": ["-DX=1"]},
+    }
+    data["sources"] = [{"path": "kernel.cu", "content": "// kernel\n"}]
+    path = tmp_path / "cuda.json"
+    path.write_text(json.dumps(data))
+    _, ref = read_candidate(str(path), problem)
+    built = Path(ref.path).read_text()
+    assert "extra_cuda_cflags=['-O2', '--maxrregcount=64']" in built
+    assert "extra_cflags=['-DX=1']" in built
+    assert "extra_ldflags=['-lcuda']" in built  # the harness's default for a field left out
+    data["spec"]["compile_options"] = {"cuda_cflags": "-O3"}
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match=r"spec\.compile_options\.cuda_cflags.*list"):
+        read_candidate(str(path), problem)
+
+
+def test_safetensors_inputs_are_read_when_their_files_are_present(tmp_path: Path) -> None:
+    save_file = pytest.importorskip("safetensors.torch").save_file
+    source = _shared("016_gqa_ragged_prefill_causal_h32_kv4_d128")
+    folder = tmp_path / "problem"
+    shutil.copytree(source, folder)
+    first = json.loads((folder / "workload.jsonl").read_text().splitlines()[0])
+    (folder / "workload.jsonl").write_text(json.dumps(first) + "\n")
+    assert "not under" in str(unrunnable(read_problem(folder))) or "neither" in str(
+        unrunnable(read_problem(folder))
+    )
+    described = first["inputs"]["qo_indptr"]
+    total = first["axes"]["total_q"]
+    indptr = torch.tensor([0, total], dtype=torch.int32)
+    blob = folder / described["path"]
+    blob.parent.mkdir(parents=True)
+    save_file({"qo_indptr": indptr, "kv_indptr": indptr.clone()}, str(blob))
+    problem = read_problem(folder)
+    assert unrunnable(problem) is None
+    values = materialize(problem, Case(problem.workloads[0].sizes, seed=1))
+    assert torch.equal(values["qo_indptr"], indptr)
+    with pytest.raises(ProblemError, match="only at the sizes of the workloads"):
+        materialize(problem, Case((*problem.workloads[0].sizes[:-1], ("total_kv", 3))))

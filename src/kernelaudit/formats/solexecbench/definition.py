@@ -8,6 +8,8 @@ written into `Problem.notes`:
 - integer inputs the benchmark generates are sampled, and read as indices into the axis their
   values cover, or kept as the generator gives them when they have structure (offsets, rows of
   distinct picks);
+- inputs with a structure (computed by get_inputs, or named as rotary tables, softmax rows or
+  dropout masks) keep the generator's values (`structure`);
 - float inputs named like gradients are upstream gradients; those whose shape has no var axis
   are weights;
 - scalars equal to an axis in every workload follow that axis; others take every value the
@@ -30,6 +32,18 @@ import torch
 
 from kernelaudit.errors import ProblemError
 from kernelaudit.formats.cache import cache_folder, write_if_changed
+from kernelaudit.formats.solexecbench.structure import (
+    Structure,
+    draw_structured,
+    generator_structure,
+    named_structure,
+)
+from kernelaudit.formats.solexecbench.tensor_files import (
+    file_inputs,
+    read_inputs,
+    unreadable,
+    workload_at,
+)
 from kernelaudit.problem.load import validate
 from kernelaudit.problem.spec import (
     Axis,
@@ -136,6 +150,13 @@ class _Reader:
         self.spec_inputs: dict[str, dict[str, Any]] = self._field("inputs", dict)
         self.spec_outputs: dict[str, dict[str, Any]] = self._field("outputs", dict)
         self.name: str = self._field("name", str)
+        entry = self.data.get("custom_inputs_entrypoint")
+        self.structured = (
+            generator_structure(str(self.data.get("reference", "")), entry)
+            if isinstance(entry, str)
+            else {}
+        )
+        self.named: dict[str, Structure] = {}
 
     def _field(self, name: str, kind: type) -> Any:
         value = self.data.get(name)
@@ -326,12 +347,27 @@ class _Reader:
             dtype = torch_dtype(spec.get("dtype"), self.file, f"{where}.dtype")
             if kinds & {"custom", "safetensors"}:
                 generated.append(name)
+            structure = named_structure(name, dtype, shape, self.spec_inputs)
+            if (
+                structure is not None
+                and self._free(name, kinds)
+                and self._free(structure.partner, kinds)
+            ):
+                self.named[name] = structure
             inputs.append(self.tensor(name, shape, dtype, kinds))
         if self.weights:
             self.notes.append(
                 f"{', '.join(self.weights)}: read as weights (no var axis in their shapes)"
             )
         return inputs, generated
+
+    def _free(self, name: str, kinds: set[str]) -> bool:
+        """Whether an input's values are one plain draw the reader may give a structure."""
+        return (
+            name not in self.structured
+            and "safetensors" not in kinds
+            and (not _UPSTREAM_NAME.search(name))
+        )
 
     def tensor(
         self,
@@ -340,6 +376,12 @@ class _Reader:
         dtype: torch.dtype,
         kinds: set[str],
     ) -> Input:
+        if name in self.structured and "safetensors" not in kinds:
+            self.notes.append(f"{name}: kept as get_inputs gives it ({self.structured[name]})")
+            return GeneratedInput(name, shape, dtype)
+        if name in self.named:
+            self.notes.append(self.named[name].describe(name))
+            return GeneratedInput(name, shape, dtype)
         if dtype == torch.bool:
             return MaskInput(name, shape, kind="bool")
         if dtype.is_floating_point:
@@ -491,22 +533,42 @@ def _generator(reader: _Reader, module: Any, scalars: dict[str, object]) -> Call
         )
 
     def generate(sizes: Mapping[str, int], seed: int) -> dict[str, object]:
-        unread = safetensors_reason(reader.folder, reader.workloads)
-        if unread is not None:
-            raise FileNotFoundError(unread)
         axes = reader.all_sizes(sizes)
+        given = _from_files(reader, sizes)
+        shapes, dtypes = {}, {}
+        for name, spec in reader.spec_inputs.items():
+            if spec.get("shape") is not None:
+                shapes[name] = tuple(dim_size(reader.dim(d, name), axes) for d in spec["shape"])
+                dtypes[name] = getattr(torch, spec["dtype"])
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            given = dict(get_inputs({**axes, **scalars}, "cpu")) if get_inputs else {}
-            for name, spec in reader.spec_inputs.items():
-                if name in given or spec.get("shape") is None:
-                    continue
-                shape = tuple(dim_size(reader.dim(d, name), axes) for d in spec["shape"])
-                dtype = getattr(torch, spec["dtype"])
-                given[name] = _random(shape, dtype, axes)
+            if get_inputs:
+                given.update(get_inputs({**axes, **scalars}, "cpu"))
+            for name, shape in shapes.items():
+                if name not in given:
+                    given[name] = _random(shape, dtypes[name], axes)
+            given.update(draw_structured(reader.named, shapes, dtypes, {**scalars, **given}))
         return given
 
     return generate
+
+
+def _from_files(reader: _Reader, sizes: Mapping[str, int]) -> dict[str, object]:
+    """The inputs the workload at `sizes` reads from safetensors files (none for problems
+    whose workloads read none)."""
+    if not any(file_inputs(w) for w in reader.workloads):
+        return {}
+    unread = unreadable(reader.folder, reader.workloads)
+    if unread is not None:
+        raise FileNotFoundError(unread)
+    workload = workload_at(reader.workloads, sizes)
+    if workload is None:
+        names = sorted({n for w in reader.workloads for n in file_inputs(w)})
+        raise LookupError(
+            f"inputs {', '.join(names)} are recorded in safetensors files only at the sizes of "
+            f"the workloads, and sizes {dict(sizes)} match none of them"
+        )
+    return dict(read_inputs(reader.folder, workload))
 
 
 def _random(shape: tuple[int, ...], dtype: torch.dtype, axes: Mapping[str, int]) -> torch.Tensor:
@@ -592,16 +654,4 @@ def unrunnable(problem: Problem) -> str | None:
         capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
         if capability is None or capability < (10, 0):
             return "NVFP4 (float4_e2m1fn_x2) inputs need a Blackwell GPU (compute capability 10+)"
-    return safetensors_reason(file.parent, read_workloads(file.parent / WORKLOADS))
-
-
-def safetensors_reason(folder: Path, workloads: list[dict[str, Any]]) -> str | None:
-    """Why inputs the workloads read from safetensors files cannot be produced, or None."""
-    for workload in workloads:
-        for name, described in workload.get("inputs", {}).items():
-            if isinstance(described, dict) and described.get("type") == "safetensors":
-                target = folder / str(described.get("path"))
-                if not target.is_file():
-                    return f"input {name!r} is read from safetensors file {target}, not present"
-                return f"input {name!r} is read from a safetensors file, which is not read yet"
-    return None
+    return unreadable(file.parent, read_workloads(file.parent / WORKLOADS))

@@ -19,8 +19,19 @@ from kernelaudit.formats.cache import cache_folder, write_if_changed
 from kernelaudit.problem.spec import Problem
 from kernelaudit.runner.candidate import CandidateRef
 
-LANGUAGES = ("pytorch", "triton", "cuda_cpp", "python", "cupy")
-_CPP_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx")
+PYTHON_LANGUAGES = ("pytorch", "triton", "tlx", "cute_dsl", "cutile", "cudnn_frontend")
+CPP_LANGUAGES = ("cuda_cpp", "cutlass", "cudnn", "cublas")
+LANGUAGES = PYTHON_LANGUAGES + CPP_LANGUAGES
+"""The languages the SOL-ExecBench harness knows; one solution never mixes the two kinds."""
+_CPP_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+_CPP_ENTRY_SUFFIXES = (*_CPP_SUFFIXES, ".h", ".hpp", ".cuh")
+COMPILE_DEFAULTS = {
+    "cflags": (),
+    "cuda_cflags": ("-O3", "--use_fast_math"),
+    "ld_flags": ("-lcuda",),
+}
+"""The harness's flags for a C++ solution's build, field by field, where the solution gives
+none."""
 EXTENSION_NAME = "benchmark_kernel"
 """The module name the format builds CUDA C++ solutions under; a solution's PYBIND11_MODULE
 may name it literally."""
@@ -81,15 +92,39 @@ def read_solution(path: str | Path, problem: Problem) -> tuple[Problem, Candidat
         raise _fail(
             file,
             "spec.languages",
-            f"unknown language {unknown[0]!r}",
+            f"{unknown[0]!r} is not a language the SOL-ExecBench harness knows",
             f"use some of: {', '.join(LANGUAGES)}",
         )
+    python = [lang for lang in languages if lang in PYTHON_LANGUAGES]
+    cpp = [lang for lang in languages if lang in CPP_LANGUAGES]
+    if python and cpp:
+        raise _fail(
+            file,
+            "spec.languages",
+            f"C++ and Python cannot be mixed, but got {cpp} and {python}",
+            "list only Python languages (a .py entry point) or only C++ ones (a .cu/.cpp entry "
+            "point that exports the function)",
+        )
     entry = spec.get("entry_point")
-    if not isinstance(entry, str) or "::" not in entry:
+    if not isinstance(entry, str) or entry.count("::") != 1:
         raise _fail(
             file, "spec.entry_point", f"{entry!r} is not file::function", 'write "main.py::run"'
         )
     entry_file, _, function = entry.rpartition("::")
+    if cpp and not entry_file.endswith(_CPP_ENTRY_SUFFIXES):
+        raise _fail(
+            file,
+            "spec.entry_point",
+            f"C++ languages require a C++/CUDA entry point file, but got {entry_file!r}",
+            "name a .cu or .cpp source",
+        )
+    if python and not entry_file.endswith(".py"):
+        raise _fail(
+            file,
+            "spec.entry_point",
+            f"Python languages require a .py entry point file, but got {entry_file!r}",
+            "name a .py source",
+        )
     if not function.isidentifier():
         raise _fail(file, "spec.entry_point", f"{function!r} is not a function name", "fix it")
     sources = _sources(file, data.get("sources"))
@@ -105,16 +140,17 @@ def read_solution(path: str | Path, problem: Problem) -> tuple[Problem, Candidat
         target = folder / name
         target.parent.mkdir(parents=True, exist_ok=True)
         write_if_changed(target, content)
-    if entry_file.endswith(_CPP_SUFFIXES):
+    if entry_file.endswith(_CPP_ENTRY_SUFFIXES):
         built = [n for n in sources if n.endswith(_CPP_SUFFIXES)]
-        entry_path = write_if_changed(folder / "kernelaudit_extension.py", _extension(built))
+        flags = compile_options(file, spec.get("compile_options"))
+        entry_path = write_if_changed(folder / "kernelaudit_extension.py", _extension(built, flags))
     elif entry_file.endswith(".py"):
         entry_path = folder / entry_file
     else:
         raise _fail(
             file,
             "spec.entry_point",
-            f"{entry_file!r} is neither Python nor CUDA C++",
+            f"{entry_file!r} is neither Python nor C++/CUDA",
             "name a .py file, or a .cu/.cpp file whose PYBIND11_MODULE exports the function",
         )
     destination = spec.get("destination_passing_style", True)
@@ -146,9 +182,44 @@ def _sources(file: Path, sources: object) -> dict[str, str]:
     return found
 
 
-def _extension(sources: list[str]) -> str:
-    """A module that builds the solution's C++/CUDA sources as a torch extension and exposes
-    its functions, imported by the worker like any Python candidate."""
+def compile_options(file: Path, options: object) -> dict[str, tuple[str, ...]]:
+    """The build flags of a C++ solution: `spec.compile_options`' cflags, cuda_cflags and
+    ld_flags, each field the solution leaves out at the harness's default."""
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise _fail(
+            file,
+            "spec.compile_options",
+            "not an object",
+            'write {"cflags": [...], "cuda_cflags": [...], "ld_flags": [...]}',
+        )
+    unknown = sorted(set(options) - set(COMPILE_DEFAULTS))
+    if unknown:
+        raise _fail(
+            file,
+            f"spec.compile_options.{unknown[0]}",
+            "not a field the harness reads",
+            f"use {', '.join(COMPILE_DEFAULTS)}",
+        )
+    flags = {}
+    for field, default in COMPILE_DEFAULTS.items():
+        given = options.get(field, list(default))
+        if not isinstance(given, list) or not all(isinstance(f, str) for f in given):
+            raise _fail(
+                file,
+                f"spec.compile_options.{field}",
+                "not a list of strings",
+                f'write the flags as a list, e.g. ["{(default or ("-O3",))[0]}"]',
+            )
+        flags[field] = tuple(given)
+    return flags
+
+
+def _extension(sources: list[str], flags: dict[str, tuple[str, ...]]) -> str:
+    """A module that builds the solution's C++/CUDA sources as a torch extension, with the
+    solution's flags, and exposes its functions, imported by the worker like any Python
+    candidate."""
     listed = ", ".join(repr(s) for s in sources)
     return f'''"""Builds this solution's C++/CUDA sources with torch's extension builder."""
 
@@ -163,8 +234,10 @@ _module = load(
     name={EXTENSION_NAME!r},
     sources=[str(_here / name) for name in ({listed},)],
     build_directory=str(_build),
-    extra_cflags=["-O3"],
-    extra_cuda_cflags=["-O3"],
+    extra_include_paths=[str(_here)],
+    extra_cflags={list(flags["cflags"])!r},
+    extra_cuda_cflags={list(flags["cuda_cflags"])!r},
+    extra_ldflags={list(flags["ld_flags"])!r},
     verbose=False,
 )
 
