@@ -18,3 +18,9 @@ class ProblemError(UsageError):
         self.line = line
         where = f"{file}:{line}" if line else file
         super().__init__(f"{where}: {field}: {message}\n  fix: {fix}")
+
+
+class CaseUnavailable(Exception):
+    """The problem cannot make inputs for a case (its inputs are recorded, say, only at the
+    sizes of its workloads): the case is left out of the audit and reported as untried, which
+    is no fault of the candidate's nor of the problem's."""

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe
 from kernelaudit.engine.calls import call_for
+from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, materialize
 from kernelaudit.inputs.shapes import shape_cases
@@ -54,8 +55,16 @@ class TritonBounds(ConcludingOnly):
         candidate = ctx.candidate
         if candidate is None or candidate.autograd is not None:
             return []
-        self._cases = interpreted_cases(ctx)
-        calls = [call_for(ctx.problem, c, materialize(ctx.problem, c)) for c in self._cases]
+        self._cases, calls = [], []
+        for case in interpreted_cases(ctx):
+            try:
+                inputs = materialize(ctx.problem, case)
+            except CaseUnavailable:
+                continue  # the problem cannot make inputs at these sizes
+            self._cases.append(case)
+            calls.append(call_for(ctx.problem, case, inputs))
+        if not calls:
+            return []
         self._run = InterpretedRun(
             candidate,
             calls,

@@ -217,7 +217,8 @@ def run_audit(
             ("probes_planned", len(fitted.probes)),
             ("probes_untried", len(fitted.untried)),
         ),
-        untried=untried_summary(fitted.untried),
+        untried=untried_summary(fitted.untried)
+        + untried_summary(tuple(p for p, _ in probing.unavailable), "no inputs at these sizes"),
     )
 
 

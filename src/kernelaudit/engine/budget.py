@@ -61,9 +61,11 @@ def fit(planned: list[Probe], problem: Problem, device: str, budget_s: float) ->
     return FittedPlan(tuple(required + taken), tuple(untried), estimate, budget_s)
 
 
-def untried_summary(untried: tuple[Probe, ...]) -> tuple[tuple[str, int], ...]:
-    """How many probes were left untried, by check and shape ("numerics @ workload 3")."""
-    counts = Counter(f"{p.check} @ {p.case.label}" for p in untried)
+def untried_summary(untried: tuple[Probe, ...], why: str = "") -> tuple[tuple[str, int], ...]:
+    """How many probes were left untried, by check and shape ("numerics @ workload 3"), with
+    why where it is not the budget ("numerics @ boundary n=17: no inputs at these sizes")."""
+    reason = f": {why}" if why else ""
+    counts = Counter(f"{p.check} @ {p.case.label}{reason}" for p in untried)
     return tuple(sorted(counts.items()))
 
 

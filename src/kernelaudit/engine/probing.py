@@ -11,6 +11,7 @@ from typing import Any
 from kernelaudit.checks.base import Check, Failure, Observation, Probe
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.progress import Progress, ProgressEvent
+from kernelaudit.errors import CaseUnavailable
 from kernelaudit.findings import CaseRecord, Finding
 from kernelaudit.oracle.plain import plain_errors
 from kernelaudit.problem.spec import Problem
@@ -49,6 +50,8 @@ class Probing:
     judging: float
     workload_errors: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Plain error figures at each workload, from its first numerics case with default values."""
+    unavailable: list[tuple[Probe, str]] = field(default_factory=list)
+    """Probes whose case the problem cannot make inputs for, and why."""
     concluded: dict[str, float] = field(default_factory=dict)
     """Seconds each concluding check's `conclude` took."""
 
@@ -71,7 +74,11 @@ def probe_all(
                 tell(progress, _check_done(probing, queue, current, current_s))
             current, current_s = probe.check, 0.0
         tick = time.perf_counter()
-        observation = executor.observe(probe)
+        try:
+            observation = executor.observe(probe)
+        except CaseUnavailable as error:
+            probing.unavailable.append((probe, str(error)))
+            continue
         judging_began = time.perf_counter()
         _note_workload_errors(probing, executor.problem, observation)
         keys = []

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from kernelaudit.checks.base import Check, Failure, Probe
 from kernelaudit.engine.executor import Executor
+from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
 from kernelaudit.problem.spec import Axis, Problem
 
@@ -33,7 +34,11 @@ def shrink(executor: Executor, check: Check, probe: Probe, failure: Failure, bud
                 break
             trial = _with_case(current, case)
             attempts += 1
-            found = _same_failure(check.judge(executor.observe(trial)), failure.key)
+            try:
+                observation = executor.observe(trial)
+            except CaseUnavailable:
+                continue  # the problem cannot make inputs at these sizes
+            found = _same_failure(check.judge(observation), failure.key)
             if found is not None:
                 current, current_failure = trial, found
                 steps.append(label)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import torch
 
-from kernelaudit.errors import ProblemError, UsageError
+from kernelaudit.errors import CaseUnavailable, ProblemError, UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.distributions import FLOAT_DISTRIBUTIONS, default_float, draw_float
 from kernelaudit.inputs.indices import INDEX_DISTRIBUTIONS, draw_index
@@ -292,6 +292,8 @@ def _generated(problem: Problem, case: Case, sizes: dict[str, int]) -> dict[str,
         return {}
     try:
         generated = sampler.function(dict(sizes), case.seed)
+    except CaseUnavailable:
+        raise
     except Exception as error:
         raise ProblemError(
             file=problem.source or problem.name,

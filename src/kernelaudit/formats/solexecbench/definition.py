@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from kernelaudit.errors import ProblemError
+from kernelaudit.errors import CaseUnavailable, ProblemError
 from kernelaudit.formats.cache import cache_folder, write_if_changed
 from kernelaudit.formats.solexecbench.structure import (
     Structure,
@@ -564,7 +564,7 @@ def _from_files(reader: _Reader, sizes: Mapping[str, int]) -> dict[str, object]:
     workload = workload_at(reader.workloads, sizes)
     if workload is None:
         names = sorted({n for w in reader.workloads for n in file_inputs(w)})
-        raise LookupError(
+        raise CaseUnavailable(
             f"inputs {', '.join(names)} are recorded in safetensors files only at the sizes of "
             f"the workloads, and sizes {dict(sizes)} match none of them"
         )

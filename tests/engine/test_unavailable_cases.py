@@ -1,0 +1,30 @@
+"""Cases a problem cannot make inputs for are left out and reported as untried, without
+stopping the audit or changing the verdict."""
+
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.engine.audit import audit
+
+pytestmark = pytest.mark.slow
+FIXTURE = Path(__file__).parent / "fixtures" / "recorded_inputs.py"
+
+
+@pytest.mark.parametrize(("candidate", "verdict"), [("doubled", "PASS"), ("tripled", "FAIL")])
+def test_cases_without_inputs_are_untried_and_the_rest_judged(candidate, verdict):
+    report = audit(
+        FIXTURE,
+        f"{FIXTURE}::{candidate}",
+        profile="quick",
+        device="cpu",
+        checks=["execution", "numerics"],
+    )
+    assert report.verdict == verdict
+    untried = dict(report.untried)
+    assert any("boundary" in what and "no inputs at these sizes" in what for what in untried)
+    # the generator's values ran only at the recorded sizes; kernelaudit's own draws ran anywhere
+    for record in report.records:
+        sizes = dict(record.case.sizes)
+        if (sizes["rows"], sizes["cols"]) not in {(64, 32), (128, 32)}:
+            assert dict(record.case.values).get("x") not in (None, "get_inputs")
