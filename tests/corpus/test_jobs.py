@@ -144,7 +144,7 @@ def test_a_job_key_changes_with_the_candidate_and_how_it_is_audited(tmp_path: Pa
     job = Job(str(problem), f"{kernel}::f")
 
     def key(profile: str = "quick", checks: list[str] | None = None) -> str:
-        return next(iter(keyed([job], profile, checks)))
+        return next(iter(keyed([job], profile, checks, tmp_path)))
 
     first = key()
     assert key() == first
@@ -152,13 +152,13 @@ def test_a_job_key_changes_with_the_candidate_and_how_it_is_audited(tmp_path: Pa
     assert len({first, key("default"), key(checks=["execution"])}) == 3
     kernel.write_text("def f(x):\n    return x.clone()\n")
     assert key() != first
-    assert len(keyed([job, job], "quick", None)) == 1
+    assert len(keyed([job, job], "quick", None, tmp_path)) == 1
 
 
 def test_a_sol_execbench_folder_key_covers_its_workloads(tmp_path: Path) -> None:
     _write(tmp_path / "definition.json", "{}")
     workloads = _write(tmp_path / "workload.jsonl", '{"n": 1}\n')
     job = Job(str(tmp_path), str(_write(tmp_path / "solution.json", "{}")))
-    before = keyed([job], "quick", None)
+    before = keyed([job], "quick", None, tmp_path)
     workloads.write_text('{"n": 2}\n')
-    assert keyed([job], "quick", None).keys() != before.keys()
+    assert keyed([job], "quick", None, tmp_path).keys() != before.keys()

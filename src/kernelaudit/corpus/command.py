@@ -4,34 +4,27 @@ parallel, storing each result as it finishes; run it again to resume."""
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kernelaudit.checks import REGISTRY, build_checks
-from kernelaudit.corpus.jobs import Job, discover, keyed
-from kernelaudit.corpus.pool import Place, local_places, run_local, run_ray, visible_gpus
-from kernelaudit.corpus.store import JobResult, Store
-from kernelaudit.corpus.summary import (
-    candidate_label,
-    first_line,
-    print_summary,
-    problem_label,
-    summarise,
-)
+from kernelaudit.corpus.cluster import LOCAL, run_ray
+from kernelaudit.corpus.jobs import Job, corpus_root, discover, keyed, v1_keys
+from kernelaudit.corpus.pool import Place, local_places, run_local, visible_gpus
+from kernelaudit.corpus.progress import job_line, progress
+from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult, Store
+from kernelaudit.corpus.summary import print_summary, summarise
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, write_reports
 from kernelaudit.profiles import PROFILES
 from kernelaudit.report.html import write_html
 
 DEFAULT_DB = "kernelaudit-corpus.sqlite"
-_STYLE = {"PASS": "bold green", "FAIL": "bold red"}
+_RETRIED = {"error", "timeout", "crash"}
+"""The statuses `--rerun-errors` audits again."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -85,14 +78,29 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="slots auditing at once (default: one per GPU; 1 on the CPU); more slots than "
         "GPUs share them in turn",
     )
+    corpus.add_argument(
+        "--job-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="the longest one job may take: a job past it has its audit process killed and is "
+        "stored as a timeout (default: no limit)",
+    )
     corpus.add_argument("--rerun", action="store_true", help="audit every job again")
     corpus.add_argument(
-        "--rerun-errors", action="store_true", help="audit again the jobs that ended in an error"
+        "--rerun-errors",
+        action="store_true",
+        help="audit again the jobs stored as an error, a timeout or a crash",
+    )
+    corpus.add_argument(
+        "--rerun-unrunnable",
+        action="store_true",
+        help="audit again the jobs this or another machine found it could not run",
     )
     corpus.add_argument(
         "--ray",
         metavar="ADDRESS",
-        help="run the jobs as tasks on a Ray cluster (e.g. auto); needs kernelaudit[ray]",
+        help=f"run the jobs as tasks on a Ray cluster (e.g. auto), or on a Ray instance started "
+        f"here ({LOCAL}, with --workers CPUs); needs kernelaudit[ray]",
     )
     corpus.add_argument(
         "--summary-only",
@@ -115,27 +123,25 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
                 f"(`kernelaudit corpus SOURCE --db {db}`) or pass --db"
             )
         with Store(db) as store:
-            jobs = None if args.source is None else _jobs(args, checks)
+            jobs = None if args.source is None else _jobs(args, checks, store)
             return _summarise(console, store, jobs)
     if args.source is None:
         raise UsageError(
             "pass SOURCE, a corpus directory or a manifest; or --summary-only to summarise "
             "the database"
         )
-    jobs = _jobs(args, checks)
-    reports: Path = args.reports or db.with_name(f"{db.stem}-reports")
+    reports = _reports(args)
     db.parent.mkdir(parents=True, exist_ok=True)
     with Store(db) as store:
-        stored = store.statuses()
-        pending = [
-            (key, job)
-            for key, job in jobs.items()
-            if key not in stored or args.rerun or (args.rerun_errors and stored[key] == "error")
-        ]
+        jobs = _jobs(args, checks, store)
+        pending = _pending(jobs, store.statuses(), args)
         console.print(
             f"{len(jobs)} job(s) in {escape(str(args.source))}: {len(jobs) - len(pending)} "
             f"already in {escape(str(db))}, {len(pending)} to audit"
         )
+        if args.rerun or args.rerun_errors or args.rerun_unrunnable:
+            store.abandon([key for key, _ in pending])
+        pending = _crash_stale(pending, store, args, checks, console)
         if pending:
             reports.mkdir(parents=True, exist_ok=True)
             _audit(pending, args, checks, store, reports, console)
@@ -143,8 +149,87 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
         return _summarise(console, store, jobs)
 
 
-def _jobs(args: argparse.Namespace, checks: list[str] | None) -> dict[str, Job]:
-    return keyed(discover(Path(args.source)), args.profile, checks)
+def _reports(args: argparse.Namespace) -> Path:
+    db: Path = args.db
+    return args.reports or db.with_name(f"{db.stem}-reports")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
+def _jobs(args: argparse.Namespace, checks: list[str] | None, store: Store) -> dict[str, Job]:
+    """SOURCE's jobs by key; results a schema 1 database holds for them move to their keys."""
+    source = Path(args.source)
+    found = discover(source, [_reports(args)])
+    jobs = keyed(found, args.profile, checks, corpus_root(source))
+    if store.holds_v1_keys():
+        by_job = {job: key for key, job in jobs.items()}
+        old = v1_keys(found, args.profile, checks)
+        store.adopt_v1({key: by_job[job] for key, job in old.items() if job in by_job})
+    return jobs
+
+
+def _pending(
+    jobs: dict[str, Job], stored: dict[str, str], args: argparse.Namespace
+) -> list[tuple[str, Job]]:
+    def wanted(key: str) -> bool:
+        status = stored.get(key)
+        return (
+            status is None
+            or args.rerun
+            or (args.rerun_errors and status in _RETRIED)
+            or (args.rerun_unrunnable and status == "unrunnable")
+        )
+
+    return [(key, job) for key, job in jobs.items() if wanted(key)]
+
+
+def _crash_stale(
+    pending: list[tuple[str, Job]],
+    store: Store,
+    args: argparse.Namespace,
+    checks: list[str] | None,
+    console: Console,
+) -> list[tuple[str, Job]]:
+    """Store as crashes the jobs that were in flight `MAX_TRIES` times when a run (or their
+    slot) died; the others stay pending, those in flight once to be tried again."""
+    flights = store.flights()
+    left = []
+    for key, job in pending:
+        flight = flights.get(key)
+        if flight is None or flight.tries < MAX_TRIES:
+            left.append((key, job))
+            continue
+        result = _stale(key, job, flight)
+        store.record(result, args.profile, checks)
+        console.print(job_line(result, None), highlight=False, soft_wrap=True)
+    return left
+
+
+def _stale(key: str, job: Job, flight: Flight) -> JobResult:
+    error = (
+        f"the job was in flight {flight.tries} times (last at {flight.started_at}) and never "
+        "finished: the run or its audit process died each time"
+    )
+    if flight.last_end:
+        error += f"; an earlier try ended: {flight.last_end}"
+    tail = flight.log_tail()
+    return JobResult(
+        key,
+        job,
+        None,
+        f"{error}; the log {flight.log} ends with:\n{tail}" if tail else error,
+        flight.device,
+        None,
+        "crash",
+    )
 
 
 def _audit(
@@ -155,37 +240,37 @@ def _audit(
     reports: Path,
     console: Console,
 ) -> None:
-    with _progress(console, len(pending)) as advance:
+    with progress(console, len(pending)) as advance:
 
         def finished(result: JobResult) -> None:
             store.record(result, args.profile, checks)
-            where = f"{problem_label(result.job.problem)} / {candidate_label(result.job.candidate)}"
-            if result.report is None:
-                console.print(
-                    f"[bold yellow]error[/] {escape(where)}: {escape(first_line(result.error))}",
-                    highlight=False,
-                )
-            else:
+            if result.report is not None:
                 report = AuditReport.from_json(result.report)
                 name = reports / result.key[:12]
                 write_reports([report], name.with_suffix(".json"))
                 write_html([report], name.with_suffix(".html"))
-                console.print(
-                    f"[{_STYLE[report.verdict]}]{report.verdict:5}[/] {escape(where)}  "
-                    f"({result.seconds:.1f} s, {result.device})",
-                    highlight=False,
-                )
-            advance()
+            console.print(job_line(result, advance()), highlight=False, soft_wrap=True)
 
         if args.ray:
-            run_ray(pending, args.ray, args.device, args.profile, checks, finished)
-        else:
-            places = _places(args.device, args.workers)
-            console.print(
-                f"auditing on {len(places)} slot(s): "
-                + ", ".join(dict.fromkeys(p.label for p in places))
+            run_ray(
+                pending,
+                args.ray,
+                args.device,
+                args.profile,
+                checks,
+                finished,
+                store,
+                args.job_timeout,
+                args.workers,
             )
-            run_local(pending, places, args.profile, checks, reports / "slot-logs", finished)
+            return
+        places = _places(args.device, args.workers)
+        console.print(
+            f"auditing on {len(places)} slot(s): "
+            + ", ".join(dict.fromkeys(p.label for p in places))
+        )
+        logs = reports / "slot-logs"
+        run_local(pending, places, args.profile, checks, logs, finished, store, args.job_timeout)
 
 
 def _places(device: str, workers: int | None) -> list[Place]:
@@ -195,38 +280,6 @@ def _places(device: str, workers: int | None) -> list[Place]:
     if not gpus:
         return local_places("cpu", workers, [])
     return local_places("cuda", workers, visible_gpus(gpus))
-
-
-@contextmanager
-def _progress(console: Console, total: int) -> Iterator[Callable[[], None]]:
-    """A live bar with the rate in candidates per hour and the time left; yields the
-    function to call after each finished job."""
-    columns = (
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TextColumn("{task.fields[eta]}"),
-        TimeElapsedColumn(),
-    )
-    began = time.perf_counter()
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("", total=total, rate="", eta="")
-        done = 0
-
-        def advance() -> None:
-            nonlocal done
-            done += 1
-            elapsed = time.perf_counter() - began
-            per_hour = done / elapsed * 3600
-            left = (total - done) / per_hour * 3600
-            bar.update(
-                task,
-                completed=done,
-                rate=f"{per_hour:.0f} candidates/hour",
-                eta=f"ETA {left / 60:.1f} min" if done < total else "",
-            )
-
-        yield advance
 
 
 def _summarise(console: Console, store: Store, jobs: dict[str, Job] | None) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,10 +52,13 @@ class Job:
         return Path(file if sep else self.candidate)
 
 
-def discover(source: Path) -> list[Job]:
-    """The jobs a manifest (.jsonl or .json) or a directory layout lists, in order."""
+def discover(source: Path, outputs: Collection[Path] = ()) -> list[Job]:
+    """The jobs a manifest (.jsonl or .json) or a directory layout lists, in order.
+
+    outputs: folders the run writes (its reports), never read as problem folders: a database
+    kept inside the corpus it audits puts them there."""
     if source.is_dir():
-        return read_layout(source)
+        return read_layout(source, outputs)
     if source.is_file() and source.suffix in (".jsonl", ".json"):
         return read_manifest(source)
     if source.is_file():
@@ -67,13 +70,38 @@ def discover(source: Path) -> list[Job]:
     raise UsageError(f"{source} does not exist; pass a corpus directory or a manifest file")
 
 
-def keyed(jobs: Iterable[Job], profile: str, checks: list[str] | None) -> dict[str, Job]:
+def corpus_root(source: Path) -> Path:
+    """The folder job keys are relative to: a manifest's folder, or the corpus directory."""
+    resolved = source.resolve()
+    return resolved if resolved.is_dir() else resolved.parent
+
+
+def keyed(
+    jobs: Iterable[Job], profile: str, checks: list[str] | None, root: Path
+) -> dict[str, Job]:
     """Each job under its key (the first of jobs sharing a key), in order.
 
     The key is a sha256 over the problem's bytes (for a folder: its definition.json,
-    workload.jsonl and problem.py), the candidate file's bytes, the spec, the profile, the
-    checks and kernelaudit's version: editing a candidate makes it a new job, and so does
-    auditing it differently."""
+    workload.jsonl and problem.py), the candidate file's bytes, the candidate spec with its
+    path relative to `root` (see `corpus_root`; absolute where the file lies outside it), the
+    profile, the checks and kernelaudit's version: editing a candidate makes it a new job, and
+    so does auditing it differently, but moving or copying the corpus folder does not."""
+    return _keyed(jobs, profile, checks, 2, lambda job: _portable(job.candidate, root))
+
+
+def v1_keys(jobs: Iterable[Job], profile: str, checks: list[str] | None) -> dict[str, Job]:
+    """Each job under the key a database of schema version 1 holds it by: the same digest
+    over the spec with its absolute path, so it matches only where the corpus has not moved."""
+    return _keyed(jobs, profile, checks, 1, lambda job: job.candidate)
+
+
+def _keyed(
+    jobs: Iterable[Job],
+    profile: str,
+    checks: list[str] | None,
+    scheme: int,
+    spec: Callable[[Job], str],
+) -> dict[str, Job]:
     contents: dict[Path, bytes] = {}
 
     def problem_bytes(path: Path) -> bytes:
@@ -85,11 +113,11 @@ def keyed(jobs: Iterable[Job], profile: str, checks: list[str] | None) -> dict[s
     chosen = "all" if checks is None else ",".join(sorted(set(checks)))
     result: dict[str, Job] = {}
     for job in jobs:
-        digest = hashlib.sha256(b"kernelaudit-corpus-job/1")
+        digest = hashlib.sha256(f"kernelaudit-corpus-job/{scheme}".encode())
         for part in (
             problem_bytes(Path(job.problem)),
             _read(job.candidate_file),
-            job.candidate.encode(),
+            spec(job).encode(),
             profile.encode(),
             chosen.encode(),
             kernelaudit.__version__.encode(),
@@ -97,6 +125,14 @@ def keyed(jobs: Iterable[Job], profile: str, checks: list[str] | None) -> dict[s
             digest.update(_field(part))
         result.setdefault(digest.hexdigest(), job)
     return result
+
+
+def _portable(spec: str, root: Path) -> str:
+    """A candidate spec with its file's path relative to `root` when the file lies inside."""
+    file, sep, function = spec.rpartition("::")
+    path = Path(file if sep else spec)
+    relative = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+    return f"{relative}::{function}" if sep else relative
 
 
 def read_manifest(path: Path) -> list[Job]:
@@ -113,13 +149,18 @@ def read_manifest(path: Path) -> list[Job]:
     return jobs
 
 
-def read_layout(root: Path) -> list[Job]:
+def read_layout(root: Path, outputs: Collection[Path] = ()) -> list[Job]:
     """Jobs from a directory: ROOT/<name>/ folders each holding one problem and its candidates
-    (or ROOT itself being one such folder)."""
+    (or ROOT itself being one such folder); the folders in `outputs` are skipped."""
+    skipped = {p.resolve() for p in outputs}
     folders = (
         [root]
         if _is_problem_folder(root)
-        else sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+        else sorted(
+            p
+            for p in root.iterdir()
+            if p.is_dir() and not p.name.startswith((".", "_")) and p.resolve() not in skipped
+        )
     )
     if not folders:
         raise UsageError(f"{root} holds no problem folders; {_LAYOUT}")

@@ -1,6 +1,6 @@
-"""The scheduler: runs pending jobs in parallel and hands each result over the moment it
-arrives. Locally: one slot process per GPU (or `--workers` CPU slots), each auditing one job at
-a time. On a cluster: one Ray task per job."""
+"""The local scheduler: runs pending jobs on one slot process per GPU (or `--workers` CPU
+slots), each auditing one job at a time, and hands each result over the moment it arrives. A job
+past its time limit has its slot killed; a slot that dies mid-job has the job tried once more."""
 
 from __future__ import annotations
 
@@ -14,24 +14,44 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from kernelaudit.corpus.jobs import Job
-from kernelaudit.corpus.slot import run_job
-from kernelaudit.corpus.store import JobResult
+from kernelaudit.corpus.slot import result_of
+from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult
 from kernelaudit.errors import UsageError
 from kernelaudit.runner.messages import AUDITOR_PID
 from kernelaudit.runner.process import child_environment
+from kernelaudit.runner.threads import thread_environment, usable_cores
 
 OnResult = Callable[[JobResult], None]
+
+
+class Departures(Protocol):
+    """Where jobs handed out are recorded (the store), so that one in flight when its slot or
+    the whole run died is known on the next run."""
+
+    def depart(self, flight: Flight) -> int:
+        """Record the hand-out; return how many times the job has been handed out without a
+        result, this one included."""
+        ...
+
+    def ended(self, key: str, how: str) -> None:
+        """Record how a try of the job ended without a result (before it is tried again)."""
+        ...
+
+    def abandon(self, keys: Collection[str]) -> None:
+        """Forget hand-outs that ended through no fault of the job (the run interrupted)."""
+        ...
+
+
 _Answers = queue.Queue[tuple["_Slot", "subprocess.Popen[str]", "str | None"]]
 """What slot readers pass to the run: the slot, its process, and a line (None: it ended)."""
 
 _STOP_GRACE_S = 5.0
-_LOG_TAIL_BYTES = 2000
 
 
 @dataclass(frozen=True)
@@ -70,17 +90,22 @@ def run_local(
     checks: list[str] | None,
     logs: Path,
     on_result: OnResult,
+    departures: Departures,
+    job_timeout: float | None = None,
 ) -> None:
-    """Audit `jobs` (key, job) on one slot process per place. A slot that dies mid-job has its
-    job recorded as an error and is started again."""
+    """Audit `jobs` (key, job) on one slot process per place, recording each hand-out in
+    `departures`. A job past `job_timeout` seconds (counted from when its slot is ready) has
+    its slot's process group killed and is a timeout; a slot that dies mid-job is started
+    again and the job handed out again, until it has been tried `MAX_TRIES` times, then it is
+    a crash with the end of the slot's log."""
     pending = deque(jobs)
     answers: _Answers = queue.Queue()
     logs.mkdir(parents=True, exist_ok=True)
     places = places[: len(jobs)]
-    # slots share the machine's cores: without a limit each audit's torch takes all of them
-    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, _cores() // max(1, len(places))))
+    # slots share the host's cores: without a limit each audit's thread pools take all of them
+    threads = thread_environment(max(1, usable_cores() // max(1, len(places))))
     slots = [
-        _Slot(place, logs / f"slot-{i}.log", profile, checks, threads, answers)
+        _Slot(place, logs / f"slot-{i}.log", profile, checks, threads, answers, departures)
         for i, place in enumerate(places)
     ]
     try:
@@ -88,25 +113,54 @@ def run_local(
             slot.start()
             slot.give(pending)
         while any(slot.job is not None for slot in slots):
-            slot, process, line = answers.get()
+            try:
+                slot, process, line = answers.get(timeout=_until_overdue(slots, job_timeout))
+            except queue.Empty:
+                for slot in slots:
+                    if job_timeout is not None and slot.overdue(job_timeout):
+                        on_result(slot.timed_out(job_timeout))
+                        if pending:
+                            slot.start()
+                        slot.give(pending)
+                continue
             if process is not slot.process:
                 continue  # the last words of a slot already replaced
             if line is None:
                 if slot.job is not None:
-                    on_result(slot.died())
+                    job, tries = slot.job, slot.tries
+                    result = slot.died(tries)
+                    if tries < MAX_TRIES:
+                        departures.ended(job[0], result.error or "")
+                        pending.appendleft(job)
+                    else:
+                        on_result(result)
                 slot.reap()
                 if pending:
                     slot.start()
             else:
                 answer = json.loads(line)
                 if answer.get("ready"):
-                    slot.ready = True
+                    slot.now_ready()
                     continue
                 on_result(slot.answered(answer))
             slot.give(pending)
+    except BaseException:
+        # an interrupted run is not its jobs' fault: they start afresh next time
+        departures.abandon([slot.job[0] for slot in slots if slot.job is not None])
+        raise
     finally:
         for slot in slots:
             slot.stop()
+
+
+def _until_overdue(slots: list[_Slot], job_timeout: float | None) -> float | None:
+    """Seconds until the first busy slot passes the time limit (None: no limit to watch)."""
+    if job_timeout is None:
+        return None
+    began = [slot.began for slot in slots if slot.job is not None and slot.began is not None]
+    if not began:
+        return None
+    return max(0.0, min(began) + job_timeout - time.perf_counter())
 
 
 class _Slot:
@@ -118,8 +172,9 @@ class _Slot:
         log: Path,
         profile: str,
         checks: list[str] | None,
-        threads: str,
+        threads: dict[str, str],
         answers: _Answers,
+        departures: Departures,
     ) -> None:
         self.place = place
         self.log = log
@@ -138,18 +193,23 @@ class _Slot:
         ]
         self.threads = threads
         self.answers = answers
+        self.departures = departures
         self.process: subprocess.Popen[str] | None = None
         self.ready = False
         """Whether the process said it can audit: one that ends before is broken, not its job."""
         self.job: tuple[str, Job] | None = None
+        self.tries = 0
+        """How many times the job in hand has been handed out without a result."""
         self.given_at = 0.0
+        self.began: float | None = None
+        """When the job in hand started: handed over to a ready slot (its time limit runs)."""
         self.log_start = 0
 
     def start(self) -> None:
         env = child_environment(self.place.device)
         # the slot is an auditor, not a candidate's process: it must be allowed to audit
         env.pop(AUDITOR_PID)
-        env["OMP_NUM_THREADS"] = self.threads
+        env.update(self.threads)
         if self.place.visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.place.visible
         with self.log.open("ab") as log:
@@ -160,22 +220,32 @@ class _Slot:
                 stderr=log,
                 text=True,
                 # its own process group: a Ctrl-C at the terminal reaches the run, which
-                # stops the slots itself, not the slots mid-write
+                # stops the slots itself, not the slots mid-write; and a slot past its time
+                # limit is killed with everything it started
                 start_new_session=True,
                 env=env,
             )
         self.ready = False
-        self.log_start = self.log.stat().st_size
         threading.Thread(
             target=_forward, args=(self, self.process, self.answers), daemon=True
         ).start()
+
+    def now_ready(self) -> None:
+        self.ready = True
+        if self.job is not None:
+            self.began = time.perf_counter()
 
     def give(self, pending: deque[tuple[str, Job]]) -> None:
         if self.job is not None or not pending or self.process is None:
             return
         self.job = pending.popleft()
         key, job = self.job
+        self.log_start = self.log.stat().st_size
+        self.tries = self.departures.depart(
+            Flight(key, self.place.label, str(self.log), self.log_start)
+        )
         self.given_at = time.perf_counter()
+        self.began = self.given_at if self.ready else None
         assert self.process.stdin is not None
         message = {"key": key, "problem": job.problem, "candidate": job.candidate}
         # a slot that died already is noticed by its reader, which sends its last words
@@ -189,28 +259,42 @@ class _Slot:
         if answer["key"] != key:
             raise RuntimeError(f"slot {self.place.label} answered job {answer['key']}, not {key}")
         self.job = None
-        return JobResult(
-            key,
-            job,
-            answer.get("report"),
-            answer.get("error"),
-            self.place.label,
-            float(answer["seconds"]),
+        return result_of(key, job, answer, self.place.label)
+
+    def overdue(self, job_timeout: float) -> bool:
+        return (
+            self.job is not None
+            and self.began is not None
+            and time.perf_counter() - self.began >= job_timeout
         )
 
-    def died(self) -> JobResult:
-        """The job in flight when the slot process ended, as an error."""
+    def timed_out(self, job_timeout: float) -> JobResult:
+        """Kill the slot with everything it started; its job, as a timeout."""
+        assert self.process is not None and self.job is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.reap()
+        key, job = self.job
+        self.job = None
+        error = f"no result within --job-timeout {job_timeout:g} s; its audit process was killed"
+        return self._failure(key, job, error, "timeout")
+
+    def died(self, tries: int) -> JobResult:
+        """The job in flight when the slot process ended, as a crash (the `tries`-th)."""
         assert self.process is not None and self.job is not None
         code = self.process.wait()
-        tail = self._log_tail()
         if not self.ready:
             raise UsageError(
                 f"the audit process for {self.place.label} ended ({_exit(code)}) before it "
-                f"could audit; its log {self.log} ends with:\n{tail}"
+                f"could audit; its log {self.log} ends with:\n{self._tail()}"
             )
         key, job = self.job
         self.job = None
-        error = f"the audit process died ({_exit(code)})"
+        error = f"the audit process died ({_exit(code)}) on the job's try {tries} of {MAX_TRIES}"
+        return self._failure(key, job, error, "crash")
+
+    def _failure(self, key: str, job: Job, error: str, status: str) -> JobResult:
+        tail = self._tail()
         return JobResult(
             key,
             job,
@@ -218,7 +302,11 @@ class _Slot:
             f"{error}; its log ends with:\n{tail}" if tail else error,
             self.place.label,
             time.perf_counter() - self.given_at,
+            status,
         )
+
+    def _tail(self) -> str:
+        return Flight("", self.place.label, str(self.log), self.log_start).log_tail()
 
     def reap(self) -> None:
         assert self.process is not None
@@ -242,11 +330,6 @@ class _Slot:
         process.wait()
         self.process = None
 
-    def _log_tail(self) -> str:
-        with self.log.open("rb") as log:
-            log.seek(max(self.log_start, self.log.stat().st_size - _LOG_TAIL_BYTES))
-            return log.read().decode(errors="replace").strip()
-
 
 def _forward(slot: _Slot, process: subprocess.Popen[str], answers: _Answers) -> None:
     """Pass each line a slot writes on to the run, then None when the slot is gone."""
@@ -259,67 +342,8 @@ def _forward(slot: _Slot, process: subprocess.Popen[str], answers: _Answers) -> 
     answers.put((slot, process, None))
 
 
-def _cores() -> int:
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity else os.cpu_count() or 1
-
-
 def _exit(code: int) -> str:
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(-code).name}"
     return f"exit code {code}"
-
-
-def run_ray(
-    jobs: list[tuple[str, Job]],
-    address: str,
-    device: str,
-    profile: str,
-    checks: list[str] | None,
-    on_result: OnResult,
-) -> None:
-    """Audit `jobs` as Ray tasks on the cluster at `address`, one GPU each where the cluster
-    has GPUs (and `device` is not "cpu"). Every path must be readable on every node."""
-    try:
-        import ray
-    except ImportError:
-        raise UsageError(
-            "--ray needs Ray, which is not installed; pip install 'kernelaudit[ray]'"
-        ) from None
-    ray.init(address=address)
-    has_gpus = ray.cluster_resources().get("GPU", 0) > 0
-    if device == "cuda" and not has_gpus:
-        raise UsageError(
-            f"--device cuda was asked for but the Ray cluster at {address} has no GPUs; "
-            "pass --device cpu or auto"
-        )
-    gpus = has_gpus and device != "cpu"
-    task = ray.remote(num_gpus=1 if gpus else 0)(run_job)
-    where = "cuda" if gpus else "cpu"
-    running = {}
-    for key, job in jobs:
-        message = {"key": key, "problem": job.problem, "candidate": job.candidate}
-        running[task.remote(message, profile, checks, where)] = (key, job, time.perf_counter())
-    while running:
-        finished, _ = ray.wait(list(running), num_returns=1)
-        for ref in finished:
-            key, job, began = running.pop(ref)
-            try:
-                answer = ray.get(ref)
-            except Exception as error:
-                # the task's process died (out of memory, a node lost): the job is an error
-                answer = {
-                    "error": f"the Ray task failed: {error}",
-                    "seconds": time.perf_counter() - began,
-                }
-            on_result(
-                JobResult(
-                    key,
-                    job,
-                    answer.get("report"),
-                    answer.get("error"),
-                    f"ray:{where}",
-                    float(answer["seconds"]),
-                )
-            )

@@ -5,7 +5,8 @@ run that started it lives.
 
 It reads jobs as JSON lines on stdin ({"key", "problem", "candidate"}), first answers
 {"ready": true} once it can audit, then one JSON line per job on stdout: {"key", "report",
-"seconds"} or {"key", "error", "seconds"}. It ends when stdin closes, and at once when its
+"seconds"}, {"key", "error", "seconds"} or {"key", "unrunnable", "seconds"} (why this device
+cannot run the problem). It ends when stdin closes, and at once when its
 parent dies (an audit in progress would otherwise keep it alive until the job ends)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -20,10 +22,16 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from rich.console import Console
+
+from kernelaudit.corpus.jobs import Job
+from kernelaudit.corpus.runnable import why_unrunnable
+from kernelaudit.corpus.store import JobResult
 from kernelaudit.engine.audit import audit
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, _json_default, _strict
 from kernelaudit.formats import read_candidate, read_problem
+from kernelaudit.report.terminal import progress_bar
 
 _PARENT_POLL_S = 0.2
 
@@ -32,13 +40,19 @@ def run_job(
     job: dict[str, str], profile: str, checks: list[str] | None, device: str
 ) -> dict[str, Any]:
     """Audit one job ({"key", "problem", "candidate"}) and return its answer: the report as a
-    strict JSON document, or the error that stopped the audit. Shared by the local slots and
-    Ray's tasks."""
+    strict JSON document, why the problem cannot run on `device`, or the error that stopped the
+    audit. Shared by the local slots and Ray's tasks."""
     began = time.perf_counter()
     try:
         problem = read_problem(job["problem"])
+        reason = why_unrunnable(problem, device)
+        if reason is not None:
+            return {"key": job["key"], "unrunnable": reason, "seconds": time.perf_counter() - began}
         problem, candidate = read_candidate(job["candidate"], problem)
-        report = audit(problem, candidate, profile, device, checks)
+        # each phase and check as a line in the slot's log, so a long job shows where it is
+        with progress_bar(Console(file=sys.stderr, width=160, highlight=False)) as log:
+            label = f"{problem.name} / {candidate.function}"
+            report = audit(problem, candidate, profile, device, checks, lambda e: log(label, e))
     except UsageError as error:
         return {"key": job["key"], "error": str(error), "seconds": time.perf_counter() - began}
     except Exception as error:
@@ -54,6 +68,20 @@ def run_job(
         "report": report_document(report),
         "seconds": time.perf_counter() - began,
     }
+
+
+def result_of(key: str, job: Job, answer: dict[str, Any], device: str) -> JobResult:
+    """The result an answer of `run_job` stands for."""
+    unrunnable = answer.get("unrunnable")
+    return JobResult(
+        key,
+        job,
+        answer.get("report"),
+        unrunnable or answer.get("error"),
+        device,
+        float(answer["seconds"]),
+        "unrunnable" if unrunnable else "",
+    )
 
 
 def report_document(report: AuditReport) -> dict[str, Any]:
@@ -85,13 +113,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _exit_with_the_parent(parent: int) -> None:
-    """End this process as soon as the corpus run is gone (killed with -9, its stdin to us
-    closed only when it can no longer read an answer). The candidate's workers watch this
-    process in turn and end with it."""
+    """End this process, and its process group when it leads one, as soon as the corpus run is
+    gone (killed with -9, its stdin to us closed only when it can no longer read an answer).
+    The candidate's workers watch this process in turn and end with it."""
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(_PARENT_POLL_S)
+        if os.getpgid(0) == os.getpid():
+            # a slot leads its own process group: what the audit started there goes with it
+            os.killpg(0, signal.SIGKILL)
         os._exit(1)
 
     threading.Thread(target=watch, name="kernelaudit-parent-watch", daemon=True).start()

@@ -14,20 +14,23 @@ from rich.table import Table
 from kernelaudit.corpus.jobs import PROBLEM_FILES
 from kernelaudit.corpus.store import StoredResult
 
-OUTCOMES = ("PASS", "FAIL", "error")
+OUTCOMES = ("PASS", "FAIL", "error", "timeout", "crash", "unrunnable")
+"""A job's outcome: its verdict where it was audited, else its status."""
 _ERRORS_SHOWN = 10
+_STYLES = {"PASS": "bold green", "FAIL": "bold red", "unrunnable": "bold magenta"}
 
 
 @dataclass(frozen=True)
 class CorpusSummary:
     outcomes: tuple[tuple[str, int], ...]
-    """How many jobs passed, failed, and could not be audited."""
+    """How many jobs had each of `OUTCOMES`."""
     failing_checks: tuple[tuple[str, int], ...]
     """For each check, how many candidates it failed, most first."""
-    problems: tuple[tuple[str, tuple[int, int, int]], ...]
-    """For each problem: (passed, failed, errors)."""
+    problems: tuple[tuple[str, tuple[int, ...]], ...]
+    """For each problem: how many of its jobs had each of `OUTCOMES`."""
     errors: tuple[tuple[str, str], ...]
-    """A few errors: (problem / candidate, the message's first line)."""
+    """A few jobs that were not audited: (problem / candidate (outcome), the message's first
+    line)."""
     total: int
 
     @property
@@ -36,8 +39,8 @@ class CorpusSummary:
 
 
 def outcome(result: StoredResult) -> str:
-    """'PASS', 'FAIL' or 'error'."""
-    return (result.verdict or "error") if result.status == "done" else "error"
+    """One of `OUTCOMES`."""
+    return (result.verdict or "error") if result.status == "done" else result.status
 
 
 def problem_label(path: str) -> str:
@@ -59,15 +62,18 @@ def summarise(results: list[StoredResult]) -> CorpusSummary:
     for result in results:
         per_problem.setdefault(problem_label(result.problem), Counter())[outcome(result)] += 1
     errors = [
-        (f"{problem_label(r.problem)} / {candidate_label(r.candidate)}", first_line(r.error))
+        (
+            f"{problem_label(r.problem)} / {candidate_label(r.candidate)} ({outcome(r)})",
+            first_line(r.error),
+        )
         for r in results
-        if outcome(r) == "error"
+        if r.status != "done"
     ]
     return CorpusSummary(
         outcomes=tuple((name, outcomes[name]) for name in OUTCOMES),
         failing_checks=tuple(sorted(failing.items(), key=lambda kv: (-kv[1], kv[0]))),
         problems=tuple(
-            (name, (c["PASS"], c["FAIL"], c["error"])) for name, c in sorted(per_problem.items())
+            (name, tuple(c[o] for o in OUTCOMES)) for name, c in sorted(per_problem.items())
         ),
         errors=tuple(errors[:_ERRORS_SHOWN]),
         total=len(results),
@@ -81,8 +87,11 @@ def print_summary(console: Console, summary: CorpusSummary) -> None:
     verdicts = Table(title="corpus verdicts", title_justify="left")
     verdicts.add_column("verdict")
     verdicts.add_column("candidates", justify="right")
-    for name, count in summary.outcomes:
-        verdicts.add_row(_styled(name), str(count))
+    # PASS and FAIL always; the other outcomes where some job had them
+    shown = [i for i, (_, count) in enumerate(summary.outcomes) if count or i < 2]
+    for i in shown:
+        name, count = summary.outcomes[i]
+        verdicts.add_row(styled(name), str(count))
     verdicts.add_row("total", str(summary.total))
     console.print(verdicts)
     if summary.failing_checks:
@@ -93,16 +102,18 @@ def print_summary(console: Console, summary: CorpusSummary) -> None:
             checks.add_row(escape(name), str(count))
         console.print(checks)
     problems = Table(title="by problem", title_justify="left")
-    for column in ("problem", *OUTCOMES):
-        problems.add_column(column, justify="left" if column == "problem" else "right")
+    problems.add_column("problem")
+    for i in shown:
+        problems.add_column(OUTCOMES[i], justify="right")
     for name, counts in summary.problems:
-        problems.add_row(escape(name), *(str(c) for c in counts))
+        problems.add_row(escape(name), *(str(counts[i]) for i in shown))
     console.print(problems)
     if summary.errors:
-        console.print("[bold]errors[/] (the store holds each one's full message):")
+        console.print("[bold]not audited[/] (the store holds each one's full message):")
         for where, message in summary.errors:
             console.print(f"  {escape(where)}: {escape(message)}", highlight=False)
-        hidden = dict(summary.outcomes)["error"] - len(summary.errors)
+        hidden = summary.total - dict(summary.outcomes)["PASS"] - dict(summary.outcomes)["FAIL"]
+        hidden -= len(summary.errors)
         if hidden > 0:
             console.print(f"  ... and {hidden} more")
 
@@ -113,6 +124,7 @@ def first_line(text: str | None) -> str:
     return lines[0] if lines else "-"
 
 
-def _styled(outcome_name: str) -> str:
-    style = {"PASS": "bold green", "FAIL": "bold red", "error": "bold yellow"}[outcome_name]
-    return f"[{style}]{outcome_name}[/]"
+def styled(outcome_name: str, width: int = 0) -> str:
+    """An outcome in console markup, padded to `width`."""
+    style = _STYLES.get(outcome_name, "bold yellow")
+    return f"[{style}]{outcome_name:{width}}[/]"

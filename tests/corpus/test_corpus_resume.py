@@ -1,0 +1,149 @@
+"""Resuming a corpus from wherever it lies: keys that do not depend on the working directory or
+the corpus's folder, problems this machine cannot run stored once, databases of an older
+schema carried on."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import kernelaudit
+from kernelaudit.cli import main
+from kernelaudit.corpus.jobs import corpus_root, discover, keyed
+
+from .support import IDENTITY, NUMERICS, V1_SCHEMA, candidate, identity_at, rows
+
+NUMERICS_CHECKS = NUMERICS[NUMERICS.index("--checks") + 1].split(",")
+
+
+def _corpus(root: Path) -> None:
+    """A directory layout of two problems, and a manifest in its root listing the same jobs."""
+    for name, text in (("ident", identity_at("8", "16")), ("huge", identity_at("2**20", "2**20"))):
+        (root / name).mkdir(parents=True)
+        (root / name / "problem.py").write_text(text)
+        candidate(root / name / "candidates", "dup")
+    (root / "jobs.jsonl").write_text(
+        "".join(
+            json.dumps({"problem": f"{n}/problem.py", "candidate": f"{n}/candidates/dup.py::dup"})
+            + "\n"
+            for n in ("huge", "ident")
+        )
+    )
+
+
+@pytest.mark.slow
+def test_a_copied_corpus_resumes_from_another_folder_without_auditing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = tmp_path / "first"
+    _corpus(first / "corpus")
+    monkeypatch.chdir(first)
+    argv = ["corpus", "corpus", "--db", "corpus/results.sqlite", *NUMERICS]
+    assert main(argv) == 1  # one job cannot run here
+
+    before = rows_by_problem(first / "corpus" / "results.sqlite")
+    huge, ident = before
+    assert (ident["status"], ident["verdict"]) == ("done", "PASS")
+    assert (huge["status"], huge["verdict"]) == ("unrunnable", None)
+    assert "smallest workload needs at least" in huge["error"]
+    assert "more than the" in huge["error"] and "memory" in huge["error"]
+    out = " ".join(capsys.readouterr().out.split())
+    assert "unrunnable huge / dup.py::dup" in out
+
+    moved = tmp_path / "elsewhere" / "moved"
+    shutil.copytree(first / "corpus", moved)
+    shutil.rmtree(first)
+    monkeypatch.chdir(tmp_path)
+    db = moved / "results.sqlite"
+    for source, flags in (
+        (moved, []),
+        (moved / "jobs.jsonl", []),  # the manifest in the root keys its jobs alike
+        (moved, ["--rerun-errors"]),  # unrunnable is not an error to retry
+    ):
+        assert main(["corpus", str(source), "--db", str(db), *NUMERICS, *flags]) == 1
+        out = " ".join(capsys.readouterr().out.split())
+        assert "2 already in" in out and "0 to audit" in out
+    assert rows_by_problem(db) == before
+
+
+def rows_by_problem(db: Path) -> list[dict[str, object]]:
+    with contextlib.closing(sqlite3.connect(db)) as connection:
+        connection.row_factory = sqlite3.Row
+        found = connection.execute("SELECT * FROM results ORDER BY problem").fetchall()
+    return [dict(row) for row in found]
+
+
+def test_keys_follow_the_corpus_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _corpus(tmp_path / "a" / "corpus")
+    shutil.copytree(tmp_path / "a" / "corpus", tmp_path / "b" / "deeper" / "corpus")
+    keys = []
+    for where, source in (
+        (tmp_path / "a", Path("corpus")),
+        (tmp_path, Path("b/deeper/corpus")),
+        (tmp_path / "b", Path("deeper/corpus/jobs.jsonl")),
+    ):
+        monkeypatch.chdir(where)
+        keys.append(set(keyed(discover(source), "quick", None, corpus_root(source))))
+    assert len(keys[0]) == 2
+    assert keys[0] == keys[1] == keys[2]
+
+
+def _v1_key(problem: Path, spec: str, profile: str, checks: str) -> str:
+    """A job's key as schema 1 databases hold it: its candidate spec with absolute paths."""
+
+    def field(data: bytes) -> bytes:
+        return len(data).to_bytes(8, "big") + data
+
+    digest = hashlib.sha256(b"kernelaudit-corpus-job/1")
+    for part in (
+        field(problem.read_bytes()),
+        Path(spec.rpartition("::")[0]).read_bytes(),
+        spec.encode(),
+        profile.encode(),
+        checks.encode(),
+        kernelaudit.__version__.encode(),
+    ):
+        digest.update(field(part))
+    return digest.hexdigest()
+
+
+def test_a_database_of_schema_1_is_carried_on_without_auditing_its_jobs_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    problem = tmp_path / "identity.py"
+    shutil.copy(IDENTITY, problem)
+    kept = candidate(tmp_path, "kept")
+    manifest = tmp_path / "jobs.jsonl"
+    manifest.write_text(json.dumps({"problem": "identity.py", "candidate": "kept.py::kept"}))
+    db = tmp_path / "old.sqlite"
+    spec = f"{kept.resolve()}::kept"
+    old_key = _v1_key(problem.resolve(), spec, "quick", "execution,numerics")
+    with contextlib.closing(sqlite3.connect(db)) as connection:
+        connection.executescript(V1_SCHEMA)
+        connection.execute(
+            "INSERT INTO results (key, problem, candidate, profile, checks, status, verdict, "
+            "finished_at) VALUES (?, ?, ?, 'quick', 'execution,numerics', 'done', 'PASS', "
+            "'2026-11-01T00:00:00+00:00')",
+            (old_key, str(problem.resolve()), spec),
+        )
+        connection.commit()
+
+    assert main(["corpus", str(manifest), "--db", str(db), *NUMERICS]) == 0
+
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 already in" in out and "0 to audit" in out
+    (row,) = rows(db).values()
+    assert (row["status"], row["verdict"]) == ("done", "PASS")
+    assert row["finished_at"] == "2026-11-01T00:00:00+00:00"
+    root = corpus_root(manifest)
+    assert row["key"] == next(iter(keyed(discover(manifest), "quick", NUMERICS_CHECKS, root)))
+    with contextlib.closing(sqlite3.connect(db)) as connection:
+        assert connection.execute("PRAGMA user_version").fetchone() == (2,)
