@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernelaudit.checks.base import PlanContext
+from kernelaudit.checks.sweep import numerics_cases
 from kernelaudit.cli import main
-from kernelaudit.errors import ProblemError, UsageError
+from kernelaudit.errors import CaseUnavailable, ProblemError, UsageError
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
+from kernelaudit.formats.solexecbench.structure import POSITION_LIMIT
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.materialize import materialize
+from kernelaudit.inputs.materialize import GENERATOR, distributions_for, materialize
 from kernelaudit.problem.spec import (
     GeneratedInput,
     IndexInput,
@@ -23,6 +26,7 @@ from kernelaudit.problem.spec import (
     TensorInput,
     resolve_shape,
 )
+from kernelaudit.profiles import PROFILES
 
 FIXTURE = Path(__file__).parent / "fixtures" / "solexecbench" / "embedding_rmsnorm"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "solexecbench"
@@ -189,6 +193,40 @@ def test_random_inputs_named_for_a_structure_get_it() -> None:
     assert any("p_attn" in note and "softmax" in note for note in dropout.notes)
 
 
+def test_float_positions_are_whole_numbers_in_range_in_every_planned_case() -> None:
+    problem = read_problem(_shared("034_flux_multi_axis_rope_frequency_computation"))
+    ids = problem.input("ids")
+    assert isinstance(ids, GeneratedInput)
+    assert distributions_for(ids, problem) == (GENERATOR,)  # no case may name "large"
+    workload_sizes = {w.as_dict()["seq_len"] for w in problem.workloads}
+    cases = [
+        case for case, _ in numerics_cases(PlanContext(problem, PROFILES["thorough"], "cpu", 1))
+    ]
+    assert {c.size_map()["seq_len"] for c in cases} - workload_sizes  # boundary sizes too
+    for case in cases:
+        positions = materialize(problem, case)["ids"]
+        assert positions.shape == (case.size_map()["seq_len"], 3)
+        assert positions.min() >= 0 and positions.max() < POSITION_LIMIT
+        assert torch.equal(positions, positions.round())
+    assert any("ids" in note and "positions" in note for note in problem.notes)
+
+
+def test_frequencies_keep_a_generators_values_and_are_drawn_without_one() -> None:
+    generated = read_problem(_shared("024_vision_rotary_position_embedding_generation_backward"))
+    assert isinstance(generated.input("inv_freq"), GeneratedInput)
+    case = _case(generated, total_patches=7, max_grid_size=5)
+    assert generated.sampler is not None
+    own = generated.sampler.function(case.size_map(), case.seed)["inv_freq"]
+    assert torch.equal(materialize(generated, case)["inv_freq"], own)
+    drawn = read_problem(_shared("067_patch_embed_to_joint_attention_input"))
+    assert isinstance(drawn.input("freqs"), GeneratedInput)
+    assert isinstance(drawn.input("timestep"), GeneratedInput)
+    values = materialize(drawn, _case(drawn, batch_size=3, seq_len_context=5))
+    frequencies = values["freqs"].double()
+    assert frequencies[0] == 1 and bool((frequencies[1:] < frequencies[:-1]).all())
+    assert torch.equal(values["timestep"], values["timestep"].round().clamp(min=0))
+
+
 def _solution(tmp_path: Path, **spec: object) -> Path:
     data = json.loads((FIXTURE / "good_solution.json").read_text())
     data["spec"].update(spec)
@@ -252,5 +290,5 @@ def test_safetensors_inputs_are_read_when_their_files_are_present(tmp_path: Path
     assert unrunnable(problem) is None
     values = materialize(problem, Case(problem.workloads[0].sizes, seed=1))
     assert torch.equal(values["qo_indptr"], indptr)
-    with pytest.raises(ProblemError, match="only at the sizes of the workloads"):
+    with pytest.raises(CaseUnavailable, match="only at the sizes of the workloads"):
         materialize(problem, Case((*problem.workloads[0].sizes[:-1], ("total_kv", 3))))

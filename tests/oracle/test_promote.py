@@ -35,7 +35,6 @@ CASTS = {
     "type(name)": lambda x: x.type("torch.HalfTensor") * 3,
     "type(class)": lambda x: x.type(torch.BFloat16Tensor) * 3,
     "type_as": lambda x: x.type_as(torch.ones(1, dtype=torch.float16)) * 3,
-    "float8": lambda x: x.to(torch.float8_e4m3fn) * 3,
 }
 
 
@@ -44,6 +43,14 @@ def test_casts_become_float64(construct, x):
     result = run(CASTS[construct], x)
     assert result.dtype == torch.float64
     assert torch.equal(result, x * 3)
+
+
+def test_a_cast_to_float8_is_a_quantization_the_truth_keeps(x):
+    # the quantization is part of the specified function; what follows it runs in float64
+    result = run(lambda x: x.to(torch.float8_e4m3fn) * 3, x)
+    assert result.dtype == torch.float64
+    assert torch.equal(result, x.to(torch.float8_e4m3fn).double() * 3)
+    assert not torch.equal(result, x * 3)
 
 
 FACTORIES = {

@@ -57,9 +57,29 @@ def _writes_first_argument(func: Callable[..., Any]) -> bool:
     return in_place_method or name in _WRITES_FIRST_ARGUMENT
 
 
+_QUANTIZED = frozenset(
+    dtype
+    for dtype in (
+        getattr(torch, name, None)
+        for name in (
+            "float8_e4m3fn",
+            "float8_e4m3fnuz",
+            "float8_e5m2",
+            "float8_e5m2fnuz",
+            "float8_e8m0fnu",
+            "float4_e2m1fn_x2",
+        )
+    )
+    if isinstance(dtype, torch.dtype)
+)
+"""A cast to one of these inside a reference is a quantization the problem specifies (FP8
+activations, scales), not a precision it settles for: the truth rounds there too, then
+computes on in float64 (a tensor of these dtypes is still promoted when used, exactly)."""
+
+
 def _promote(value: object) -> object:
     if isinstance(value, torch.dtype):
-        return promoted_dtype(value)
+        return value if value in _QUANTIZED else promoted_dtype(value)
     if isinstance(value, torch.Tensor):
         wider = promoted_dtype(value.dtype)
         return value if wider == value.dtype else value.to(wider)

@@ -8,8 +8,9 @@ written into `Problem.notes`:
 - integer inputs the benchmark generates are sampled, and read as indices into the axis their
   values cover, or kept as the generator gives them when they have structure (offsets, rows of
   distinct picks);
-- inputs with a structure (computed by get_inputs, or named as rotary tables, softmax rows or
-  dropout masks) keep the generator's values (`structure`);
+- inputs with a structure (computed by get_inputs, or named as rotary tables, softmax rows,
+  dropout masks, float positions or inverse frequencies) keep the generator's values
+  (`structure`);
 - float inputs named like gradients are upstream gradients; those whose shape has no var axis
   are weights;
 - scalars equal to an axis in every workload follow that axis; others take every value the
@@ -19,30 +20,25 @@ written into `Problem.notes`:
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import re
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from kernelaudit.errors import CaseUnavailable, ProblemError
-from kernelaudit.formats.cache import cache_folder, write_if_changed
+from kernelaudit.errors import ProblemError
+from kernelaudit.formats.solexecbench.reference import generator, reference, reference_module
 from kernelaudit.formats.solexecbench.structure import (
+    KEPT_FROM_GENERATOR,
     Structure,
-    draw_structured,
     generator_structure,
     named_structure,
 )
 from kernelaudit.formats.solexecbench.tensor_files import (
-    file_inputs,
-    read_inputs,
     unreadable,
-    workload_at,
 )
 from kernelaudit.problem.load import validate
 from kernelaudit.problem.spec import (
@@ -136,7 +132,9 @@ def torch_dtype(name: object, file: Path, field: str) -> torch.dtype:
     return dtype
 
 
-class _Reader:
+class DefinitionReader:
+    """A definition.json and its workload.jsonl, read into what a Problem needs."""
+
     def __init__(self, path: Path):
         self.file = definition_file(path)
         self.folder = self.file.parent
@@ -353,7 +351,10 @@ class _Reader:
                 and self._free(name, kinds)
                 and self._free(structure.partner, kinds)
             ):
-                self.named[name] = structure
+                if structure.kind in KEPT_FROM_GENERATOR and "custom" in kinds:
+                    self.structured[name] = f"{structure.kind}, by its name"
+                else:
+                    self.named[name] = structure
             inputs.append(self.tensor(name, shape, dtype, kinds))
         if self.weights:
             self.notes.append(
@@ -485,122 +486,12 @@ def _is_integer(dtype: torch.dtype) -> bool:
     return dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
-# ---- the reference and the generator -----------------------------------------------------------
-
-
-def reference_module(reader: _Reader) -> Any:
-    """The definition's reference source as an importable module, written into the cache so
-    tracebacks and source inspection point at a real file."""
-    source = reader.data.get("reference")
-    if not isinstance(source, str) or "def run" not in source:
-        raise ProblemError(
-            str(reader.file),
-            "reference",
-            "the definition has no reference source defining run(...)",
-            "put the reference's Python source, with a function `run`, in `reference`",
-        )
-    folder = cache_folder("solexecbench", str(reader.file.resolve()), source)
-    file = write_if_changed(folder / "reference.py", source)
-    name = f"kernelaudit_solexecbench_{folder.name}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as error:
-        del sys.modules[name]
-        raise ProblemError(
-            str(reader.file),
-            "reference",
-            f"importing the reference raised {type(error).__name__}: {error}",
-            "fix the reference source",
-        ) from None
-    return module
-
-
-def _generator(reader: _Reader, module: Any, scalars: dict[str, object]) -> Callable[..., dict]:
-    entry = reader.data.get("custom_inputs_entrypoint")
-    get_inputs = getattr(module, entry, None) if isinstance(entry, str) else None
-    if isinstance(entry, str) and get_inputs is None:
-        raise ProblemError(
-            str(reader.file),
-            "custom_inputs_entrypoint",
-            f"the reference defines no function {entry!r}",
-            "name a function the reference source defines",
-        )
-
-    def generate(sizes: Mapping[str, int], seed: int) -> dict[str, object]:
-        axes = reader.all_sizes(sizes)
-        given = _from_files(reader, sizes)
-        shapes, dtypes = {}, {}
-        for name, spec in reader.spec_inputs.items():
-            if spec.get("shape") is not None:
-                shapes[name] = tuple(dim_size(reader.dim(d, name), axes) for d in spec["shape"])
-                dtypes[name] = getattr(torch, spec["dtype"])
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            if get_inputs:
-                given.update(get_inputs({**axes, **scalars}, "cpu"))
-            for name, shape in shapes.items():
-                if name not in given:
-                    given[name] = _random(shape, dtypes[name], axes)
-            given.update(draw_structured(reader.named, shapes, dtypes, {**scalars, **given}))
-        return given
-
-    return generate
-
-
-def _from_files(reader: _Reader, sizes: Mapping[str, int]) -> dict[str, object]:
-    """The inputs the workload at `sizes` reads from safetensors files (none for problems
-    whose workloads read none)."""
-    if not any(file_inputs(w) for w in reader.workloads):
-        return {}
-    unread = unreadable(reader.folder, reader.workloads)
-    if unread is not None:
-        raise FileNotFoundError(unread)
-    workload = workload_at(reader.workloads, sizes)
-    if workload is None:
-        names = sorted({n for w in reader.workloads for n in file_inputs(w)})
-        raise CaseUnavailable(
-            f"inputs {', '.join(names)} are recorded in safetensors files only at the sizes of "
-            f"the workloads, and sizes {dict(sizes)} match none of them"
-        )
-    return dict(read_inputs(reader.folder, workload))
-
-
-def _random(shape: tuple[int, ...], dtype: torch.dtype, axes: Mapping[str, int]) -> torch.Tensor:
-    """An input the workload marks random, drawn the plain way a benchmark does."""
-    if dtype == torch.bool:
-        return torch.rand(shape) > 0.5
-    if dtype.is_floating_point:
-        return torch.randn(shape).to(dtype)
-    high = shape[-1] if shape else 2
-    return torch.randint(0, max(high, 1), shape, dtype=dtype)
-
-
-def _reference(module: Any, outputs: tuple[str, ...]) -> Callable[..., object]:
-    run = module.run
-
-    def reference(*args: object) -> object:
-        returned = run(*args)
-        if isinstance(returned, dict):
-            return tuple(returned[name] for name in outputs)
-        return returned
-
-    reference.__name__ = "run"
-    reference.__wrapped__ = run  # type: ignore[attr-defined]
-    return reference
-
-
 # ---- the problem --------------------------------------------------------------------------------
 
 
 def read_definition(path: str | Path) -> Problem:
     """The problem of a SOL-ExecBench folder (or its definition.json)."""
-    reader = _Reader(Path(path))
+    reader = DefinitionReader(Path(path))
     axes = reader.declared_axes()
     module = reference_module(reader)
     workloads = tuple(
@@ -612,7 +503,7 @@ def read_definition(path: str | Path) -> Problem:
         for name, spec in reader.spec_inputs.items()
         if isinstance(spec, dict) and spec.get("shape") is None
     }
-    generate = _generator(reader, module, scalars)
+    generate = generator(reader, module, scalars)
     inputs, generated = reader.inputs()
     outputs = tuple(
         Output(
@@ -628,7 +519,7 @@ def read_definition(path: str | Path) -> Problem:
     )
     problem = Problem(
         name=reader.name,
-        reference=_reference(module, tuple(o.name for o in outputs)),
+        reference=reference(module, tuple(o.name for o in outputs)),
         axes=axes,
         inputs=tuple(inputs),
         outputs=outputs,

@@ -9,8 +9,9 @@ Two sources say which inputs these are:
   operation that shapes the values (softmax, cos, a comparison with a rate, a sort), has
   structure;
 - for inputs the workloads mark `random` (no generator), the names SOL-ExecBench problems give
-  structured tensors: `cos`/`sin` tables, attention probabilities, dropout masks. The reader's
-  own generator then draws them with their structure.
+  structured tensors: `cos`/`sin` tables, attention probabilities, dropout masks, float
+  positions and timesteps, rotary and sinusoidal frequencies. The reader's own generator then
+  draws them with their structure.
 """
 
 from __future__ import annotations
@@ -55,6 +56,21 @@ _PROBABILITIES = re.compile(
 )
 _DROPOUT_MASK = re.compile(r"drop\w*mask|mask\w*drop")
 _DROPOUT_RATE = re.compile(r"drop\w*(p|prob|rate)$|^p_drop\w*|^attention_dropout$")
+_POSITIONS = re.compile(r"(^|_)(ids|pos|positions?|timesteps?)$")
+_POSITIONS_DESCRIBED = re.compile(r"\b(position|timestep)s?\s+(ids?|indices|values)\b", re.I)
+_FREQUENCIES = re.compile(r"^(inv_freqs?|freqs|frequencies)$")
+
+KEPT_FROM_GENERATOR = frozenset({"positions", "frequencies"})
+"""Kinds a generator that produces the input already draws in their range (it knows the grid or
+the schedule): its values are kept rather than redrawn."""
+
+POSITION_LIMIT = 1024
+"""Positions are drawn below this. cos and sin of position x frequency, the angle rounded once
+in float32, are off by about 2**-23 x position: at positions up to 2048 a float32
+implementation is already at float32's error budget (2**-12), past it none can meet it. Real
+callers stay in this range or compute in float64 (grid coordinates of an image, diffusion
+timesteps up to 1000)."""
+ROTARY_BASE = 10000.0
 
 
 def generator_structure(source: str, entry: str) -> dict[str, str]:
@@ -219,7 +235,9 @@ class Structure:
 
     kind: "rotary" (a cos or sin table of position x inverse frequency, with `partner` the
         other table of the pair, drawn from the same angles), "probabilities" (softmax rows
-        along the last axis) or "dropout" (True with probability 1 - `rate`'s value).
+        along the last axis), "dropout" (True with probability 1 - `rate`'s value), "positions"
+        (float positions or timesteps: integers in [0, POSITION_LIMIT)) or "frequencies" (the
+        inverse frequencies base^(-i/n), i < n, of a rotary or sinusoidal embedding).
     """
 
     kind: str
@@ -231,6 +249,10 @@ class Structure:
             return f"{name}: a rotary table (cos/sin of position x inverse frequency)"
         if self.kind == "probabilities":
             return f"{name}: softmax rows along its last axis (attention probabilities)"
+        if self.kind == "positions":
+            return f"{name}: positions (whole numbers in [0, {POSITION_LIMIT}))"
+        if self.kind == "frequencies":
+            return f"{name}: inverse frequencies {ROTARY_BASE:g}^(-i/n), i < n"
         return f"{name}: a dropout mask kept with probability 1 - {self.rate}"
 
 
@@ -251,6 +273,13 @@ def named_structure(
         return None
     if dtype.is_floating_point and _PROBABILITIES.match(name):
         return Structure("probabilities")
+    described = str(others.get(name, {}).get("description", ""))
+    if dtype.is_floating_point and (
+        _POSITIONS.search(name) or _POSITIONS_DESCRIBED.search(described)
+    ):
+        return Structure("positions")
+    if dtype.is_floating_point and len(shape) == 1 and _FREQUENCIES.match(name):
+        return Structure("frequencies")
     if dtype == torch.bool and _DROPOUT_MASK.search(name):
         rates = [n for n, s in others.items() if s.get("shape") is None and _DROPOUT_RATE.search(n)]
         if len(rates) == 1:
@@ -279,6 +308,12 @@ def draw_structured(
             )
         elif structure.kind == "probabilities":
             values[name] = torch.softmax(torch.randn(shape, dtype=torch.float64), -1).to(dtype)
+        elif structure.kind == "positions":
+            values[name] = torch.randint(0, POSITION_LIMIT, shape).to(dtype)
+        elif structure.kind == "frequencies":
+            count = shape[0]
+            exponents = torch.arange(count, dtype=torch.float64) / max(count, 1)
+            values[name] = (ROTARY_BASE**-exponents).to(dtype)
         else:
             rate = float(scalars.get(structure.rate) or 0.0)  # type: ignore[arg-type]
             values[name] = torch.rand(shape) >= rate
@@ -297,7 +332,7 @@ def rotary_angles(shape: tuple[int, ...]) -> torch.Tensor:
     two halves equal (the usual cat(freqs, freqs))."""
     width = shape[-1]
     index = torch.arange(width, dtype=torch.float64) % max(width // 2, 1)
-    frequencies = 10000.0 ** (-2 * index / width)
+    frequencies = ROTARY_BASE ** (-2 * index / width)
     count = shape[-2] if len(shape) >= 2 else 1
     start = float(torch.randint(0, 4096, ()).item())
     positions = start + torch.arange(count, dtype=torch.float64)
