@@ -108,3 +108,21 @@ def test_cheap_workloads_all_run_and_costly_ones_are_sampled():
         ranks.setdefault(probe.case.label, set()).add(probe.rank)
     assert all(ranks[name] == {SAMPLED_OUT} for name in left_out)
     assert all(COVERAGE in ranks[name] for name in kept)
+
+
+def test_workloads_that_repeat_the_sizes_of_another_are_planned_once():
+    problem = _problem([{"rows": 64, "cols": 64}, {"rows": 64, "cols": 64}])
+    probes = Numerics().plan(_context(problem))
+    assert {p.case.label for p in probes if p.case.label.startswith("workload")} == {
+        "workload 0"
+    }
+
+
+def test_a_workload_too_costly_for_the_whole_budget_runs_only_if_the_budget_allows():
+    sizes = [{"rows": 64 + i, "cols": 64} for i in range(30)] + [{"rows": 1 << 20, "cols": 8192}]
+    problem = _problem(sizes)
+    ctx = _context(problem, budget_s=30.0)
+    kept, left_out = kept_workloads(ctx)
+    assert "workload 30" in left_out and "workload 0" in kept
+    ranks = {p.rank for p in Numerics().plan(ctx) if p.case.label == "workload 30"}
+    assert ranks == {SAMPLED_OUT}

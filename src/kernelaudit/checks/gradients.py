@@ -17,7 +17,9 @@ from typing import ClassVar
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.numerics import judge_results
+from kernelaudit.checks.sweep import MORE_WORKLOAD_VALUES, affordable
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import case_elements
 from kernelaudit.inputs.layouts import geometry
 from kernelaudit.problem.backward import has_upstream
 from kernelaudit.problem.spec import (
@@ -50,7 +52,7 @@ class Gradients:
     def plan(self, ctx: PlanContext) -> list[Probe]:
         if not has_upstream(ctx.problem):
             return []  # a forward op: the engine audits its derived backward separately
-        return [Probe(self.name, case) for case in gradient_cases(ctx)]
+        return [Probe(self.name, case, rank=rank) for case, rank in gradient_cases(ctx)]
 
     def judge(self, observation: Observation) -> list[Failure]:
         if observation.probe.check != self.name or observation.result.error:
@@ -70,17 +72,27 @@ class Gradients:
         return []
 
 
-def gradient_cases(ctx: PlanContext) -> list[Case]:
+def gradient_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
     """Per dtype configuration, at every workload: per-element upstream gradients, all-ones
     upstream gradients, Zipf and hot index draws, every argument mode, and the reduced axes
-    lengthened; at the first workload and configuration, every upstream layout."""
+    lengthened; at the first workload and configuration, every upstream layout. Each with its
+    rank (`Probe.rank`): the first, the smallest and the largest workload's cases always run,
+    the other workloads' while the budget allows."""
     problem, profile = ctx.problem, ctx.profile
     upstream = [i for i in problem.inputs if isinstance(i, TensorInput) and i.role == "upstream"]
     indices = [i for i in problem.inputs if isinstance(i, IndexInput)]
     modes = [i for i in problem.inputs if isinstance(i, ScalarInput) and i.choices]
-    cases: list[Case] = []
+    by_size = sorted(problem.workloads, key=lambda w: case_elements(problem, w.as_dict()))
+    required = {
+        w.name
+        for w in (problem.workloads[0], by_size[0], by_size[-1])
+        if w is by_size[0] or affordable(ctx, w.as_dict())
+    }
+    ranked: dict[Case, int] = {}
     for config in range(len(problem.dtype_configs())):
         for workload in problem.workloads:
+            rank = 0 if workload.name in required else MORE_WORKLOAD_VALUES
+            cases: list[Case] = []
             for seed in range(profile.seeds):
                 base = Case(workload.sizes, config, (), (), seed, workload.name)
                 cases.append(base)
@@ -101,13 +113,15 @@ def gradient_cases(ctx: PlanContext) -> list[Case]:
                     cases += [
                         base.with_sizes(sizes, label).with_value(i.name, "zipf") for i in indices
                     ]
+            for case in cases:
+                ranked.setdefault(case, rank)
     first = problem.workloads[0]
     for u in upstream:
         shape = resolve_shape(u.shape, first.as_dict())
         for layout in UPSTREAM_LAYOUTS:
             if layout in problem.contract.layouts and geometry(layout, shape) is not None:
-                cases.append(Case(first.sizes, 0, (), ((u.name, layout),), 0, first.name))
-    return list(dict.fromkeys(cases))
+                ranked.setdefault(Case(first.sizes, 0, (), ((u.name, layout),), 0, first.name), 0)
+    return list(ranked.items())
 
 
 def reduced_axes(problem: Problem) -> list[str]:

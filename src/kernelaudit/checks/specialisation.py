@@ -9,7 +9,9 @@ from typing import ClassVar
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
 from kernelaudit.checks.numerics import judge_results
+from kernelaudit.checks.sweep import MORE_WORKLOAD_VALUES, affordable
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import case_elements
 from kernelaudit.inputs.shapes import held_back_sizes
 
 
@@ -18,13 +20,24 @@ class Specialisation:
     summary: ClassVar[str] = "shapes held back from the workloads pass like the listed ones"
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
+        """A held-back shape near every workload: near the first, the smallest and the largest
+        whatever the budget, near the others while it allows."""
+        problem = ctx.problem
+        workloads = {w.name: w for w in problem.workloads}
+        held_back = held_back_sizes(problem)
+        elements = {label: case_elements(problem, sizes) for sizes, label in held_back}
+        by_size = sorted(elements, key=lambda label: elements[label])
+        required = {held_back[0][1], by_size[0], by_size[-1]} if held_back else set()
         probes = []
-        workloads = {w.name: w for w in ctx.problem.workloads}
-        for sizes, label in held_back_sizes(ctx.problem):
+        for sizes, label in held_back:
+            if label != by_size[0] and not affordable(ctx, sizes, calls=2):
+                required.discard(label)
             workload = workloads[label.removeprefix("held-back shape near ")]
             listed = Case(workload.sizes, 0, (), (), 0, workload.name)
             held = Case(tuple(sizes.items()), 0, (), (), 0, label)
-            probes.append(Probe(self.name, held, RunPlan(steps=(Step(), Step(case=listed)))))
+            plan = RunPlan(steps=(Step(), Step(case=listed)))
+            rank = 0 if label in required else MORE_WORKLOAD_VALUES
+            probes.append(Probe(self.name, held, plan, rank=rank))
         return probes
 
     def judge(self, observation: Observation) -> list[Failure]:

@@ -90,16 +90,23 @@ def _odd(sizes: dict[str, int]) -> bool:
     return any(size % 16 for size in sizes.values())
 
 
+def affordable(ctx: PlanContext, sizes: dict[str, int], calls: int = 1) -> bool:
+    """Whether `calls` calls at `sizes` fit the audit's whole budget: a case that does not is
+    never run whatever the budget, only while it allows (a workload of billions of elements)."""
+    seconds = cost_model(ctx.device).seconds(case_elements(ctx.problem, sizes), calls)
+    return seconds <= ctx.profile.budget_s
+
+
 def kept_workloads(ctx: PlanContext) -> tuple[list[str], list[str]]:
     """The workloads an audit runs whatever its budget, and those it runs only if the budget
     allows. All of them when they are cheap; otherwise the first, the smallest, the largest
-    and up to `_SAMPLED_ODD` odd-sized ones, spread over the list."""
+    and up to `_SAMPLED_ODD` odd-sized ones, spread over the list. A workload one call of which
+    costs more than the whole budget is kept only if it is the smallest."""
     problem = ctx.problem
     names = [w.name for w in problem.workloads]
     model = cost_model(ctx.device)
-    seconds = {
-        w.name: model.seconds(case_elements(problem, w.as_dict())) for w in problem.workloads
-    }
+    sizes = {w.name: w.as_dict() for w in problem.workloads}
+    seconds = {name: model.seconds(case_elements(problem, sizes[name])) for name in names}
     configs = len(problem.dtype_configs())
     if sum(seconds.values()) * configs <= _WORKLOAD_SHARE * ctx.profile.budget_s:
         return names, []
@@ -108,6 +115,7 @@ def kept_workloads(ctx: PlanContext) -> tuple[list[str], list[str]]:
     odd = [w.name for w in problem.workloads if _odd(w.as_dict()) and w.name not in kept]
     stride = max(1, len(odd) // _SAMPLED_ODD)
     kept.update(odd[::stride][:_SAMPLED_ODD])
+    kept = {n for n in kept if n == by_size[0] or affordable(ctx, sizes[n])}
     return [n for n in names if n in kept], [n for n in names if n not in kept]
 
 
@@ -139,7 +147,9 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
     shapes = shape_cases(problem, profile.boundary_sizes_per_axis, ctx.sm_count)
     if not shapes:
         return []
-    kept, left_out = kept_workloads(ctx)
+    # a workload whose sizes repeat an earlier one's has no shape case of its own
+    labels = {label for _, label in shapes}
+    kept, left_out = ([n for n in names if n in labels] for names in kept_workloads(ctx))
     variants = value_variants(ctx)
     anchor = _anchor(ctx, kept, len(variants)) if kept else ""
     size_of = {label: sum(sizes.values()) for sizes, label in shapes}

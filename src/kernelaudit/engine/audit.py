@@ -7,14 +7,14 @@ import os
 import platform
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 import kernelaudit
 from kernelaudit.checks import build_checks
-from kernelaudit.checks.base import Check, PlanContext
+from kernelaudit.checks.base import Check, PlanContext, Probe
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.engine.budget import fit, untried_summary
@@ -168,8 +168,8 @@ def run_audit(
     records = probing.records
     backward = _backward_pass(ctx, checks, progress)
     if backward is not None:
-        findings += backward[0]
-        records += backward[1]
+        findings += backward.findings
+        records += backward.records
     phases = {
         "planning": planning,
         **probing.seconds,
@@ -178,8 +178,8 @@ def run_audit(
         "concluding checks": concluding,
     }
     if backward is not None:
-        phases["backward through autograd"] = backward[2]
-        tell(progress, phase_done(probing, "backward through autograd", backward[2]))
+        phases["backward through autograd"] = backward.seconds
+        tell(progress, phase_done(probing, "backward through autograd", backward.seconds))
     # the most specific diagnosis first: an unwritten output also shows as NaN in the numerics
     order = {check.name: i for i, check in enumerate(checks)}
     findings.sort(
@@ -217,14 +217,14 @@ def run_audit(
             ("probes_planned", len(fitted.probes)),
             ("probes_untried", len(fitted.untried)),
         ),
-        untried=untried_summary(fitted.untried)
+        untried=untried_summary(fitted.untried + (backward.untried if backward else ()))
         + untried_summary(tuple(p for p, _ in probing.unavailable), "no inputs at these sizes"),
     )
 
 
 def _backward_pass(
     ctx: PlanContext, checks: list[Check], progress: Progress | None
-) -> tuple[list[Finding], list[CaseRecord], float] | None:
+) -> _Backward | None:
     """For an autograd-enabled candidate (`Contract(gradients=...)`): audit its backward, the
     candidate differentiated by autograd in its worker, against the reference differentiated
     in fp64, with the gradients check's cases. Its probes are all labelled "gradients", which
@@ -241,14 +241,25 @@ def _backward_pass(
     limits = limits_for(ctx.profile, ctx.device)
     with Worker(differentiated, ctx.device, limits=limits) as worker:
         executor = Executor(derived, worker, ctx.device)
-        planned = gradients[0].plan(derived_ctx)
-        probing = probe_all(executor, judges, planned, progress)
+        fitted = fit(gradients[0].plan(derived_ctx), derived, ctx.device, ctx.profile.budget_s)
+        probing = probe_all(executor, judges, list(fitted.probes), progress)
         by_name = {check.name: check for check in judges}
         findings = [
             finding_of(executor, by_name[name], key, items, probing.records, ctx.profile)
             for (name, key), items in probing.groups.items()
         ]
-    return findings, probing.records, time.perf_counter() - began
+    untried = fitted.untried + tuple(p for p, _ in probing.unavailable)
+    return _Backward(findings, probing.records, time.perf_counter() - began, untried)
+
+
+@dataclass(frozen=True)
+class _Backward:
+    """What auditing an autograd-enabled candidate's backward found, and what it left out."""
+
+    findings: list[Finding]
+    records: list[CaseRecord]
+    seconds: float
+    untried: tuple[Probe, ...]
 
 
 def limits_for(profile: Profile, device: str) -> Limits:
