@@ -18,13 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from kernelaudit.cli import main
-from kernelaudit.corpus.cluster import run_ray
-from kernelaudit.corpus.store import Store
-from kernelaudit.errors import UsageError
-
-from .support import (
+from running_corpora import (
     IDENTITY,
     alive,
     candidate,
@@ -33,6 +27,11 @@ from .support import (
     rows,
     start_run,
 )
+
+from kernelaudit.cli import main
+from kernelaudit.corpus.cluster import run_ray
+from kernelaudit.corpus.store import Store
+from kernelaudit.errors import UsageError
 
 FAST = ["--profile", "quick", "--checks", "tripwires", "--device", "cpu"]
 KILLS_ITS_AUDITOR = """

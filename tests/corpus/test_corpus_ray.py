@@ -10,10 +10,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from running_corpora import IDENTITY, NUMERICS, candidate
 
 from kernelaudit.cli import main
-
-from .support import IDENTITY, NUMERICS, candidate
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'kernelaudit[ray]')")
 

@@ -13,11 +13,18 @@ import time
 from pathlib import Path
 
 import pytest
+from running_corpora import (
+    IDENTITY,
+    NUMERICS,
+    alive,
+    candidate,
+    processes_mentioning,
+    rows,
+    start_run,
+)
 
 from kernelaudit.cli import main
 from kernelaudit.runner.threads import THREADS_VARIABLE, usable_cores
-
-from .support import IDENTITY, NUMERICS, alive, candidate, processes_mentioning, rows, start_run
 
 pytestmark = [
     pytest.mark.slow,

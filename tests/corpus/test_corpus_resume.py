@@ -12,12 +12,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from running_corpora import IDENTITY, NUMERICS, V1_SCHEMA, candidate, identity_at, rows
 
 import kernelaudit
 from kernelaudit.cli import main
 from kernelaudit.corpus.jobs import corpus_root, discover, keyed
-
-from .support import IDENTITY, NUMERICS, V1_SCHEMA, candidate, identity_at, rows
 
 NUMERICS_CHECKS = NUMERICS[NUMERICS.index("--checks") + 1].split(",")
 

@@ -4,14 +4,13 @@ from pathlib import Path
 import pytest
 import torch
 from rich.console import Console
+from running_corpora import identity_at
 
 from kernelaudit.corpus.jobs import Job
 from kernelaudit.corpus.progress import Throughput, job_line
 from kernelaudit.corpus.runnable import device_memory, least_bytes, why_unrunnable
 from kernelaudit.corpus.store import JobResult
 from kernelaudit.formats import read_problem
-
-from .support import identity_at
 
 
 def _identity(tmp_path: Path, rows: str, cols: str) -> Path:

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from running_corpora import V1_SCHEMA
 
 from kernelaudit.corpus.jobs import Job
 from kernelaudit.corpus.slot import report_document
@@ -10,8 +11,6 @@ from kernelaudit.corpus.store import Flight, JobResult, Store
 from kernelaudit.corpus.summary import print_summary, summarise
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, Finding
-
-from .support import V1_SCHEMA
 
 
 def _report(verdict: str, *failing: str) -> AuditReport:

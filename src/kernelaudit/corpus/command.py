@@ -243,12 +243,14 @@ def _audit(
     with progress(console, len(pending)) as advance:
 
         def finished(result: JobResult) -> None:
-            store.record(result, args.profile, checks)
+            # the reports first: a run killed in between redoes the job, and no stored row
+            # ever lacks its reports
             if result.report is not None:
                 report = AuditReport.from_json(result.report)
                 name = reports / result.key[:12]
                 write_reports([report], name.with_suffix(".json"))
                 write_html([report], name.with_suffix(".html"))
+            store.record(result, args.profile, checks)
             console.print(job_line(result, advance()), highlight=False, soft_wrap=True)
 
         if args.ray:
