@@ -140,6 +140,8 @@ class AuditReport:
     roles inferred, axes held fixed): the problem's notes."""
     check_seconds: tuple[tuple[str, float], ...] = ()
     """Seconds per check: its probes (run and judged) and its concluding experiment."""
+    judging_seconds: tuple[tuple[str, float], ...] = ()
+    """Seconds each check spent judging, over every observation: where `judging` went."""
     budget: tuple[tuple[str, float], ...] = ()
     """The time budget and the plan fitted to it: budget_s, planned_s (the estimate of the
     probes that ran), probes_planned, probes_untried."""
@@ -175,6 +177,7 @@ class AuditReport:
             "interpretation": list(self.interpretation),
             "workload_errors": dict(self.workload_errors),
             "check_seconds": dict(self.check_seconds),
+            "judging_seconds": dict(self.judging_seconds),
             "budget": dict(self.budget),
             "untried": dict(self.untried),
             "findings": [f.to_json() for f in self.findings],
@@ -201,6 +204,7 @@ class AuditReport:
             candidate_source=str(data.get("candidate_source", "")),
             workload_errors=tuple(data.get("workload_errors", {}).items()),
             check_seconds=tuple(data.get("check_seconds", {}).items()),
+            judging_seconds=tuple(data.get("judging_seconds", {}).items()),
             budget=tuple(data.get("budget", {}).items()),
             untried=tuple(data.get("untried", {}).items()),
         )

@@ -12,6 +12,8 @@ import shlex
 import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -24,11 +26,19 @@ from kernelaudit.checks.base import (
     Severity,
 )
 from kernelaudit.errors import UsageError
+from kernelaudit.inputs.case import Case
 from kernelaudit.profiles import Profile
 from kernelaudit.sanitizer.attribution import attribute, kernel_base
+from kernelaudit.sanitizer.cases import Arguments
 from kernelaudit.sanitizer.locate import locate
 from kernelaudit.sanitizer.report import Report
-from kernelaudit.sanitizer.session import Session, ToolRun, prepare, run_session
+from kernelaudit.sanitizer.session import (
+    Session,
+    ToolRun,
+    prepare,
+    reference_kernels,
+    run_session,
+)
 
 _SEVERITIES: dict[str, Severity] = {"error": "fail", "warning": "warn", "info": "note"}
 """A report's level (racecheck's; every other tool's reports are errors) as a severity."""
@@ -47,51 +57,50 @@ class Sanitizer(ConcludingOnly):
     def __init__(self) -> None:
         super().__init__()
         self._began = 0.0
+        self._prepared: _Prepared | None = None
+        self._running: Future[Session] | None = None
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
+        """Starts the sanitizer's runs in the background: they go on while the probes run and
+        are collected in `conclude`; `quiet` waits for them before a probe that measures the
+        device (times, kernels, memory), which they would disturb."""
         self._began = time.perf_counter()
-        return super().plan(ctx)
-
-    def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
-        ctx = self.context
-        if ctx is None or ctx.candidate is None:
-            return []
-        why = unavailable(ctx.device)
-        if why:
-            return [_note("unavailable", why)]
-        located = locate()
-        if not located.found:
-            places = "; ".join(located.searched)
-            return [
-                _note(
-                    "unavailable",
-                    "compute-sanitizer was not found, so the candidate's kernels were not "
-                    "checked for memory errors; install the CUDA toolkit, or put its bin/ on "
-                    "PATH or set CUDA_HOME",
-                    ("searched", places),
-                )
-            ]
-        cases, built, dropped = prepare(ctx.problem, ctx.profile.sanitizer_cases)
-        if not built:
-            return [
-                _note(
-                    "no-case",
-                    "the sanitizer check found no case to run: "
-                    + ("; ".join(dropped) or "the problem declares no workload"),
-                )
-            ]
-        audit_s = time.perf_counter() - self._began
-        try:
-            session = run_session(
+        super().plan(ctx)
+        self._prepared = _prepare(ctx)
+        prepared = self._prepared
+        if prepared.cases and ctx.candidate is not None:
+            # listed here, in the auditor's main thread, before any probe's work is on the device
+            references = reference_kernels(ctx.problem, prepared.cases, ctx.device)
+            background = ThreadPoolExecutor(1, "sanitizer")
+            self._running = background.submit(
+                run_session,
                 ctx.problem,
                 ctx.candidate,
                 ctx.profile,
                 ctx.device,
-                located.path,
-                cases,
-                built,
-                budget_s=budget(ctx.profile, audit_s),
+                prepared.executable,
+                prepared.cases,
+                prepared.built,
+                budget(ctx.profile, ctx.profile.budget_s),
+                references,
             )
+            background.shutdown(wait=False)  # the thread ends with its one run
+        return []
+
+    def quiet(self) -> None:
+        """Wait until the sanitizer's runs are over (they share the device)."""
+        if self._running is not None:
+            wait([self._running])
+
+    def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
+        prepared, running = self._prepared, self._running
+        self._running = None
+        if prepared is None:
+            return []
+        if running is None:
+            return list(prepared.notes)
+        try:
+            session = running.result()
         except UsageError:
             raise
         except Exception as error:
@@ -101,12 +110,56 @@ class Sanitizer(ConcludingOnly):
                     f"the sanitizer check could not run: {type(error).__name__}: {error}",
                 )
             ]
-        return judged(session, audit_s, tuple(dropped))
+        # the runs went on beside the probes: the rest of the audit is what they did not cover
+        elapsed = time.perf_counter() - self._began
+        rest = max(elapsed - session.sanitized_s - session.plain_s, 0.0)
+        return judged(session, rest, prepared.dropped)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What the sanitizer's runs need, or the notes saying why there are none."""
+
+    executable: str = ""
+    cases: list[Case] = field(default_factory=list)
+    built: list[Arguments] = field(default_factory=list)
+    dropped: tuple[str, ...] = ()
+    notes: tuple[Failure, ...] = ()
+
+
+def _prepare(ctx: PlanContext) -> _Prepared:
+    if ctx.candidate is None:
+        return _Prepared()
+    why = unavailable(ctx.device)
+    if why:
+        return _Prepared(notes=(_note("unavailable", why),))
+    located = locate()
+    if not located.found:
+        places = "; ".join(located.searched)
+        return _Prepared(
+            notes=(
+                _note(
+                    "unavailable",
+                    "compute-sanitizer was not found, so the candidate's kernels were not "
+                    "checked for memory errors; install the CUDA toolkit, or put its bin/ on "
+                    "PATH or set CUDA_HOME",
+                    ("searched", places),
+                ),
+            )
+        )
+    cases, built, dropped = prepare(ctx.problem, ctx.profile.sanitizer_cases)
+    if not built:
+        reason = "; ".join(dropped) or "the problem declares no workload"
+        return _Prepared(
+            notes=(_note("no-case", f"the sanitizer check found no case to run: {reason}"),)
+        )
+    return _Prepared(str(located.path), cases, built, tuple(dropped))
 
 
 def budget(profile: Profile, audit_s: float) -> float:
-    """Seconds the sanitizer runs may take, after `audit_s` seconds of the rest of the audit:
-    a share of the whole (`Profile.sanitizer_share`) within the floor and the cap."""
+    """Seconds the sanitizer runs may take beside `audit_s` seconds of the rest of the audit
+    (the profile's time budget, when they start with it): a share of the whole
+    (`Profile.sanitizer_share`) within the floor and the cap."""
     if profile.sanitizer_share is None:
         return profile.sanitizer_budget_s
     share = profile.sanitizer_share
@@ -370,7 +423,7 @@ def _cost_note(session: Session, audit_s: float, dropped: tuple[str, ...]) -> Fa
         ("kernels checked", {t.run.tool: list(t.kernels) for t in session.tools if t.kernels}),
         ("seconds without the sanitizer", round(plain, 1)),
         ("budget seconds", session.budget_s),
-        ("audit seconds before the sanitizer", round(audit_s, 1)),
+        ("audit seconds besides the sanitizer's", round(audit_s, 1)),
         ("skipped", dict(session.skipped)),
         ("cases run", list(session.cases)),
         ("cases left out", list(dropped)),

@@ -20,7 +20,14 @@ from kernelaudit.checks.numerics import Numerics
 from kernelaudit.engine.budget import fit, untried_summary
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.grouping import finding_of
-from kernelaudit.engine.probing import check_seconds, concluded, phase_done, probe_all, tell
+from kernelaudit.engine.probing import (
+    check_seconds,
+    concluded,
+    phase_done,
+    probe_all,
+    quiet_last,
+    tell,
+)
 from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
@@ -152,7 +159,8 @@ def run_audit(
         planning = time.perf_counter() - started
         tell(progress, ProgressEvent("phase", 0, len(fitted.probes), "planning", planning))
         executor = Executor(problem, worker, device)
-        probing = probe_all(executor, checks, list(fitted.probes), progress)
+        quiet = [hook for check in checks if (hook := getattr(check, "quiet", None))]
+        probing = probe_all(executor, checks, quiet_last(fitted.probes), progress, quiet)
         tell(progress, phase_done(probing, "probing", time.perf_counter() - started - planning))
         shrinking_began = time.perf_counter()
         by_name = {check.name: check for check in checks}
@@ -211,6 +219,7 @@ def run_audit(
         check_seconds=tuple(
             (name, round(seconds, 3)) for name, seconds in check_seconds(records, probing)
         ),
+        judging_seconds=tuple((name, round(s, 3)) for name, s in probing.judged.items()),
         budget=(
             ("budget_s", profile.budget_s),
             ("planned_s", round(fitted.estimate_s, 3)),

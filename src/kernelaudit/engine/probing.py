@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,13 +55,34 @@ class Probing:
     """Probes whose case the problem cannot make inputs for, and why."""
     concluded: dict[str, float] = field(default_factory=dict)
     """Seconds each concluding check's `conclude` took."""
+    judged: dict[str, float] = field(default_factory=dict)
+    """Seconds each check spent judging observations (its own probes' and the others')."""
+
+
+def measures_the_device(probe: Probe) -> bool:
+    """Whether a probe times the candidate, lists its kernels or measures its memory: work
+    that anything else on the device (a concluding check's background run) would disturb."""
+    return any(step.timed or step.profiled or step.memory for step in probe.plan.sequence())
+
+
+def quiet_last(probes: Sequence[Probe]) -> list[Probe]:
+    """The probes in their order, those that measure the device moved to the end."""
+    return [p for p in probes if not measures_the_device(p)] + [
+        p for p in probes if measures_the_device(p)
+    ]
 
 
 def probe_all(
-    executor: Executor, checks: list[Check], planned: list[Probe], progress: Progress | None
+    executor: Executor,
+    checks: list[Check],
+    planned: list[Probe],
+    progress: Progress | None,
+    quiet: Sequence[Callable[[], None]] = (),
 ) -> Probing:
     """Run every planned probe (and one round of the follow-ups checks ask for), judging each
-    observation with every check."""
+    observation with every check. Before the first probe that measures the device, each of
+    `quiet` is called: it waits for a check's background work on the device to end."""
+    waiting = list(quiet)
     queue = deque(dict.fromkeys(planned))
     seen = set(queue)
     followups: set[Probe] = set()
@@ -73,6 +95,10 @@ def probe_all(
             if current:
                 tell(progress, _check_done(probing, queue, current, current_s))
             current, current_s = probe.check, 0.0
+        if waiting and measures_the_device(probe):
+            for hook in waiting:
+                hook()
+            waiting.clear()
         tick = time.perf_counter()
         try:
             observation = executor.observe(probe)
@@ -83,7 +109,10 @@ def probe_all(
         _note_workload_errors(probing, executor.problem, observation)
         keys = []
         for check in checks:
+            began = time.perf_counter()
             failures = check.judge(observation)
+            spent = time.perf_counter() - began
+            probing.judged[check.name] = probing.judged.get(check.name, 0.0) + spent
             for failure in failures:
                 probing.groups.setdefault((check.name, failure.key), []).append((probe, failure))
                 keys.append(failure.key)

@@ -118,12 +118,15 @@ def run_session(
     cases: list[Case],
     built: list[Arguments],
     budget_s: float | None = None,
+    references: tuple[str, ...] | None = None,
 ) -> Session:
     """Run the child plainly, then under every tool the profile names while the budget
     (`budget_s`, else `Profile.sanitizer_budget_s`) lasts (racecheck as
-    `Profile.sanitizer_racecheck` says)."""
+    `Profile.sanitizer_racecheck` says). `references`: the kernels the reference launches on
+    the cases (`reference_kernels`), listed here when not given."""
     budget = profile.sanitizer_budget_s if budget_s is None else budget_s
-    references = _reference_kernels(problem, cases, device)
+    if references is None:
+        references = reference_kernels(problem, cases, device)
     env = environment(device)
     tools: list[ToolRun] = []
     skipped: list[tuple[str, str]] = []
@@ -203,7 +206,7 @@ def planned_tools(
     return planned
 
 
-def _reference_kernels(problem: Problem, cases: list[Case], device: str) -> tuple[str, ...]:
+def reference_kernels(problem: Problem, cases: list[Case], device: str) -> tuple[str, ...]:
     """The kernels the reference launches on `cases` at their own dtypes, listed by the
     profiler here, in the trusted process (none where the reference cannot be profiled)."""
     # imported here: the engine imports the checks, and the sanitizer check imports this module
