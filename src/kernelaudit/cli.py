@@ -21,6 +21,7 @@ from kernelaudit.demo import find_examples, load_examples
 from kernelaudit.engine.audit import audit_in_turn, limits_for, resolve_device, sm_count
 from kernelaudit.engine.budget import expected_seconds
 from kernelaudit.engine.executor import Executor
+from kernelaudit.engine.lanes import Job, audit_in_lanes, lane_count
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, read_reports, write_reports
@@ -94,7 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_check)
 
     demo = sub.add_parser("demo", help="audit the bundled examples and print the summary")
-    _common(demo)
+    _common(demo, default_profile="quick")
+    demo.add_argument(
+        "--lanes",
+        type=int,
+        help="audit this many problems at once, each in a process of its own (default: one per "
+        "core on a CPU, one per GPU on a host with several)",
+    )
     demo.add_argument("--examples", type=Path, help="examples folder (default: the checkout's)")
     demo.set_defaults(run=_demo)
 
@@ -107,12 +114,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, default_profile: str = "default") -> None:
     parser.add_argument(
         "--profile",
-        default="default",
+        default=default_profile,
         choices=list(PROFILES),
-        help="how hard to look (default: default)",
+        help=f"how hard to look (default: {default_profile})",
     )
     parser.add_argument("--device", default="auto", help="auto (default), cpu or cuda[:N]")
     parser.add_argument(
@@ -143,29 +150,51 @@ def _audit_all(
     console: Console,
     checks: list[str] | None = None,
     announce: bool = False,
+    named: list[Job] | None = None,
 ) -> list[AuditReport]:
+    """Audit every job, in lanes of their own when `named` gives the jobs as the command line
+    named them and more than one lane suits (`--lanes`)."""
     profile = profile_with_budget(args.profile, args.budget)
     device = resolve_device(args.device)
+    if getattr(args, "lanes", None) is not None and args.lanes < 1:
+        raise UsageError(f"--lanes is {args.lanes}; give a positive number of lanes")
+    lanes = 1 if named is None else (args.lanes or lane_count(device, named))
     if announce:
         sms = sm_count(device)
         expected = sum(expected_seconds(p, c, profile, device, sms) for p, c in jobs)
+        across = f" in {lanes} lanes" if lanes > 1 else ""
         console.print(
-            f"auditing {len(jobs)} candidates with the {profile.name} profile on {device}: "
-            f"about {_duration(expected)} on this machine"
+            f"auditing {len(jobs)} candidates with the {profile.name} profile on {device}"
+            f"{across}: about {_duration(expected / lanes)} on this machine"
         )
+
+    def done(report: AuditReport) -> None:
+        console.print(
+            f"{report.verdict:4}  {escape(report.problem)} / {escape(report.candidate)}  "
+            f"({len(report.records)} cases, {report.seconds:.1f} s)"
+        )
+
     reports: list[AuditReport] = []
     with progress_bar(console) as bar:
+        if named is not None and lanes > 1:
 
-        def progress(event: ProgressEvent) -> None:
-            problem, candidate = jobs[len(reports)]
-            bar(f"{problem.name} / {candidate.function}", event)
+            def arrived(position: int, report: AuditReport) -> None:
+                reports.append(report)
+                done(report)
+                what = f"{len(reports)} of {len(jobs)} candidates audited"
+                bar(f"{lanes} lanes", ProgressEvent("check", len(reports), len(jobs), what))
 
-        for report in audit_in_turn(jobs, profile, device, checks, progress):
-            reports.append(report)
-            console.print(
-                f"{report.verdict:4}  {escape(report.problem)} / {escape(report.candidate)}  "
-                f"({len(report.records)} cases, {report.seconds:.1f} s)"
-            )
+            log = not console.is_terminal
+            reports = audit_in_lanes(named, profile, device, lanes, checks, log, arrived)
+        else:
+
+            def progress(event: ProgressEvent) -> None:
+                problem, candidate = jobs[len(reports)]
+                bar(f"{problem.name} / {candidate.function}", event)
+
+            for report in audit_in_turn(jobs, profile, device, checks, progress):
+                reports.append(report)
+                done(report)
     write_reports(reports, args.json)
     write_html(reports, _html_path(args))
     return reports
@@ -198,7 +227,8 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     examples = load_examples(find_examples(args.examples))
     problems = {path: read_problem(path) for path in dict.fromkeys(e.problem for e in examples)}
     jobs = [read_candidate(e.candidate, problems[e.problem]) for e in examples]
-    reports = _audit_all(jobs, args, console, announce=True)
+    named = [Job(str(e.problem), e.candidate) for e in examples]
+    reports = _audit_all(jobs, args, console, announce=True, named=named)
     table = Table(title=f"kernelaudit demo ({args.profile} profile)", title_justify="left")
     for column in ("problem", "candidate", "expected", "verdict", "finding that names the bug"):
         table.add_column(column)

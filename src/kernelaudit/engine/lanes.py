@@ -1,0 +1,151 @@
+"""Audits spread over lanes: processes of their own, each auditing its share of the jobs in
+turn, so that a machine with several cores (or GPUs) audits several candidates at once.
+
+A lane takes whole problems, so what is kept per problem in a process (the training check's
+reference runs, Triton's compiled kernels) is computed once; the problems are dealt out so the
+lanes get about the same number of candidates. On a CPU each lane takes its share of the cores
+(`runner.threads`); on a host with several GPUs each lane takes one GPU.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from kernelaudit.engine.progress import ProgressEvent
+from kernelaudit.findings import AuditReport
+from kernelaudit.profiles import Profile
+from kernelaudit.runner.threads import THREADS_VARIABLE, usable_cores
+
+
+@dataclass(frozen=True)
+class Job:
+    """One candidate to audit, as the command line names it."""
+
+    problem: str
+    candidate: str
+
+
+def lane_count(device: str, jobs: list[Job]) -> int:
+    """How many lanes suit this machine: one per core on a CPU (each audit's candidate runs in
+    a worker process while its auditor waits), one per GPU when `device` is "cuda" on a host
+    with several, never more than the problems."""
+    problems = len({job.problem for job in jobs})
+    if device == "cuda" and torch.cuda.is_available():
+        return max(1, min(problems, torch.cuda.device_count()))
+    if device.startswith("cuda"):
+        return 1
+    return max(1, min(problems, usable_cores()))
+
+
+def deal(jobs: list[Job], lanes: int) -> list[list[int]]:
+    """The jobs' positions, by lane: whole problems, the largest first, each to the lane with
+    the fewest candidates so far."""
+    by_problem: dict[str, list[int]] = {}
+    for position, job in enumerate(jobs):
+        by_problem.setdefault(job.problem, []).append(position)
+    dealt: list[list[int]] = [[] for _ in range(lanes)]
+    for positions in sorted(by_problem.values(), key=len, reverse=True):
+        min(dealt, key=len).extend(positions)
+    return [sorted(lane) for lane in dealt if lane]
+
+
+def audit_in_lanes(
+    jobs: list[Job],
+    profile: Profile,
+    device: str,
+    lanes: int,
+    checks: list[str] | None = None,
+    log: bool = False,
+    finished: Callable[[int, AuditReport], None] | None = None,
+) -> list[AuditReport]:
+    """Audit every job in `lanes` processes; the reports in the jobs' order, finding ids
+    numbered by job ("C3.F1") as one run would number them. `finished` is told of each report
+    as it arrives (its job's position first). With `log`, each lane prints a line per phase
+    and check of its audits (for logs and pipes; a terminal shows `finished` alone)."""
+    dealt = deal(jobs, lanes)
+    threads = max(1, usable_cores() // len(dealt))
+    reports: dict[int, AuditReport] = {}
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(len(dealt), mp_context=context) as pool:
+        pending = {
+            pool.submit(
+                _lane,
+                [(position, jobs[position]) for position in lane],
+                profile,
+                _lane_device(device, index),
+                checks,
+                threads,
+                log,
+                len(jobs),
+            )
+            for index, lane in enumerate(dealt)
+        }
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                for position, document in future.result():
+                    report = AuditReport.from_json(document)
+                    reports[position] = report
+                    if finished is not None:
+                        finished(position, report)
+    return [reports[position] for position in range(len(jobs))]
+
+
+def _lane_device(device: str, index: int) -> str:
+    if device == "cuda" and torch.cuda.is_available() and torch.cuda.device_count() > 1:
+        return f"cuda:{index % torch.cuda.device_count()}"
+    return device
+
+
+def _lane(
+    jobs: list[tuple[int, Job]],
+    profile: Profile,
+    device: str,
+    checks: list[str] | None,
+    threads: int,
+    log: bool,
+    total: int,
+) -> list[tuple[int, dict[str, Any]]]:
+    """One lane's audits, in a process of its own: the reports as strict JSON documents."""
+    # imported here: the lane is a fresh process, and these import the checks
+    from rich.console import Console
+
+    from kernelaudit.corpus.slot import report_document
+    from kernelaudit.engine.audit import audit_in_turn
+    from kernelaudit.formats import read_candidate, read_problem
+    from kernelaudit.report.terminal import progress_bar
+
+    os.environ[THREADS_VARIABLE] = str(threads)
+    problems = {job.problem: read_problem(job.problem) for _, job in jobs}
+    read = [read_candidate(job.candidate, problems[job.problem]) for _, job in jobs]
+    console = Console(file=sys.stdout, width=160, highlight=False, force_terminal=False)
+    answers = []
+    with progress_bar(console) as bar:
+
+        def progress(event: ProgressEvent) -> None:
+            if log:
+                problem, candidate = read[len(answers)]
+                bar(f"{problem.name} / {candidate.function}", event)
+
+        audits = audit_in_turn(read, profile, device, checks, progress)
+        for (position, _), report in zip(jobs, audits, strict=True):
+            answers.append((position, report_document(_numbered(report, position, total))))
+    return answers
+
+
+def _numbered(report: AuditReport, position: int, total: int) -> AuditReport:
+    """The report with finding ids as a run of all `total` jobs gives them ("C3.F1")."""
+    if total < 2:
+        return report
+    findings = tuple(
+        replace(f, id=f"C{position + 1}.{f.id.rsplit('.', 1)[-1]}") for f in report.findings
+    )
+    return replace(report, findings=findings)

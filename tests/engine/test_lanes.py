@@ -1,0 +1,43 @@
+"""Audits spread over lanes give what one run in turn gives: the same verdicts, the reports in
+the jobs' order, finding ids unique across them."""
+
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.engine.lanes import Job, audit_in_lanes, deal, lane_count
+from kernelaudit.profiles import profile_named
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_whole_problems_are_dealt_to_the_lane_with_the_fewest_candidates():
+    jobs = [Job("a", "1"), Job("a", "2"), Job("a", "3"), Job("b", "1"), Job("c", "1")]
+    assert deal(jobs, 2) == [[0, 1, 2], [3, 4]]
+    assert deal(jobs, 5) == [[0, 1, 2], [3], [4]]  # never more lanes than problems
+    assert lane_count("cpu", jobs[:3]) == 1
+
+
+@pytest.mark.slow
+def test_lanes_keep_the_order_the_verdicts_and_unique_finding_ids():
+    add = str(FIXTURES / "plain_add.py")
+    scale = str(FIXTURES / "recorded_inputs.py")
+    jobs = [
+        Job(add, f"{add}::subtracted"),
+        Job(scale, f"{scale}::doubled"),
+        Job(add, f"{add}::summed"),
+        Job(scale, f"{scale}::tripled"),
+    ]
+    reports = audit_in_lanes(
+        jobs, profile_named("quick"), "cpu", 2, checks=["execution", "numerics"]
+    )
+    assert [r.candidate.split("::")[-1] for r in reports] == [
+        "subtracted",
+        "doubled",
+        "summed",
+        "tripled",
+    ]
+    assert [r.verdict for r in reports] == ["FAIL", "PASS", "PASS", "FAIL"]
+    ids = [f.id for r in reports for f in r.findings]
+    assert len(ids) == len(set(ids))
+    assert all(f.id.startswith(f"C{k + 1}.") for k, r in enumerate(reports) for f in r.findings)
