@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|safety|timing|bench|training|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|demo-quick|safety|timing|bench|training|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -18,6 +18,23 @@ for step in ${steps[@]}; do
       python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$out/gpu.txt"
       python3 -m pytest -q -p no:cacheprovider -m "gpu" tests 2>&1 | tail -n 25 | tee "$out/gpu-tests.txt"
       python3 -m pytest -q -p no:cacheprovider tests/examples tests/engine/test_examples_end_to_end.py -k "not demo_passes" 2>&1 | tail -n 15 | tee -a "$out/gpu-tests.txt"
+      ;;
+    engine)
+      # judging on the device, the budgeted plan and every check's GPU path
+      python3 -m pytest -q -p no:cacheprovider -m gpu tests/oracle tests/engine tests/checks \
+        2>&1 | tee "$out/engine-tests.txt"
+      echo "pytest exit code ${PIPESTATUS[0]}" | tee -a "$out/engine-tests.txt"
+      ;;
+    sol-sample)
+      # three SOL-ExecBench problems, each audited with its own reference, default profile
+      python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
+        --out "$out/sol-sample.json" --profile default --timeout 240 --device cuda \
+        --only 022_rmsnorm_h512 034_flux_multi_axis 071_kv_cache_update 2>&1 | tail -n 30
+      ;;
+    demo-quick)
+      timeout "${DEMO_LIMIT:-600}" python3 -m kernelaudit.cli demo --profile quick \
+        --json "$out/demo-quick.json" > "$out/demo-quick.txt" 2>&1
+      echo "demo exit code $?" | tee -a "$out/demo-quick.txt"
       ;;
     safety)
       command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer
