@@ -113,9 +113,7 @@ def test_cheap_workloads_all_run_and_costly_ones_are_sampled():
 def test_workloads_that_repeat_the_sizes_of_another_are_planned_once():
     problem = _problem([{"rows": 64, "cols": 64}, {"rows": 64, "cols": 64}])
     probes = Numerics().plan(_context(problem))
-    assert {p.case.label for p in probes if p.case.label.startswith("workload")} == {
-        "workload 0"
-    }
+    assert {p.case.label for p in probes if p.case.label.startswith("workload")} == {"workload 0"}
 
 
 def test_a_workload_too_costly_for_the_whole_budget_runs_only_if_the_budget_allows():
