@@ -11,11 +11,10 @@ from kernelaudit.profiles import profile_named
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def test_whole_problems_are_dealt_to_the_lane_with_the_fewest_candidates():
-    jobs = [Job("a", "1"), Job("a", "2"), Job("a", "3"), Job("b", "1"), Job("c", "1")]
-    assert deal(jobs, 2) == [[0, 1, 2], [3, 4]]
-    assert deal(jobs, 5) == [[0, 1, 2], [3], [4]]  # never more lanes than problems
-    assert lane_count("cpu", jobs[:3]) == 1
+def test_whole_problems_go_to_lanes_the_largest_first():
+    jobs = [Job("b", "1"), Job("a", "1"), Job("a", "2"), Job("c", "1"), Job("a", "3")]
+    assert deal(jobs) == [[1, 2, 4], [0], [3]]
+    assert lane_count("cpu", jobs[1:3]) == 1  # never more lanes than problems
 
 
 @pytest.mark.slow

@@ -1,10 +1,12 @@
-"""Audits spread over lanes: processes of their own, each auditing its share of the jobs in
-turn, so that a machine with several cores (or GPUs) audits several candidates at once.
+"""Audits spread over lanes: processes of their own, each auditing one problem's candidates in
+turn and then the next problem, so that a machine with several cores (or GPUs) audits several
+candidates at once.
 
 A lane takes whole problems, so what is kept per problem in a process (the training check's
-reference runs, Triton's compiled kernels) is computed once; the problems are dealt out so the
-lanes get about the same number of candidates. On a CPU each lane takes its share of the cores
-(`runner.threads`); on a host with several GPUs each lane takes one GPU.
+reference runs, Triton's compiled kernels) is computed once; the problems with the most
+candidates go first, each to the first lane that is free, and each problem's reports come back
+as soon as it is done. On a CPU each lane takes its share of the cores (`runner.threads`); on a
+host with several GPUs each lane takes one GPU.
 """
 
 from __future__ import annotations
@@ -45,16 +47,12 @@ def lane_count(device: str, jobs: list[Job]) -> int:
     return max(1, min(problems, usable_cores()))
 
 
-def deal(jobs: list[Job], lanes: int) -> list[list[int]]:
-    """The jobs' positions, by lane: whole problems, the largest first, each to the lane with
-    the fewest candidates so far."""
+def deal(jobs: list[Job]) -> list[list[int]]:
+    """The jobs' positions, by problem, the problems with the most candidates first."""
     by_problem: dict[str, list[int]] = {}
     for position, job in enumerate(jobs):
         by_problem.setdefault(job.problem, []).append(position)
-    dealt: list[list[int]] = [[] for _ in range(lanes)]
-    for positions in sorted(by_problem.values(), key=len, reverse=True):
-        min(dealt, key=len).extend(positions)
-    return [sorted(lane) for lane in dealt if lane]
+    return sorted(by_problem.values(), key=len, reverse=True)
 
 
 def audit_in_lanes(
@@ -68,25 +66,30 @@ def audit_in_lanes(
 ) -> list[AuditReport]:
     """Audit every job in `lanes` processes; the reports in the jobs' order, finding ids
     numbered by job ("C3.F1") as one run would number them. `finished` is told of each report
-    as it arrives (its job's position first). With `log`, each lane prints a line per phase
-    and check of its audits (for logs and pipes; a terminal shows `finished` alone)."""
-    dealt = deal(jobs, lanes)
-    threads = max(1, usable_cores() // len(dealt))
+    as its problem's audits end (its job's position first). With `log`, each lane prints a line
+    per phase and check of its audits (for logs and pipes; a terminal shows `finished` alone).
+    On a host with several GPUs, lane k audits on GPU k."""
+    problems = deal(jobs)
+    lanes = max(1, min(lanes, len(problems)))
+    threads = max(1, usable_cores() // lanes)
     reports: dict[int, AuditReport] = {}
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(len(dealt), mp_context=context) as pool:
+    devices = context.Queue()
+    for index in range(lanes):
+        devices.put(_lane_device(device, index))
+    with ProcessPoolExecutor(
+        lanes, mp_context=context, initializer=_take_device, initargs=(devices, threads)
+    ) as pool:
         pending = {
             pool.submit(
-                _lane,
-                [(position, jobs[position]) for position in lane],
+                _audit_problem,
+                [(position, jobs[position]) for position in positions],
                 profile,
-                _lane_device(device, index),
                 checks,
-                threads,
                 log,
                 len(jobs),
             )
-            for index, lane in enumerate(dealt)
+            for positions in problems
         }
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -105,16 +108,25 @@ def _lane_device(device: str, index: int) -> str:
     return device
 
 
-def _lane(
+_LANE_DEVICE = "cpu"
+"""The device of the lane this process is (set once, when the lane starts)."""
+
+
+def _take_device(devices: Any, threads: int) -> None:
+    """A lane's start: the device it audits on, and its share of the cores."""
+    global _LANE_DEVICE
+    _LANE_DEVICE = devices.get()
+    os.environ[THREADS_VARIABLE] = str(threads)
+
+
+def _audit_problem(
     jobs: list[tuple[int, Job]],
     profile: Profile,
-    device: str,
     checks: list[str] | None,
-    threads: int,
     log: bool,
     total: int,
 ) -> list[tuple[int, dict[str, Any]]]:
-    """One lane's audits, in a process of its own: the reports as strict JSON documents."""
+    """One problem's audits, in a lane: the reports as strict JSON documents."""
     # imported here: the lane is a fresh process, and these import the checks
     from rich.console import Console
 
@@ -123,11 +135,10 @@ def _lane(
     from kernelaudit.formats import read_candidate, read_problem
     from kernelaudit.report.terminal import progress_bar
 
-    os.environ[THREADS_VARIABLE] = str(threads)
-    problems = {job.problem: read_problem(job.problem) for _, job in jobs}
-    read = [read_candidate(job.candidate, problems[job.problem]) for _, job in jobs]
+    problem = read_problem(jobs[0][1].problem)
+    read = [read_candidate(job.candidate, problem) for _, job in jobs]
     console = Console(file=sys.stdout, width=160, highlight=False, force_terminal=False)
-    answers = []
+    answers: list[tuple[int, dict[str, Any]]] = []
     with progress_bar(console) as bar:
 
         def progress(event: ProgressEvent) -> None:
@@ -135,7 +146,7 @@ def _lane(
                 problem, candidate = read[len(answers)]
                 bar(f"{problem.name} / {candidate.function}", event)
 
-        audits = audit_in_turn(read, profile, device, checks, progress)
+        audits = audit_in_turn(read, profile, _LANE_DEVICE, checks, progress)
         for (position, _), report in zip(jobs, audits, strict=True):
             answers.append((position, report_document(_numbered(report, position, total))))
     return answers
