@@ -185,6 +185,7 @@ def _audit_all(
                 bar(f"{lanes} lanes", ProgressEvent("check", len(reports), len(jobs), what))
 
             log = not console.is_terminal
+            bar(f"{lanes} lanes", ProgressEvent("check", 0, len(jobs), "candidates audited"))
             reports = audit_in_lanes(named, profile, device, lanes, checks, log, arrived)
         else:
 
