@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -98,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(demo, default_profile="quick")
     demo.add_argument(
         "--lanes",
-        type=int,
+        type=_positive,
         help="audit this many problems at once, each in a process of its own (default: one per "
         "core on a CPU, one per GPU on a host with several)",
     )
@@ -156,9 +157,13 @@ def _audit_all(
     named them and more than one lane suits (`--lanes`)."""
     profile = profile_with_budget(args.profile, args.budget)
     device = resolve_device(args.device)
-    if getattr(args, "lanes", None) is not None and args.lanes < 1:
-        raise UsageError(f"--lanes is {args.lanes}; give a positive number of lanes")
     lanes = 1 if named is None else (args.lanes or lane_count(device, named))
+    gpus = torch.cuda.device_count() if device.startswith("cuda") else 0
+    if gpus and lanes > (gpus if device == "cuda" else 1):
+        raise UsageError(
+            f"--lanes {lanes} on {device}: each lane's candidate may take three quarters of its "
+            f"GPU's memory, so give at most one lane per GPU ({gpus if device == 'cuda' else 1})"
+        )
     if announce:
         sms = sm_count(device)
         expected = sum(expected_seconds(p, c, profile, device, sms) for p, c in jobs)
@@ -313,6 +318,16 @@ def _repro(args: argparse.Namespace, console: Console) -> int:
         else:
             console.print("[bold green]not reproduced[/]: the case passes now")
     return 1 if failing else 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
 
 
 def _duration(seconds: float) -> str:

@@ -210,6 +210,14 @@ class AuditReport:
         )
 
 
+def report_document(report: AuditReport) -> dict[str, Any]:
+    """The report as plain, strict JSON values (non-finite numbers and tensors spelled the way
+    `write_reports` spells them), ready to cross a pipe or Ray's object store."""
+    text = json.dumps(_strict(report.to_json()), default=_json_default, allow_nan=False)
+    document: dict[str, Any] = json.loads(text)
+    return document
+
+
 def write_reports(reports: list[AuditReport], path: Path) -> None:
     """Write one JSON file holding every candidate's report."""
     document = {"format": REPORT_FORMAT, "reports": [r.to_json() for r in reports]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from kernelaudit.errors import UsageError
@@ -84,34 +85,21 @@ class Profile:
     sanitizer_cases: int = 2
     """Small cases the sanitizer runs (the first is the tail-sizes case)."""
     sanitizer_budget_s: float = 300.0
-    """Wall time the sanitizer runs of one audit may take together at most; a tool is
-    skipped, and the report says so, once the budget is spent."""
-    sanitizer_share: float | None = 0.5
-    """The share of the whole audit's time the sanitizer runs may take: the budget is
-    share / (1 - share) times what the rest of the audit took before them, at least
-    `sanitizer_floor_s` and at most `sanitizer_budget_s`. None: `sanitizer_budget_s` alone."""
-    sanitizer_floor_s: float = 60.0
-    """The least budget a share gives: enough for one tool to start Python and torch under
-    compute-sanitizer and run one case."""
+    """Wall time the sanitizer runs of one audit may take together at most (they go on beside
+    the probes); a tool is skipped, and the report says so, once the budget is spent."""
     interpreted_cases: int = 2
     """Boundary cases a Triton candidate is run at under Triton's interpreter with every memory
     access checked (the triton-bounds check): the cheapest of each axis, then each axis one
     past a power of two."""
 
     def __post_init__(self) -> None:
-        share = self.sanitizer_share
-        if share is not None and not 0.0 < share < 1.0:
-            raise UsageError(
-                f"profile {self.name!r}: sanitizer_share is {share}; give a share of the audit "
-                "between 0 and 1 (0.5: half of it), or None for the fixed sanitizer_budget_s"
-            )
         unknown_rows = [r for r in self.invariance_rows if r not in ("last", "middle")]
         if unknown_rows or not self.invariance_rows:
             raise UsageError(
                 f"profile {self.name!r}: invariance_rows is {self.invariance_rows!r}; name one "
                 'or both of "last" and "middle"'
             )
-        if not self.budget_s > 0.0:
+        if not (math.isfinite(self.budget_s) and self.budget_s > 0.0):
             raise UsageError(
                 f"profile {self.name!r}: budget_s is {self.budget_s}; give the seconds an "
                 "audit of one candidate may plan for (30: the default profile's)"
@@ -202,7 +190,6 @@ PROFILES: dict[str, Profile] = {
         interpreted_cases=4,
         sanitizer_racecheck="shared-or-unknown",
         sanitizer_budget_s=1200.0,
-        sanitizer_share=None,
     ),
 }
 
@@ -220,6 +207,6 @@ def profile_with_budget(name: str, budget_s: float | None) -> Profile:
     profile = profile_named(name)
     if budget_s is None:
         return profile
-    if not budget_s > 0:
-        raise UsageError(f"--budget is {budget_s:g}; give a positive number of seconds")
+    if not (math.isfinite(budget_s) and budget_s > 0):
+        raise UsageError(f"--budget is {budget_s:g}; give a positive, finite number of seconds")
     return replace(profile, budget_s=budget_s)

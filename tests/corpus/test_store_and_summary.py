@@ -6,11 +6,10 @@ from rich.console import Console
 from running_corpora import V1_SCHEMA
 
 from kernelaudit.corpus.jobs import Job
-from kernelaudit.corpus.slot import report_document
 from kernelaudit.corpus.store import Flight, JobResult, Store
 from kernelaudit.corpus.summary import print_summary, summarise
 from kernelaudit.errors import UsageError
-from kernelaudit.findings import AuditReport, Finding
+from kernelaudit.findings import AuditReport, Finding, report_document
 
 
 def _report(verdict: str, *failing: str) -> AuditReport:

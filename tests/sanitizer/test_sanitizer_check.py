@@ -7,19 +7,22 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from kernelaudit.checks.sanitizer import budget, judged
+from kernelaudit.checks import sanitizer as sanitizer_check
+from kernelaudit.checks.base import PlanContext
+from kernelaudit.checks.sanitizer import judged
 from kernelaudit.engine.audit import audit
-from kernelaudit.errors import UsageError
 from kernelaudit.problem.load import load_problem
 from kernelaudit.profiles import PROFILES
 from kernelaudit.runner.candidate import parse_candidate
 from kernelaudit.sanitizer.child import ChildResult
+from kernelaudit.sanitizer.locate import Located
 from kernelaudit.sanitizer.report import parse
 from kernelaudit.sanitizer.run import Run, environment, run, sanitizer_command
 from kernelaudit.sanitizer.session import Session, ToolRun, prepare, run_session
@@ -119,15 +122,40 @@ def test_a_candidate_that_raises_is_noted_and_tools_stop_at_the_budget(tmp_path:
     assert not (tmp_path / "memcheck.argv").exists()
 
 
-def test_the_sanitizer_takes_a_share_of_the_audit_within_a_floor_and_a_cap() -> None:
-    default, thorough = PROFILES["default"], PROFILES["thorough"]
-    assert budget(default, 10.0) == default.sanitizer_floor_s == 60.0
-    assert budget(default, 200.0) == 200.0  # half of a 400 s audit
-    assert budget(default, 1000.0) == default.sanitizer_budget_s == 300.0
-    assert budget(replace(default, sanitizer_share=0.25), 300.0) == 100.0
-    assert budget(thorough, 5.0) == 1200.0  # a fixed budget: thorough takes its time
-    with pytest.raises(UsageError, match=r"sanitizer_share is 1\.0; give a share of the audit"):
-        replace(default, sanitizer_share=1.0)
+def test_the_sanitizer_runs_beside_the_probes_within_the_profiles_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # as if on a GPU with compute-sanitizer installed: the session itself is a stand-in
+    started, release = threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def session(*args: object, **kwargs: object) -> Session:
+        seen["budget"] = args[7]
+        started.set()
+        release.wait(10)
+        return _synthetic(_ran("memcheck", "memcheck_clean"))
+
+    monkeypatch.setattr(sanitizer_check, "unavailable", lambda device: "")
+    monkeypatch.setattr(sanitizer_check, "locate", lambda: Located("/usr/bin/true", ()))
+    monkeypatch.setattr(sanitizer_check, "reference_kernels", lambda *args: ())
+    monkeypatch.setattr(sanitizer_check, "run_session", session)
+    problem = load_problem(FIXTURES / "copy_problem.py")
+    profile = PROFILES["default"]
+    check = sanitizer_check.Sanitizer()
+    check.plan(PlanContext(problem, profile, "cuda", 132, parse_candidate(f"{CANDIDATES}::copy")))
+    # started when the audit is planned, before any probe; its budget is the profile's own,
+    # not a share of a time measured on the clock
+    assert started.wait(10)
+    assert seen["budget"] == profile.sanitizer_budget_s
+    waited = threading.Thread(target=check.quiet)
+    waited.start()
+    waited.join(0.2)
+    assert waited.is_alive()  # quiet waits for the runs to end
+    release.set()
+    waited.join(10)
+    assert not waited.is_alive()
+    (cost,) = [f for f in check.conclude([]) if f.key == "cost"]
+    assert cost.title.startswith("compute-sanitizer ran memcheck on 1 case(s)")
 
 
 def test_the_cost_note_gives_the_share_of_the_audit_the_sanitizer_took() -> None:

@@ -27,7 +27,6 @@ from kernelaudit.checks.base import (
 )
 from kernelaudit.errors import UsageError
 from kernelaudit.inputs.case import Case
-from kernelaudit.profiles import Profile
 from kernelaudit.sanitizer.attribution import attribute, kernel_base
 from kernelaudit.sanitizer.cases import Arguments
 from kernelaudit.sanitizer.locate import locate
@@ -81,7 +80,7 @@ class Sanitizer(ConcludingOnly):
                 prepared.executable,
                 prepared.cases,
                 prepared.built,
-                budget(ctx.profile, ctx.profile.budget_s),
+                ctx.profile.sanitizer_budget_s,
                 references,
             )
             background.shutdown(wait=False)  # the thread ends with its one run
@@ -154,17 +153,6 @@ def _prepare(ctx: PlanContext) -> _Prepared:
             notes=(_note("no-case", f"the sanitizer check found no case to run: {reason}"),)
         )
     return _Prepared(str(located.path), cases, built, tuple(dropped))
-
-
-def budget(profile: Profile, audit_s: float) -> float:
-    """Seconds the sanitizer runs may take beside `audit_s` seconds of the rest of the audit
-    (the profile's time budget, when they start with it): a share of the whole
-    (`Profile.sanitizer_share`) within the floor and the cap."""
-    if profile.sanitizer_share is None:
-        return profile.sanitizer_budget_s
-    share = profile.sanitizer_share
-    scaled = audit_s * share / (1.0 - share)
-    return min(max(scaled, profile.sanitizer_floor_s), profile.sanitizer_budget_s)
 
 
 def unavailable(device: str) -> str:

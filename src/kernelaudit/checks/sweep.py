@@ -152,7 +152,7 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
     kept, left_out = ([n for n in names if n in labels] for names in kept_workloads(ctx))
     variants = value_variants(ctx)
     anchor = _anchor(ctx, kept, len(variants)) if kept else ""
-    size_of = {label: sum(sizes.values()) for sizes, label in shapes}
+    size_of = {label: case_elements(problem, sizes) for sizes, label in shapes}
     offset = tuple((i.name, "offset") for i in activations(problem))
     ranked: list[tuple[Case, int]] = []
 

@@ -42,7 +42,7 @@ class WeakCases:
                 verdict = compare(
                     name,
                     impostor,
-                    truth,
+                    here,
                     expected.baseline[k],
                     dtype,
                     depth=expected.depth,
@@ -93,9 +93,8 @@ def _impostors(
     observation: Observation, truth: torch.Tensor, dtype: torch.dtype
 ) -> list[tuple[str, torch.Tensor]]:
     """Trivial outputs, made where `truth` is."""
-    finite = torch.isfinite(truth)
-    count = finite.sum()
-    mean = float(torch.where(finite, truth, 0.0).sum() / count.clamp(min=1))
+    finite = truth[torch.isfinite(truth)]
+    mean = float(finite.mean()) if finite.numel() else 0.0
     where = truth.device
     impostors = [("an all-zeros output", torch.zeros(truth.shape, dtype=dtype, device=where))]
     if truth.numel() > 1:  # one value is always "constant": that would say nothing

@@ -29,7 +29,7 @@ from kernelaudit.corpus.runnable import why_unrunnable
 from kernelaudit.corpus.store import JobResult
 from kernelaudit.engine.audit import audit
 from kernelaudit.errors import UsageError
-from kernelaudit.findings import AuditReport, _json_default, _strict
+from kernelaudit.findings import report_document
 from kernelaudit.formats import read_candidate, read_problem
 from kernelaudit.report.terminal import progress_bar
 
@@ -82,14 +82,6 @@ def result_of(key: str, job: Job, answer: dict[str, Any], device: str) -> JobRes
         float(answer["seconds"]),
         "unrunnable" if unrunnable else "",
     )
-
-
-def report_document(report: AuditReport) -> dict[str, Any]:
-    """The report as plain, strict JSON values (non-finite numbers and tensors spelled the way
-    `write_reports` spells them), ready to cross a pipe or Ray's object store."""
-    text = json.dumps(_strict(report.to_json()), default=_json_default, allow_nan=False)
-    document: dict[str, Any] = json.loads(text)
-    return document
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,7 +37,7 @@ from kernelaudit.profiles import Profile, profile_named
 from kernelaudit.runner.candidate import CandidateRef, from_callable
 from kernelaudit.runner.messages import AUDITOR_PID
 from kernelaudit.runner.process import Limits, Worker, default_limits
-from kernelaudit.runner.threads import hold_to, thread_share
+from kernelaudit.runner.threads import held_to, thread_share
 
 _CPU_SM_TARGET = 132
 """Without a GPU, plan "fewer rows than SMs" sizes for an H100-class part (132 SMs)."""
@@ -138,14 +138,28 @@ def run_audit(
 ) -> AuditReport:
     """Audit `candidate` on `problem`. `worker`, when given, is the candidate's worker launched
     ahead of time (see `Worker.launch`); the audit closes it. Findings are numbered
-    `{finding_prefix}F1`, `F2`, ..."""
+    `{finding_prefix}F1`, `F2`, ... The audit holds this process's thread pools to its share of
+    the cores while it runs (`runner.threads`)."""
     if AUDITOR_PID in os.environ:
         raise UsageError(
             "an audit was started while a candidate's file was being imported in its worker; "
             'put the code that starts the audit under `if __name__ == "__main__":`'
         )
+    with held_to(thread_share(device)):
+        return _audit(problem, candidate, profile, device, checks, progress, worker, finding_prefix)
+
+
+def _audit(
+    problem: Problem,
+    candidate: CandidateRef,
+    profile: Profile,
+    device: str,
+    checks: list[Check],
+    progress: Progress | None,
+    worker: Worker | None,
+    finding_prefix: str,
+) -> AuditReport:
     started = time.perf_counter()
-    hold_to(thread_share(device))
     ctx = PlanContext(problem, profile, device, sm_count(device), candidate)
     # the worker imports torch and the candidate while the probes are planned
     with worker or Worker(candidate, device, limits=limits_for(profile, device)) as worker:
@@ -227,7 +241,10 @@ def run_audit(
             ("probes_untried", len(fitted.untried)),
         ),
         untried=untried_summary(fitted.untried + (backward.untried if backward else ()))
-        + untried_summary(tuple(p for p, _ in probing.unavailable), "no inputs at these sizes"),
+        + untried_summary(
+            tuple(p for p, _ in probing.unavailable) + (backward.unavailable if backward else ()),
+            "no inputs at these sizes",
+        ),
     )
 
 
@@ -257,8 +274,10 @@ def _backward_pass(
             finding_of(executor, by_name[name], key, items, probing.records, ctx.profile)
             for (name, key), items in probing.groups.items()
         ]
-    untried = fitted.untried + tuple(p for p, _ in probing.unavailable)
-    return _Backward(findings, probing.records, time.perf_counter() - began, untried)
+    unavailable = tuple(p for p, _ in probing.unavailable)
+    return _Backward(
+        findings, probing.records, time.perf_counter() - began, fitted.untried, unavailable
+    )
 
 
 @dataclass(frozen=True)
@@ -269,6 +288,9 @@ class _Backward:
     records: list[CaseRecord]
     seconds: float
     untried: tuple[Probe, ...]
+    """Probes the budget left out."""
+    unavailable: tuple[Probe, ...]
+    """Probes whose case the problem cannot make inputs for."""
 
 
 def limits_for(profile: Profile, device: str) -> Limits:

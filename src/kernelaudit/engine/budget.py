@@ -45,9 +45,12 @@ def probe_seconds(problem: Problem, probe: Probe, device: str) -> float:
 
 def fit(planned: list[Probe], problem: Problem, device: str, budget_s: float) -> FittedPlan:
     """The probes to run within `budget_s` (see the module's docstring)."""
-    unique = list(dict.fromkeys(planned))
-    required = [p for p in unique if p.rank == 0]
-    optional = sorted((p for p in unique if p.rank > 0), key=lambda p: p.rank)
+    unique: dict[Probe, Probe] = {}
+    for probe in planned:  # a probe planned twice keeps its lowest rank
+        if probe not in unique or probe.rank < unique[probe].rank:
+            unique[probe] = probe
+    required = [p for p in unique.values() if p.rank == 0]
+    optional = sorted((p for p in unique.values() if p.rank > 0), key=lambda p: p.rank)
     estimate = sum(probe_seconds(problem, p, device) for p in required)
     allowance = PROBE_SHARE * budget_s
     taken, untried = [], []
@@ -76,5 +79,7 @@ def expected_seconds(
     probes' estimate, plus as much again for shrinking and the concluding checks, in the
     proportion the budget reserves for them."""
     ctx = PlanContext(problem, profile, device, sm_count, candidate)
-    planned = [p for check in build_checks() for p in check.plan(ctx)]
+    # a concluding check plans no probe, and may start its experiment when asked to plan
+    probing = [check for check in build_checks() if not hasattr(check, "conclude")]
+    planned = [p for check in probing for p in check.plan(ctx)]
     return fit(planned, problem, device, profile.budget_s).estimate_s / PROBE_SHARE

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from kernelaudit.engine.progress import ProgressEvent
-from kernelaudit.findings import AuditReport
+from kernelaudit.findings import AuditReport, report_document
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.threads import THREADS_VARIABLE, usable_cores
 
@@ -130,7 +130,6 @@ def _audit_problem(
     # imported here: the lane is a fresh process, and these import the checks
     from rich.console import Console
 
-    from kernelaudit.corpus.slot import report_document
     from kernelaudit.engine.audit import audit_in_turn
     from kernelaudit.formats import read_candidate, read_problem
     from kernelaudit.report.terminal import progress_bar

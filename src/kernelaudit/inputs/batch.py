@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from kernelaudit.errors import ProblemError, UsageError
+from kernelaudit.errors import CaseUnavailable, ProblemError, UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize, uncuttable
 from kernelaudit.problem.spec import (
@@ -114,8 +114,8 @@ def infer_batch_axes(problem: Problem) -> tuple[str, ...]:
     for case in _trial_cases(problem):
         try:
             whole = _truth(problem, case)
-        except (ProblemError, UsageError):
-            continue  # the reference rejects these sizes: try the next ones
+        except (ProblemError, UsageError, CaseUnavailable):
+            continue  # the reference rejects these sizes, or has no inputs there: try others
         return tuple(axis for axis in allowed if _rows_agree(problem, case, whole, axis))
     return ()
 
@@ -158,7 +158,7 @@ def _rows_agree(problem: Problem, case: Case, whole: tuple[torch.Tensor, ...], a
     for row in dict.fromkeys((size - 1, size // 2)):
         try:
             alone = _truth(problem, case.with_rows(axis, row, row + 1))
-        except (ProblemError, UsageError):
+        except (ProblemError, UsageError, CaseUnavailable):
             return False
         for result, shape, cut in zip(whole, shapes, alone, strict=True):
             position = axis_position(shape, axis)

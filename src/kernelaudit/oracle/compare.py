@@ -119,7 +119,16 @@ def compare(
         reason = f"{name} is {dtype_name(values.dtype)}, expected {dtype_name(dtype)}"
         return Comparison(name, kind, passed=False, reason=reason, failure="dtype")
     where = torch.device(device) if device is not None else truth.device
-    return _COMPARISONS[kind](name, values, truth, baseline, dtype, ratio_limit, depth, where, memo)
+    judge = _COMPARISONS[kind]
+    try:
+        return judge(name, values, truth, baseline, dtype, ratio_limit, depth, where, memo)
+    except torch.cuda.OutOfMemoryError:
+        if where.type != "cuda":
+            raise
+        # the device is full (the candidate's worker holds most of it): judge on the host
+        torch.cuda.empty_cache()
+        cpu = torch.device("cpu")
+        return judge(name, values, truth, baseline, dtype, ratio_limit, depth, cpu, memo)
 
 
 def judging_device(device: str) -> torch.device:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -57,6 +59,17 @@ def thread_share(device: str, sharing: int | None = None) -> int:
 def thread_environment(threads: int) -> dict[str, str]:
     """The variables that hold a new process's thread pools to `threads`."""
     return {THREADS_VARIABLE: str(threads), **dict.fromkeys(_POOL_VARIABLES, str(threads))}
+
+
+@contextmanager
+def held_to(threads: int) -> Iterator[None]:
+    """This process's torch pools held to `threads` for the duration, then as they were."""
+    before = torch.get_num_threads()
+    hold_to(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def hold_to(threads: int) -> None:
