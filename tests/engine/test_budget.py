@@ -3,15 +3,17 @@ run most revealing first while the estimate fits, and the rest is reported as un
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from kernelaudit.checks.base import PlanContext, Probe
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.checks.sweep import COVERAGE, SAMPLED_OUT, kept_workloads, value_variants
 from kernelaudit.engine.budget import fit, probe_seconds, untried_summary
+from kernelaudit.errors import UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.problem.spec import Output, Problem, TensorInput
-from kernelaudit.profiles import profile_named
+from kernelaudit.profiles import profile_named, profile_with_budget
 
 
 def _add(x, y):
@@ -124,3 +126,17 @@ def test_a_workload_too_costly_for_the_whole_budget_runs_only_if_the_budget_allo
     assert "workload 30" in left_out and "workload 0" in kept
     ranks = {p.rank for p in Numerics().plan(ctx) if p.case.label == "workload 30"}
     assert ranks == {SAMPLED_OUT}
+
+
+def test_a_probe_planned_twice_keeps_its_lowest_rank():
+    problem = _problem([{"rows": 64, "cols": 64}])
+    case = Case((("rows", 64), ("cols", 64)))
+    fitted = fit([Probe("numerics", case, rank=3), Probe("numerics", case)], problem, "cuda", 1e-6)
+    assert len(fitted.probes) == 1 and not fitted.untried
+
+
+@pytest.mark.parametrize("given", [0.0, -5.0, float("inf"), float("nan")])
+def test_a_budget_must_be_a_positive_finite_number_of_seconds(given):
+    with pytest.raises(UsageError, match="--budget"):
+        profile_with_budget("quick", given)
+    assert profile_with_budget("quick", 2.5).budget_s == 2.5

@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from kernelaudit.engine.audit import audit
+from kernelaudit.formats import read_problem
+from kernelaudit.inputs.batch import infer_batch_axes
 
 pytestmark = pytest.mark.slow
 FIXTURE = Path(__file__).parent / "fixtures" / "recorded_inputs.py"
@@ -28,3 +30,10 @@ def test_cases_without_inputs_are_untried_and_the_rest_judged(candidate, verdict
         sizes = dict(record.case.sizes)
         if (sizes["rows"], sizes["cols"]) not in {(64, 32), (128, 32)}:
             assert dict(record.case.values).get("x") not in (None, "get_inputs")
+
+
+def test_checks_that_try_cases_of_their_own_skip_those_without_inputs():
+    # batch-invariance and large-tensors infer the batch axes at a small case of their own,
+    # which has no inputs here: they go on to the first workload, which has
+    problem = read_problem(FIXTURE)
+    assert infer_batch_axes(problem) == ("rows", "cols")
