@@ -272,6 +272,15 @@ def test_a_run_past_its_limit_is_killed_with_everything_it_started(tmp_path: Pat
     assert not _alive(grandchild)
 
 
+def test_a_run_whose_audit_ended_is_stopped_at_once(tmp_path: Path) -> None:
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    began = time.monotonic()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    done = run("memcheck", sleeper, environment("cpu"), 60.0, tmp_path / "x", stop)
+    assert done.returncode is None and time.monotonic() - began < 10
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

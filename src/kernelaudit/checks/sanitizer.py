@@ -9,6 +9,7 @@ cost is a note too. Without a CUDA device or without compute-sanitizer, one note
 from __future__ import annotations
 
 import shlex
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -58,6 +59,7 @@ class Sanitizer(ConcludingOnly):
         self._began = 0.0
         self._prepared: _Prepared | None = None
         self._running: Future[Session] | None = None
+        self._stop = threading.Event()
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         """Starts the sanitizer's runs in the background: they go on while the probes run and
@@ -82,6 +84,7 @@ class Sanitizer(ConcludingOnly):
                 prepared.built,
                 ctx.profile.sanitizer_budget_s,
                 references,
+                self._stop,
             )
             background.shutdown(wait=False)  # the thread ends with its one run
         return []
@@ -90,6 +93,10 @@ class Sanitizer(ConcludingOnly):
         """Wait until the sanitizer's runs are over (they share the device)."""
         if self._running is not None:
             wait([self._running])
+
+    def cancel(self) -> None:
+        """Stop the runs: the audit ended without them (an error, an interrupt)."""
+        self._stop.set()
 
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
         prepared, running = self._prepared, self._running

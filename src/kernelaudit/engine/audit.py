@@ -146,7 +146,17 @@ def run_audit(
             'put the code that starts the audit under `if __name__ == "__main__":`'
         )
     with held_to(thread_share(device)):
-        return _audit(problem, candidate, profile, device, checks, progress, worker, finding_prefix)
+        try:
+            return _audit(
+                problem, candidate, profile, device, checks, progress, worker, finding_prefix
+            )
+        except BaseException:
+            # an audit that ends early stops what its checks started in the background
+            for check in checks:
+                cancel = getattr(check, "cancel", None)
+                if cancel is not None:
+                    cancel()
+            raise
 
 
 def _audit(

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,8 +115,20 @@ def environment(device: str) -> dict[str, str]:
     return env
 
 
-def run(tool: str, command: Sequence[str], env: dict[str, str], limit_s: float, log: Path) -> Run:
-    """Run `command` in a process group of its own for at most `limit_s` seconds."""
+_STOP_POLL_S = 0.2
+"""How often a run looks whether its audit has ended without it."""
+
+
+def run(
+    tool: str,
+    command: Sequence[str],
+    env: dict[str, str],
+    limit_s: float,
+    log: Path,
+    stop: threading.Event | None = None,
+) -> Run:
+    """Run `command` in a process group of its own for at most `limit_s` seconds, or until
+    `stop` is set (the audit it belongs to ended without it)."""
     with tempfile.TemporaryFile() as output:
         began = time.perf_counter()
         process = subprocess.Popen(
@@ -126,10 +139,15 @@ def run(tool: str, command: Sequence[str], env: dict[str, str], limit_s: float, 
             start_new_session=True,
             env=env,
         )
+        deadline = began + max(limit_s, 1.0)
+        returncode: int | None = None
         try:
-            returncode: int | None = process.wait(timeout=max(limit_s, 1.0))
-        except subprocess.TimeoutExpired:
-            returncode = None
+            while returncode is None and time.perf_counter() < deadline:
+                if stop is not None and stop.is_set():
+                    break
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    left = deadline - time.perf_counter()
+                    returncode = process.wait(timeout=max(0.0, min(_STOP_POLL_S, left)))
         finally:
             # whatever the candidate left running dies with the run
             with contextlib.suppress(ProcessLookupError, PermissionError):

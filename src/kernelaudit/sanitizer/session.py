@@ -5,6 +5,7 @@ lasts, and the reference's kernels on the same cases, listed in the auditor's ow
 from __future__ import annotations
 
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,11 +120,13 @@ def run_session(
     built: list[Arguments],
     budget_s: float | None = None,
     references: tuple[str, ...] | None = None,
+    stop: threading.Event | None = None,
 ) -> Session:
     """Run the child plainly, then under every tool the profile names while the budget
     (`budget_s`, else `Profile.sanitizer_budget_s`) lasts (racecheck as
     `Profile.sanitizer_racecheck` says). `references`: the kernels the reference launches on
-    the cases (`reference_kernels`), listed here when not given."""
+    the cases (`reference_kernels`), listed here when not given. Once `stop` is set, the run in
+    progress is killed and no other starts."""
     budget = profile.sanitizer_budget_s if budget_s is None else budget_s
     if references is None:
         references = reference_kernels(problem, cases, device)
@@ -137,12 +140,14 @@ def run_session(
         write_request(sanitized_request, candidate, built, device, CALLS, list_kernels=False)
         limit = profile.timeout_s * PLAIN_LIMIT_FACTOR
         command = child_command(plain_request, work / "plain.json")
-        plain = run("plain", command, env, limit, work / "plain.log")
+        plain = run("plain", command, env, limit, work / "plain.log", stop)
         plain_result = read_result(work / "plain.json")
         for tool, kernels, why_not in planned_tools(profile, plain_result, references):
             left = budget - sum(t.run.seconds for t in tools)
             if not why_not and plain_result is not None and plain_result.error:
                 why_not = "the candidate could not be imported"
+            if not why_not and stop is not None and stop.is_set():
+                why_not = "the audit ended first"
             if not why_not and left < MIN_RUN_S:
                 why_not = f"{left:.0f} s of the {budget:.0f} s budget left"
             if why_not:
@@ -151,7 +156,7 @@ def run_session(
             log = work / f"{tool}.log"
             child = child_command(sanitized_request, work / f"{tool}.json")
             command = sanitizer_command(executable, tool, log, left, kernels, child)
-            done = run(tool, command, env, left, log)
+            done = run(tool, command, env, left, log, stop)
             tools.append(ToolRun(done, parse(done.log, tool) if done.log else None, kernels))
     return Session(
         cases=tuple(f"{c.label}: {c.describe()}" for c in cases),
