@@ -5,8 +5,10 @@ an audit runs, and so its verdict, must not depend on how busy the host happens 
 estimate is a fixed cost per call (the round trip to the candidate's worker, the reference's
 launch, judging) plus a cost per element of the case's inputs and outputs (drawing the inputs
 on the host, the float64 and native reference runs, moving tensors to the worker and back,
-the float64 comparison). Both were fitted to the per-case seconds of audits of the bundled
-examples and of SOL-ExecBench problems (docs/benchmarks.md); they need to be right within a
+the float64 comparison). Both come from a least-squares fit of the numerics probes' seconds
+against their elements (2026-11-26, docs/benchmarks.md): 518 probes of the bundled examples on
+the 2-core CPU (0.196 s per call, 225 ns per element) and 798 probes of SOL-ExecBench problems
+on H200s, three or four audits to a host (0.168 s, 33 ns). They need to be right within a
 factor of two, not exactly.
 """
 
@@ -30,8 +32,8 @@ class CostModel:
         return calls * (self.per_call_s + elements * self.per_element_s)
 
 
-GPU = CostModel(per_call_s=0.03, per_element_s=40e-9)
-CPU = CostModel(per_call_s=0.15, per_element_s=250e-9)
+GPU = CostModel(per_call_s=0.17, per_element_s=33e-9)
+CPU = CostModel(per_call_s=0.2, per_element_s=225e-9)
 """On a CPU, Triton kernels run through the interpreter, one program after another."""
 
 
