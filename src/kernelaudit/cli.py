@@ -11,7 +11,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import torch
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -22,7 +21,7 @@ from kernelaudit.demo import find_examples, load_examples
 from kernelaudit.engine.audit import audit_in_turn, limits_for, resolve_device, sm_count
 from kernelaudit.engine.budget import expected_seconds
 from kernelaudit.engine.executor import Executor
-from kernelaudit.engine.lanes import Job, audit_in_lanes, lane_count
+from kernelaudit.engine.lanes import Job, audit_in_lanes, lane_count, most_lanes
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, read_reports, write_reports
@@ -158,11 +157,10 @@ def _audit_all(
     profile = profile_with_budget(args.profile, args.budget)
     device = resolve_device(args.device)
     lanes = 1 if named is None else (args.lanes or lane_count(device, named))
-    gpus = torch.cuda.device_count() if device.startswith("cuda") else 0
-    if gpus and lanes > (gpus if device == "cuda" else 1):
+    if device.startswith("cuda") and lanes > most_lanes(device):
         raise UsageError(
             f"--lanes {lanes} on {device}: each lane's candidate may take three quarters of its "
-            f"GPU's memory, so give at most one lane per GPU ({gpus if device == 'cuda' else 1})"
+            f"GPU's memory, so give at most one lane per GPU ({most_lanes(device)})"
         )
     if announce:
         sms = sm_count(device)
@@ -182,12 +180,13 @@ def _audit_all(
     reports: list[AuditReport] = []
     with progress_bar(console) as bar:
         if named is not None and lanes > 1:
+            arrivals: list[AuditReport] = []
 
             def arrived(position: int, report: AuditReport) -> None:
-                reports.append(report)
+                arrivals.append(report)
                 done(report)
-                what = f"{len(reports)} of {len(jobs)} candidates audited"
-                bar(f"{lanes} lanes", ProgressEvent("check", len(reports), len(jobs), what))
+                what = f"{len(arrivals)} of {len(jobs)} candidates audited"
+                bar(f"{lanes} lanes", ProgressEvent("check", len(arrivals), len(jobs), what))
 
             log = not console.is_terminal
             bar(f"{lanes} lanes", ProgressEvent("check", 0, len(jobs), "candidates audited"))

@@ -35,16 +35,18 @@ class Job:
     candidate: str
 
 
-def lane_count(device: str, jobs: list[Job]) -> int:
-    """How many lanes suit this machine: one per core on a CPU (each audit's candidate runs in
-    a worker process while its auditor waits), one per GPU when `device` is "cuda" on a host
-    with several, never more than the problems."""
-    problems = len({job.problem for job in jobs})
-    if device == "cuda" and torch.cuda.is_available():
-        return max(1, min(problems, torch.cuda.device_count()))
+def most_lanes(device: str) -> int:
+    """The most lanes this machine takes: one per core on a CPU (each audit's candidate runs in
+    a worker process while its auditor waits); on GPUs one per GPU, since each lane's
+    candidate may take three quarters of its GPU's memory ("cuda:N" names one GPU)."""
     if device.startswith("cuda"):
-        return 1
-    return max(1, min(problems, usable_cores()))
+        return torch.cuda.device_count() if device == "cuda" and torch.cuda.is_available() else 1
+    return usable_cores()
+
+
+def lane_count(device: str, jobs: list[Job]) -> int:
+    """How many lanes suit these jobs here: `most_lanes`, never more than the problems."""
+    return max(1, min(len({job.problem for job in jobs}), most_lanes(device)))
 
 
 def deal(jobs: list[Job]) -> list[list[int]]:

@@ -67,9 +67,7 @@ def measures_the_device(probe: Probe) -> bool:
 
 def quiet_last(probes: Sequence[Probe]) -> list[Probe]:
     """The probes in their order, those that measure the device moved to the end."""
-    return [p for p in probes if not measures_the_device(p)] + [
-        p for p in probes if measures_the_device(p)
-    ]
+    return sorted(probes, key=measures_the_device)  # stable: False (0) before True (1)
 
 
 def probe_all(

@@ -63,21 +63,16 @@ def thread_environment(threads: int) -> dict[str, str]:
 
 @contextmanager
 def held_to(threads: int) -> Iterator[None]:
-    """This process's torch pools held to `threads` for the duration, then as they were."""
+    """This process's torch pools held to `threads` for the duration, then as they were (the
+    inter-op pool only where it has not started yet, and left so: torch refuses to resize it
+    once it is in use)."""
     before = torch.get_num_threads()
-    hold_to(threads)
+    torch.set_num_threads(threads)
+    if torch.get_num_interop_threads() != threads:
+        # it only serves torch's own asynchronous work
+        with contextlib.suppress(RuntimeError):
+            torch.set_num_interop_threads(threads)
     try:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def hold_to(threads: int) -> None:
-    """Size this process's torch pools to `threads` (the inter-op pool only where it has not
-    started yet: torch refuses to resize it afterwards)."""
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-    if torch.get_num_interop_threads() != threads:
-        # refused once the pool is in use: it only serves torch's own asynchronous work
-        with contextlib.suppress(RuntimeError):
-            torch.set_num_interop_threads(threads)
