@@ -39,7 +39,7 @@ def _stand_in(folder: Path, outputs: dict[str, str]) -> Path:
     script = folder / "compute-sanitizer"
     script.write_text(
         f"#!{sys.executable}\n"
-        "import os, subprocess, sys\n"
+        "import os, subprocess, sys, time\n"
         "from pathlib import Path\n"
         "args = sys.argv[1:]\n"
         "tool = args[args.index('--tool') + 1]\n"
@@ -47,7 +47,9 @@ def _stand_in(folder: Path, outputs: dict[str, str]) -> Path:
         "(folder / f'{tool}.argv').write_text('\\n'.join(args))\n"
         "caching = os.environ.get('PYTORCH_NO_CUDA_MEMORY_CACHING', '')\n"
         "(folder / f'{tool}.caching').write_text(caching)\n"
+        "began = time.time()\n"
         "code = subprocess.call(args[args.index('--') + 1:])\n"
+        "(folder / f'{tool}.span').write_text(f'{began} {time.time()}')\n"
         "log = Path(args[args.index('--log-file') + 1])\n"
         "log.write_text((folder / f'{tool}.txt').read_text())\n"
         "sys.exit(code)\n"
@@ -122,6 +124,39 @@ def test_a_candidate_that_raises_is_noted_and_tools_stop_at_the_budget(tmp_path:
     assert not (tmp_path / "memcheck.argv").exists()
 
 
+def test_the_tools_run_side_by_side_with_the_plain_run(tmp_path: Path) -> None:
+    session = _session(
+        tmp_path,
+        "copy",
+        {"memcheck": "memcheck_clean", "initcheck": "memcheck_clean"},
+        sanitizer_tools=("memcheck", "initcheck"),
+    )
+    assert [t.run.tool for t in session.tools] == ["memcheck", "initcheck"]
+    spans = [
+        [float(t) for t in (tmp_path / f"{tool}.span").read_text().split()]
+        for tool in ("memcheck", "initcheck")
+    ]
+    # each run is a whole Python start: the second began before the first ended
+    (first_began, first_ended), (second_began, second_ended) = spans
+    assert second_began < first_ended and first_began < second_ended
+    assert session.wall_s < session.sanitized_s + session.plain.seconds
+
+
+def test_a_candidate_that_cannot_be_imported_stops_the_tools(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nraise ImportError('no such extension: fused_copy')\n")
+    problem = load_problem(FIXTURES / "copy_problem.py")
+    chosen = PROFILES["quick"]
+    cases, built, _ = prepare(problem, chosen.sanitizer_cases)
+    tool = _stand_in(tmp_path, {"memcheck": "memcheck_clean"})
+    candidate = parse_candidate(f"{broken}::copy")
+    session = run_session(problem, candidate, chosen, "cpu", str(tool), cases, built)
+    assert session.tools == ()
+    assert session.skipped == (("memcheck", "the candidate could not be imported"),)
+    assert session.plain_result is not None
+    assert "no such extension: fused_copy" in session.plain_result.error
+
+
 def test_the_sanitizer_runs_beside_the_probes_within_the_profiles_budget(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -160,8 +195,8 @@ def test_the_sanitizer_runs_beside_the_probes_within_the_profiles_budget(
 
 def test_the_cost_note_gives_the_share_of_the_audit_the_sanitizer_took() -> None:
     ran = _ran("memcheck", "memcheck_clean")
-    (cost,) = judged(_synthetic(ran), audit_s=16.0)
-    # 12 s under the tool and 4 s plain, after 16 s of the rest of the audit
+    (cost,) = judged(_synthetic(ran), audit_s=12.0)
+    # 12 s for the runs side by side (4 s plain, 12 s under the tool) and 12 s of the rest
     assert cost.title.endswith("the same run without it), 50% of the audit")
 
 
@@ -181,6 +216,7 @@ def _synthetic(*tools: ToolRun) -> Session:
         skipped=(),
         reference_kernels=(),
         budget_s=300.0,
+        wall_s=max([4.0, *(t.run.seconds for t in tools)]),
     )
 
 

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
@@ -60,6 +60,11 @@ class Sanitizer(ConcludingOnly):
         self._prepared: _Prepared | None = None
         self._running: Future[Session] | None = None
         self._stop = threading.Event()
+        self._ctx: PlanContext | None = None
+
+    @property
+    def _references_later(self) -> bool:
+        return self._ctx is not None and self._ctx.profile.sanitizer_racecheck == "never"
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         """Starts the sanitizer's runs in the background: they go on while the probes run and
@@ -68,10 +73,18 @@ class Sanitizer(ConcludingOnly):
         self._began = time.perf_counter()
         super().plan(ctx)
         self._prepared = _prepare(ctx)
+        self._ctx = ctx
         prepared = self._prepared
         if prepared.cases and ctx.candidate is not None:
-            # listed here, in the auditor's main thread, before any probe's work is on the device
-            references = reference_kernels(ctx.problem, prepared.cases, ctx.device)
+            # The reference's kernels are listed by the profiler in the auditor's own process,
+            # so never while a probe's work is on the device. Only racecheck's choice of
+            # kernels needs them before the runs end: without racecheck they are listed when
+            # the runs are judged, and the runs start at once.
+            references = (
+                ()
+                if self._references_later
+                else reference_kernels(ctx.problem, prepared.cases, ctx.device)
+            )
             background = ThreadPoolExecutor(1, "sanitizer")
             self._running = background.submit(
                 run_session,
@@ -116,9 +129,12 @@ class Sanitizer(ConcludingOnly):
                     f"the sanitizer check could not run: {type(error).__name__}: {error}",
                 )
             ]
+        if self._references_later and self._ctx is not None:
+            listed = reference_kernels(self._ctx.problem, prepared.cases, self._ctx.device)
+            session = replace(session, reference_kernels=listed)
         # the runs went on beside the probes: the rest of the audit is what they did not cover
         elapsed = time.perf_counter() - self._began
-        rest = max(elapsed - session.sanitized_s - session.plain_s, 0.0)
+        rest = max(elapsed - session.wall_s, 0.0)
         return judged(session, rest, prepared.dropped)
 
 
@@ -396,11 +412,11 @@ def _cost_note(session: Session, audit_s: float, dropped: tuple[str, ...]) -> Fa
     if ran:
         per_run = session.sanitized_s / len(ran)
         ratio = f", {per_run / plain:.0f}x" if plain > 0 else ""
-        spent = session.sanitized_s + plain
+        spent = session.wall_s
         share = spent / (audit_s + spent) if audit_s + spent > 0 else 0.0
         title = (
             f"compute-sanitizer ran {', '.join(ran)} on {len(session.cases)} case(s) in "
-            f"{session.sanitized_s:.1f} s ({per_run:.1f} s a tool{ratio} the {plain:.1f} s of "
+            f"{spent:.1f} s side by side ({per_run:.1f} s a tool{ratio} the {plain:.1f} s of "
             f"the same run without it), {share:.0%} of the audit"
         )
     else:

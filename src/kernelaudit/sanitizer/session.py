@@ -1,11 +1,14 @@
-"""One audit's sanitizer runs: the child once without the sanitizer (to list the candidate's
-kernels and to time it), then under each of the profile's tools in turn while its budget
-lasts, and the reference's kernels on the same cases, listed in the auditor's own process."""
+"""One audit's sanitizer runs: the child once without the sanitizer (to time it and, where
+racecheck may run, to list the candidate's kernels) and under each of the profile's tools, side
+by side within its budget, and the reference's kernels on the same cases, listed in the
+auditor's own process."""
 
 from __future__ import annotations
 
 import tempfile
 import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +41,8 @@ and on the ones whose use of it is unknown."""
 
 _LISTABLE_TOOLS = ("memcheck", "initcheck", "synccheck")
 
+_STOP_POLL_S = 0.2
+
 PLAIN_LIMIT_FACTOR = 4
 """The run without the sanitizer may take this many times the profile's per-call timeout
 (importing the candidate may compile it)."""
@@ -69,6 +74,8 @@ class Session:
     skipped: tuple[tuple[str, str], ...]
     reference_kernels: tuple[str, ...]
     budget_s: float
+    wall_s: float = 0.0
+    """Seconds from the first run's start to the last run's end (the runs overlap)."""
 
     @property
     def candidate_kernels(self) -> tuple[Launched, ...]:
@@ -122,42 +129,78 @@ def run_session(
     references: tuple[str, ...] | None = None,
     stop: threading.Event | None = None,
 ) -> Session:
-    """Run the child plainly, then under every tool the profile names while the budget
-    (`budget_s`, else `Profile.sanitizer_budget_s`) lasts (racecheck as
-    `Profile.sanitizer_racecheck` says). `references`: the kernels the reference launches on
-    the cases (`reference_kernels`), listed here when not given. Once `stop` is set, the run in
-    progress is killed and no other starts."""
+    """Run the child plainly and under every tool the profile names, all at once (each run is
+    mostly the start of Python, torch and CUDA under its tool, which do not share a process),
+    for at most the budget (`budget_s`, else `Profile.sanitizer_budget_s`) of wall time;
+    racecheck, as `Profile.sanitizer_racecheck` says, starts once the plain run has listed
+    the candidate's kernels. `references`: the kernels the reference launches on the cases
+    (`reference_kernels`), listed here when not given. Once `stop` is set, the runs in progress
+    are killed and no other starts; when the plain run finds that the candidate cannot be
+    imported, the tools' runs are stopped too."""
     budget = profile.sanitizer_budget_s if budget_s is None else budget_s
     if references is None:
         references = reference_kernels(problem, cases, device)
     env = environment(device)
-    tools: list[ToolRun] = []
-    skipped: list[tuple[str, str]] = []
-    with tempfile.TemporaryDirectory(prefix="kernelaudit-sanitizer-") as folder:
+    began = time.perf_counter()
+    halt = threading.Event()
+    if stop is not None:
+        _follow(stop, halt)
+    with (
+        tempfile.TemporaryDirectory(prefix="kernelaudit-sanitizer-") as folder,
+        ThreadPoolExecutor(len(profile.sanitizer_tools) + 2, "sanitizer-run") as pool,
+    ):
         work = Path(folder)
         plain_request, sanitized_request = work / "plain.pt", work / "sanitized.pt"
-        write_request(plain_request, candidate, built, device, CALLS, list_kernels=True)
+        # the kernels are listed (by the profiler, seconds of its own) for racecheck's choice
+        listing = profile.sanitizer_racecheck != "never"
+        write_request(plain_request, candidate, built, device, CALLS, list_kernels=listing)
         write_request(sanitized_request, candidate, built, device, CALLS, list_kernels=False)
-        limit = profile.timeout_s * PLAIN_LIMIT_FACTOR
-        command = child_command(plain_request, work / "plain.json")
-        plain = run("plain", command, env, limit, work / "plain.log", stop)
-        plain_result = read_result(work / "plain.json")
-        for tool, kernels, why_not in planned_tools(profile, plain_result, references):
-            left = budget - sum(t.run.seconds for t in tools)
-            if not why_not and plain_result is not None and plain_result.error:
-                why_not = "the candidate could not be imported"
-            if not why_not and stop is not None and stop.is_set():
-                why_not = "the audit ended first"
-            if not why_not and left < MIN_RUN_S:
-                why_not = f"{left:.0f} s of the {budget:.0f} s budget left"
-            if why_not:
-                skipped.append((tool, why_not))
-                continue
+
+        def start(tool: str, kernels: tuple[str, ...]) -> Future[ToolRun] | str:
+            left = budget - (time.perf_counter() - began)
+            if halt.is_set():
+                return "the audit ended first"
+            if left < MIN_RUN_S:
+                return f"{max(left, 0.0):.0f} s of the {budget:.0f} s budget left"
             log = work / f"{tool}.log"
             child = child_command(sanitized_request, work / f"{tool}.json")
             command = sanitizer_command(executable, tool, log, left, kernels, child)
-            done = run(tool, command, env, left, log, stop)
-            tools.append(ToolRun(done, parse(done.log, tool) if done.log else None, kernels))
+
+            def sanitized() -> ToolRun:
+                done = run(tool, command, env, left, log, halt)
+                return ToolRun(done, parse(done.log, tool) if done.log else None, kernels)
+
+            return pool.submit(sanitized)
+
+        limit = profile.timeout_s * PLAIN_LIMIT_FACTOR
+        command = child_command(plain_request, work / "plain.json")
+        plain_running = pool.submit(run, "plain", command, env, limit, work / "plain.log", halt)
+        # the tools that need nothing from the plain run start beside it
+        early = {tool: start(tool, ()) for tool in profile.sanitizer_tools}
+        plain = plain_running.result()
+        plain_result = read_result(work / "plain.json")
+        unimportable = plain_result is not None and plain_result.error
+        if unimportable:
+            halt.set()  # the tools' runs cannot import it either
+        runs: list[tuple[str, Future[ToolRun] | str]] = []
+        for tool, kernels, why_not in planned_tools(profile, plain_result, references):
+            if unimportable:
+                runs.append((tool, "the candidate could not be imported"))
+            elif tool in early:
+                runs.append((tool, early[tool]))
+            else:
+                runs.append((tool, why_not or start(tool, kernels)))
+        tools: list[ToolRun] = []
+        skipped: list[tuple[str, str]] = []
+        for tool, outcome in runs:
+            if isinstance(outcome, str):
+                skipped.append((tool, outcome))
+                continue
+            done = outcome.result()
+            if unimportable:
+                continue
+            tools.append(done)
+    halt.set()  # ends the thread that follows `stop`
     return Session(
         cases=tuple(f"{c.label}: {c.describe()}" for c in cases),
         plain=plain,
@@ -166,7 +209,19 @@ def run_session(
         skipped=tuple(skipped),
         reference_kernels=references,
         budget_s=budget,
+        wall_s=time.perf_counter() - began,
     )
+
+
+def _follow(stop: threading.Event, halt: threading.Event) -> None:
+    """Set `halt` once `stop` is set (or `halt` is set by its owner), from a daemon thread."""
+
+    def follow() -> None:
+        while not halt.is_set():
+            if stop.wait(_STOP_POLL_S):
+                halt.set()
+
+    threading.Thread(target=follow, name="sanitizer-stop", daemon=True).start()
 
 
 def planned_tools(
