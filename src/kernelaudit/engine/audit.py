@@ -20,6 +20,7 @@ from kernelaudit.checks.numerics import Numerics
 from kernelaudit.engine.budget import fit, untried_summary
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.grouping import finding_of
+from kernelaudit.engine.measure import load_measuring
 from kernelaudit.engine.probing import (
     check_seconds,
     concluded,
@@ -182,6 +183,8 @@ def _audit(
         fitted = fit(planned, problem, device, profile.budget_s)
         planning = time.perf_counter() - started
         tell(progress, ProgressEvent("phase", 0, len(fitted.probes), "planning", planning))
+        if any(step.timed for probe in fitted.probes for step in probe.plan.steps):
+            load_measuring()  # while the worker starts
         executor = Executor(problem, worker, device)
         quiet = [hook for check in checks if (hook := getattr(check, "quiet", None))]
         probing = probe_all(executor, checks, quiet_last(fitted.probes), progress, quiet)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from kernelaudit.errors import UsageError
 from kernelaudit.timing.measure import as_device, format_seconds, l2_bytes, time_calls
@@ -192,6 +191,9 @@ def derived_flops(fn: Callable[..., object], args: Sequence[object]) -> int | No
     """Floating-point operations of `fn(*args)` as torch's FLOP counter sees them (matmuls,
     convolutions, attention); None when it counts none, as for elementwise work, which is then
     judged on bytes alone. Runs `fn` once, without autograd."""
+    # imported on first use: it brings in sympy, which the worker never needs
+    from torch.utils.flop_counter import FlopCounterMode
+
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         fn(*args)
