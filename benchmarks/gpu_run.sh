@@ -4,12 +4,17 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|demo-quick|safety|timing|bench|training|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|demo-quick|safety|profile|timing|bench|training|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# Where bytecode is not written (or site-packages is read-only), every process would compile
+# torch from source (seconds per process, which no installed environment pays): bytecode goes
+# to a writable folder instead.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-/tmp/kernelaudit-pycache}"
 steps=("${@:-tests bench thorough}")
 for step in ${steps[@]}; do
   case "$step" in
@@ -41,7 +46,25 @@ for step in ${steps[@]}; do
       python3 -m pytest -q -p no:cacheprovider -rA --durations=15 -m gpu tests/sanitizer \
         tests/interpret tests/checks/test_races_check.py tests/checks/test_autotune_check.py \
         tests/checks/test_memory_check.py tests/checks/test_large_tensors_check.py \
-        tests/checks/test_batch_invariance_check.py 2>&1 | tail -n 80 | tee "$out/safety.txt"
+        tests/checks/test_batch_invariance_check.py > "$out/safety.txt" 2>&1
+      echo "pytest exit code $?" | tee -a "$out/safety.txt"
+      tail -n 40 "$out/safety.txt"
+      ;;
+    profile)
+      # where one audit's time goes: the auditor and every child under cProfile, and a timeline
+      sol="${PROBLEMS:-build/solexecbench}"
+      runs=("--sol $sol/L1/016_rope_inverse_frequency_computation --profile quick"
+            "--sol $sol/FlashInfer-Bench/022_rmsnorm_h512 --profile quick"
+            "--sol $sol/FlashInfer-Bench/022_rmsnorm_h512 --profile default"
+            "examples/layernorm/problem.py examples/layernorm/candidates.py::masked_statistics --profile default")
+      names=(sol016-quick sol022-quick sol022-default layernorm-default)
+      # bytecode for what every audit imports, so no run below pays for compiling it
+      python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker, kernelaudit.sanitizer.child'
+      for i in "${!runs[@]}"; do
+        python3 benchmarks/profile_audit.py ${runs[$i]} --out "$out/profiles/${names[$i]}" 2>&1 | head -n 40
+        cp "$out/profiles/${names[$i]}/summary.txt" "$out/profile-${names[$i]}.txt"
+      done
+      tar -czf "$out/profiles.tar.gz" -C "$out" profiles && rm -rf "$out/profiles"
       ;;
     timing)
       python3 benchmarks/timing_agreement.py --device cuda --out "$out/timing.json" 2>&1 | tee "$out/timing.txt"

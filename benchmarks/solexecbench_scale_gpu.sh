@@ -19,6 +19,12 @@ if [ -z "$problems" ]; then
 fi
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# Where bytecode is not written (or site-packages is read-only), every process would compile
+# torch from source (seconds per process, which no installed environment pays): bytecode goes
+# to a writable folder instead, written once before the audits start.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-/tmp/kernelaudit-pycache}"
+python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker, kernelaudit.sanitizer.child'
 {
   nvidia-smi --query-gpu=index,name,memory.total --format=csv
   timeout -s TERM -k 20 "${LIMIT:-560}" python3 benchmarks/solexecbench_scale.py "$problems" \

@@ -1,0 +1,192 @@
+"""Where one audit's time goes: the auditor under cProfile, every Python process it starts
+(the worker, the sanitizer's children, the training and interpreter children) under cProfile
+too, a timeline of the audit's probes, checks and phases as they end, and wall-clock
+stopwatches on the auditor's costly steps (cProfile's figures are wrong wherever torch's own
+profiler runs, which replaces the interpreter's profiling hook).
+
+    python benchmarks/profile_audit.py PROBLEM CANDIDATE --profile quick --out profile-dir
+    python benchmarks/profile_audit.py --sol path/to/solexecbench/L1/016_... --out profile-dir
+
+--sol audits a SOL-ExecBench problem with its own reference as the candidate. The folder gets
+timeline.json (every progress event with the seconds since the start), report.json, one
+<name>-<pid>.pstats per profiled process and summary.txt: the slowest functions of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_CHILD_PROFILER = """
+import atexit, cProfile, os, sys
+_folder = os.environ.get("KERNELAUDIT_BENCH_PROFILE_DIR")
+if _folder:
+    _profiler = cProfile.Profile()
+    _profiler.enable()
+
+    def _dump() -> None:
+        _profiler.disable()
+        name = os.path.basename(sys.argv[0]) or "python"
+        if name in ("-m", "-c"):
+            name = "child"
+        _profiler.dump_stats(os.path.join(_folder, f"{name}-{os.getpid()}.pstats"))
+
+    atexit.register(_dump)
+"""
+
+
+def _profile_children(folder: Path) -> None:
+    """Every Python process started from here on profiles itself into `folder` (through a
+    sitecustomize on its path) and writes its stats when it exits."""
+    hook = Path(tempfile.mkdtemp(prefix="kernelaudit-profile-hook-"))
+    (hook / "sitecustomize.py").write_text(_CHILD_PROFILER)
+    os.environ["KERNELAUDIT_BENCH_PROFILE_DIR"] = str(folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p
+    )
+
+
+_WATCHED = (
+    ("kernelaudit.engine.executor", "reference_timing"),
+    ("kernelaudit.engine.executor", "reference_kernels"),
+    ("kernelaudit.engine.executor", "reference_memory"),
+    ("kernelaudit.engine.executor", "expected"),
+    ("kernelaudit.engine.executor", "materialize"),
+    ("kernelaudit.engine.measure", "derived_flops"),
+    ("kernelaudit.engine.measure", "measure_roofline"),
+    ("kernelaudit.engine.measure", "time_calls"),
+    ("kernelaudit.engine.measure", "profile_kernels"),
+    ("kernelaudit.runner.process.Worker", "run"),
+    ("kernelaudit.runner.process.Worker", "start"),
+)
+
+
+def _stopwatches() -> dict[str, list[float]]:
+    """Wrap each of `_WATCHED` in a wall-clock stopwatch; returns the seconds of every call."""
+    import importlib
+
+    seen: dict[str, list[float]] = {}
+    for where, name in _WATCHED:
+        module_name, _, owner_name = where.partition(".Worker")
+        owner = importlib.import_module(module_name)
+        if owner_name or where.endswith("Worker"):
+            owner = owner.Worker
+        original = getattr(owner, name)
+        label = f"{where.rsplit('.', 1)[-1]}.{name}"
+        seen[label] = []
+
+        def timed(*args, __original=original, __label=label, **kwargs):  # type: ignore[no-untyped-def]
+            began = time.perf_counter()
+            try:
+                return __original(*args, **kwargs)
+            finally:
+                seen[__label].append(time.perf_counter() - began)
+
+        setattr(owner, name, timed)
+    return seen
+
+
+def _top(path: Path, limit: int) -> str:
+    text = io.StringIO()
+    stats = pstats.Stats(str(path), stream=text)
+    stats.sort_stats("cumulative").print_stats(limit)
+    return text.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("problem", nargs="?")
+    parser.add_argument("candidate", nargs="?")
+    parser.add_argument("--sol", type=Path, help="a SOL-ExecBench problem folder")
+    parser.add_argument("--profile", default="quick")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--checks", nargs="+", default=None)
+    parser.add_argument("--top", type=int, default=45, help="functions listed per process")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    children = args.out / "children"
+    children.mkdir(exist_ok=True)
+    _profile_children(children)
+    if args.sol is not None:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from solexecbench_scale import write_shim
+
+        problem = str(args.sol)
+        candidate = str(write_shim(args.sol, args.out / "shim"))
+    elif args.problem and args.candidate:
+        problem, candidate = args.problem, args.candidate
+    else:
+        parser.error("give PROBLEM CANDIDATE, or --sol FOLDER")
+
+    from kernelaudit.engine.audit import audit
+    from kernelaudit.engine.progress import ProgressEvent
+
+    began = time.perf_counter()
+    timeline: list[dict[str, object]] = []
+
+    def seen(event: ProgressEvent) -> None:
+        timeline.append(
+            {
+                "at_s": round(time.perf_counter() - began, 3),
+                "kind": event.kind,
+                "what": event.what,
+                "seconds": round(event.seconds, 3),
+            }
+        )
+
+    watches = _stopwatches()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    report = audit(
+        problem,
+        candidate,
+        profile=args.profile,
+        device=args.device,
+        checks=args.checks,
+        progress=seen,
+    )
+    profiler.disable()
+    wall = time.perf_counter() - began
+    profiler.dump_stats(str(args.out / f"auditor-{os.getpid()}.pstats"))
+    (args.out / "timeline.json").write_text(json.dumps(timeline, indent=1))
+    (args.out / "report.json").write_text(json.dumps(report.to_json(), indent=1, default=str))
+    time.sleep(3.0)  # the children write their stats as they exit
+
+    lines = [f"{problem} / {candidate}, {args.profile}: {report.verdict} in {wall:.1f} s", ""]
+    for event in timeline:
+        if event["kind"] != "probe":
+            lines.append(
+                f"{event['at_s']:8.2f}  {event['kind']:6} {event['what']} ({event['seconds']} s)"
+            )
+    lines.append("\nwall-clock stopwatches (calls, seconds in all, the slowest call):")
+    for label, seconds in watches.items():
+        if seconds:
+            lines.append(
+                f"  {label:34} {len(seconds):5d} {sum(seconds):8.2f} s {max(seconds):8.2f} s"
+            )
+    probes = [e for e in timeline if e["kind"] == "probe"]
+    lines.append(f"\n{len(probes)} probes; gaps between consecutive probes over 0.5 s:")
+    last = 0.0
+    for event in probes:
+        gap = float(event["at_s"]) - last
+        if gap > 0.5:
+            lines.append(f"{event['at_s']:8.2f}  +{gap:5.2f} s  {event['what']}")
+        last = float(event["at_s"])
+    for path in [args.out / f"auditor-{os.getpid()}.pstats", *sorted(children.glob("*.pstats"))]:
+        lines += ["", "=" * 100, path.name, _top(path, args.top)]
+    (args.out / "summary.txt").write_text("\n".join(lines))
+    print("\n".join(lines[:60]))
+
+
+if __name__ == "__main__":
+    main()
