@@ -8,7 +8,13 @@ import torch
 
 from kernelaudit.checks.base import PlanContext, Probe
 from kernelaudit.checks.numerics import Numerics
-from kernelaudit.checks.sweep import COVERAGE, SAMPLED_OUT, kept_workloads, value_variants
+from kernelaudit.checks.sweep import (
+    COVERAGE,
+    SAMPLED_OUT,
+    SAMPLED_WORKLOADS,
+    kept_workloads,
+    value_variants,
+)
 from kernelaudit.engine.budget import fit, probe_seconds, untried_summary
 from kernelaudit.errors import UsageError
 from kernelaudit.inputs.case import Case
@@ -94,21 +100,24 @@ def test_every_value_variant_and_boundary_shape_runs_whatever_the_budget():
 
 def test_cheap_workloads_all_run_and_costly_ones_are_sampled():
     cheap = _problem([{"rows": 16 * (i + 1), "cols": 64} for i in range(12)])
-    kept, left_out = kept_workloads(_context(cheap))
-    assert len(kept) == 12 and not left_out
+    kept, sampled, left_out = kept_workloads(_context(cheap))
+    assert len(kept) == 12 and not sampled and not left_out
 
-    sizes = [4096 + 16 * i for i in range(20)] + [4095, 8191, 4097]
+    sizes = [4096 + 16 * i for i in range(20)] + [8192, 4097, 6001, 7001]
     costly = _problem([{"rows": rows, "cols": 4096} for rows in sizes])
-    kept, left_out = kept_workloads(_context(costly, budget_s=5.0))
+    kept, sampled, left_out = kept_workloads(_context(costly, budget_s=5.0))
     assert left_out
     names = {f"workload {i}": rows for i, rows in enumerate(sizes)}
     kept_rows = {names[name] for name in kept}
-    assert {min(sizes), max(sizes), sizes[0]} <= kept_rows
-    assert {4095, 4097} <= kept_rows  # odd sizes, where tails and masks matter
+    # the first, the smallest, the largest, and the cheapest odd size, where tails matter
+    assert kept_rows == {sizes[0], min(sizes), max(sizes), 4097}
+    # the other odd sizes are the first optional cases
+    assert {names[name] for name in sampled} == {6001, 7001}
     ranks: dict[str, set[int]] = {}
     for probe in Numerics().plan(_context(costly, budget_s=5.0)):
         ranks.setdefault(probe.case.label, set()).add(probe.rank)
     assert all(ranks[name] == {SAMPLED_OUT} for name in left_out)
+    assert all(ranks[name] == {SAMPLED_WORKLOADS} for name in sampled)
     assert all(COVERAGE in ranks[name] for name in kept)
 
 
@@ -122,7 +131,7 @@ def test_a_workload_too_costly_for_the_whole_budget_runs_only_if_the_budget_allo
     sizes = [{"rows": 64 + i, "cols": 64} for i in range(30)] + [{"rows": 1 << 20, "cols": 8192}]
     problem = _problem(sizes)
     ctx = _context(problem, budget_s=30.0)
-    kept, left_out = kept_workloads(ctx)
+    kept, _, left_out = kept_workloads(ctx)
     assert "workload 30" in left_out and "workload 0" in kept
     ranks = {p.rank for p in Numerics().plan(ctx) if p.case.label == "workload 30"}
     assert ranks == {SAMPLED_OUT}

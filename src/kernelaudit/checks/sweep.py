@@ -72,7 +72,7 @@ def value_variants(ctx: PlanContext) -> list[tuple[tuple[str, str], ...]]:
     return variants
 
 
-COVERAGE, MORE_WORKLOAD_VALUES, MORE_CONFIGS, SAMPLED_OUT = range(4)
+COVERAGE, SAMPLED_WORKLOADS, MORE_WORKLOAD_VALUES, MORE_CONFIGS, SAMPLED_OUT = range(5)
 """Ranks of numerics cases (`Probe.rank`): what every audit runs, then the optional cases in
 the order they are worth their time."""
 
@@ -97,11 +97,13 @@ def affordable(ctx: PlanContext, sizes: dict[str, int], calls: int = 1) -> bool:
     return seconds <= ctx.profile.budget_s
 
 
-def kept_workloads(ctx: PlanContext) -> tuple[list[str], list[str]]:
-    """The workloads an audit runs whatever its budget, and those it runs only if the budget
-    allows. All of them when they are cheap; otherwise the first, the smallest, the largest
-    and up to `_SAMPLED_ODD` odd-sized ones, spread over the list. A workload one call of which
-    costs more than the whole budget is kept only if it is the smallest."""
+def kept_workloads(ctx: PlanContext) -> tuple[list[str], list[str], list[str]]:
+    """The workloads an audit runs whatever its budget, those it runs first among the optional
+    cases, and those it runs only if the budget still allows. All of them are required when
+    they are cheap; otherwise the first, the smallest, the largest and the cheapest odd-sized
+    one are, and up to `_SAMPLED_ODD` other odd-sized ones, spread over the list, come first
+    among the optional cases. A workload one call of which costs more than the whole budget is
+    never required unless it is the smallest."""
     problem = ctx.problem
     names = [w.name for w in problem.workloads]
     model = cost_model(ctx.device)
@@ -109,14 +111,21 @@ def kept_workloads(ctx: PlanContext) -> tuple[list[str], list[str]]:
     seconds = {name: model.seconds(case_elements(problem, sizes[name])) for name in names}
     configs = len(problem.dtype_configs())
     if sum(seconds.values()) * configs <= _WORKLOAD_SHARE * ctx.profile.budget_s:
-        return names, []
+        return names, [], []
     by_size = sorted(names, key=lambda name: seconds[name])
-    kept = {names[0], by_size[0], by_size[-1]}
-    odd = [w.name for w in problem.workloads if _odd(w.as_dict()) and w.name not in kept]
+    required = {names[0], by_size[0], by_size[-1]}
+    odd = [n for n in names if _odd(sizes[n])]
+    if odd and not required & set(odd):
+        required.add(min(odd, key=lambda name: seconds[name]))
+    odd = [n for n in odd if n not in required]
     stride = max(1, len(odd) // _SAMPLED_ODD)
-    kept.update(odd[::stride][:_SAMPLED_ODD])
-    kept = {n for n in kept if n == by_size[0] or affordable(ctx, sizes[n])}
-    return [n for n in names if n in kept], [n for n in names if n not in kept]
+    sampled = {n for n in odd[::stride][:_SAMPLED_ODD] if affordable(ctx, sizes[n])}
+    required = {n for n in required if n == by_size[0] or affordable(ctx, sizes[n])}
+    return (
+        [n for n in names if n in required],
+        [n for n in names if n in sampled],
+        [n for n in names if n not in required and n not in sampled],
+    )
 
 
 def _anchor(ctx: PlanContext, kept: list[str], variants: int) -> str:
@@ -138,18 +147,18 @@ def _anchor(ctx: PlanContext, kept: list[str], variants: int) -> str:
 def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
     """Every case of the sweep with its rank (see `Probe.rank`), for every dtype configuration.
 
-    Always run: each kept workload at default values; every value variant at one anchor
+    Always run: each required workload at default values; every value variant at one anchor
     workload; every boundary shape at default values and with offset-mean activations; every
-    allowed layout, one input at a time, at the first workload. Optional: the value variants at
-    the other workloads (largest first), the layouts in the other dtype configurations, more
-    seeds, and the workloads left out of the sample."""
+    allowed layout, one input at a time, at the first workload. Optional: the sampled odd-sized
+    workloads, the value variants at the other workloads (largest first), the layouts in the
+    other dtype configurations, more seeds, and the workloads left out of the sample."""
     problem, profile = ctx.problem, ctx.profile
     shapes = shape_cases(problem, profile.boundary_sizes_per_axis, ctx.sm_count)
     if not shapes:
         return []
     # a workload whose sizes repeat an earlier one's has no shape case of its own
     labels = {label for _, label in shapes}
-    kept, left_out = ([n for n in names if n in labels] for names in kept_workloads(ctx))
+    kept, sampled, left_out = ([n for n in names if n in labels] for names in kept_workloads(ctx))
     variants = value_variants(ctx)
     anchor = _anchor(ctx, kept, len(variants)) if kept else ""
     size_of = {label: case_elements(problem, sizes) for sizes, label in shapes}
@@ -165,6 +174,8 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
         for sizes, label in shapes:
             if label in left_out:
                 add(sizes, label, config, (), SAMPLED_OUT)
+            elif label in sampled:
+                add(sizes, label, config, (), SAMPLED_WORKLOADS)
             elif label == anchor:
                 for values in variants:
                     add(sizes, label, config, values, COVERAGE)
