@@ -131,6 +131,12 @@ def _common(parser: argparse.ArgumentParser, default_profile: str = "default") -
         "listed in the report",
     )
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when candidates could not run in their sandbox (bubblewrap), whatever "
+        "the verdicts",
+    )
+    parser.add_argument(
         "--json",
         type=Path,
         default=Path(DEFAULT_REPORT),
@@ -225,7 +231,24 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     if args.trace:
         write_traces([(p, r) for (p, _), r in zip(jobs, reports, strict=True)], args.trace)
         console.print(f"SOL-ExecBench traces: {args.trace}")
+    if not _isolated(reports, args, console):
+        return 1
     return 0 if all(r.verdict == "PASS" for r in reports) else 1
+
+
+def _isolated(reports: list[AuditReport], args: argparse.Namespace, console: Console) -> bool:
+    """Say when candidates ran without their sandbox; False when `--strict` forbids it."""
+    loose = next((r for r in reports if not r.confined), None)
+    if loose is None:
+        return True
+    console.print(
+        f"[yellow]candidates ran without a sandbox: {escape(loose.isolation)}. A hostile "
+        "candidate could read or change what the audit reads and writes.[/]"
+    )
+    if args.strict:
+        console.print("[red]--strict: exiting 1 because the sandbox could not run[/]")
+        return False
+    return True
 
 
 def _demo(args: argparse.Namespace, console: Console) -> int:
@@ -260,6 +283,8 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
         if all_met
         else "[bold red]some examples did not behave as expected[/]"
     )
+    if not _isolated(reports, args, console):
+        return 1
     return 0 if all_met else 1
 
 

@@ -147,6 +147,12 @@ class AuditReport:
     probes that ran), probes_planned, probes_untried."""
     untried: tuple[tuple[str, int], ...] = ()
     """Optional probes the budget left out, counted by check and shape."""
+    isolation: str = ""
+    """How the candidate's processes were confined: "bubblewrap: ..." or "none (why)"."""
+
+    @property
+    def confined(self) -> bool:
+        return self.isolation.startswith("bubblewrap")
 
     @property
     def failures(self) -> tuple[Finding, ...]:
@@ -180,6 +186,7 @@ class AuditReport:
             "judging_seconds": dict(self.judging_seconds),
             "budget": dict(self.budget),
             "untried": dict(self.untried),
+            "isolation": self.isolation,
             "findings": [f.to_json() for f in self.findings],
             "cases": [r.to_json() for r in self.records],
         }
@@ -207,6 +214,7 @@ class AuditReport:
             judging_seconds=tuple(data.get("judging_seconds", {}).items()),
             budget=tuple(data.get("budget", {}).items()),
             untried=tuple(data.get("untried", {}).items()),
+            isolation=str(data.get("isolation", "")),
         )
 
 

@@ -38,6 +38,7 @@ from kernelaudit.profiles import Profile, profile_named
 from kernelaudit.runner.candidate import CandidateRef, from_callable
 from kernelaudit.runner.messages import AUDITOR_PID
 from kernelaudit.runner.process import Limits, Worker, default_limits
+from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.threads import held_to, thread_share
 
 _CPU_SM_TARGET = 132
@@ -239,6 +240,7 @@ def _audit(
         records=tuple(records),
         seconds=time.perf_counter() - started,
         environment=environment(device),
+        isolation=isolation().describe(),
         phases=tuple((name, round(t, 3)) for name, t in phases.items()),
         interpretation=problem.notes,
         candidate_source=candidate.source,

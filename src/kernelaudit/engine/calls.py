@@ -32,3 +32,31 @@ def call_for(
             for out in problem.outputs
         )
     return Call(args=tuple(args), slots=slots, poison=poison)
+
+
+REPLY_COPIES = 4
+"""Copies of a call's inputs and outputs a reply may carry: the outputs, the last timed
+repetition's outputs, the inputs after the call, and as much again for everything else."""
+
+REPLY_SLACK_BYTES = 64 << 20
+"""Bytes every reply may carry besides tensors: fingerprints, kernel lists, messages."""
+
+
+def reply_limit(problem: Problem, cases: list[Case], fallback: int) -> int:
+    """The most bytes a worker's reply to calls on `cases` can hold: every declared input and
+    output at eight bytes an element, `REPLY_COPIES` times, and `REPLY_SLACK_BYTES`. Where an
+    output's shape is not fixed by the case's sizes, `fallback` (the worker's own memory
+    limit): the bound then comes from what the worker may hold, never from what it says."""
+    total = REPLY_SLACK_BYTES
+    for case in cases:
+        sizes = case.size_map()
+        for spec in (*problem.tensor_inputs, *problem.outputs):
+            try:
+                shape = resolve_shape(spec.shape, sizes)
+            except (KeyError, ValueError, TypeError):
+                return max(fallback, total)
+            elements = 1
+            for size in shape:
+                elements *= max(int(size), 0)
+            total += REPLY_COPIES * 8 * elements
+    return total

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from kernelaudit.checks.base import Expected, Observation, Probe, Step
-from kernelaudit.engine.calls import call_for
+from kernelaudit.engine.calls import call_for, reply_limit
 from kernelaudit.engine.measure import reference_kernels, reference_memory, reference_timing
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
@@ -67,7 +67,11 @@ class Executor:
         began = time.perf_counter()
         self.worker.start()  # waits for a worker launched earlier, or restarts a crashed one
         started = time.perf_counter()
-        result = self.worker.run(Invocation(calls=tuple(calls), return_inputs=tensor_positions))
+        fallback = self.worker.limits.host_memory_bytes or (1 << 40)
+        result = self.worker.run(
+            Invocation(calls=tuple(calls), return_inputs=tensor_positions),
+            reply_limit(self.problem, cases, fallback),
+        )
         self.seconds["worker start"] += started - began
         self.seconds["candidate runs"] += time.perf_counter() - started
         return Observation(

@@ -27,6 +27,7 @@ from kernelaudit.interpret.records import Interpretation, UnreadableResult
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.messages import Call
 from kernelaudit.runner.process import child_environment
+from kernelaudit.runner.sandbox import for_candidate
 
 _STDERR_TAIL_LINES = 3
 
@@ -80,6 +81,9 @@ class InterpretedRun:
         ]
         self._seen: Interpretation | None = None
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (held until `finish`)
+        command, environment = for_candidate(
+            command, environment, candidate.path, scratch=self._folder.name
+        )
         self._process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,

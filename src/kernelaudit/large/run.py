@@ -120,7 +120,14 @@ def run_large(
     with tempfile.TemporaryDirectory(prefix="kernelaudit-large-") as folder:
         request, result = Path(folder) / "request.json", Path(folder) / "result.pt"
         request.write_text(json.dumps(request_for(problem, candidate, case, device, seed)))
-        done = run_child("kernelaudit.large.child", [str(request), str(result)], device, timeout_s)
+        done = run_child(
+            "kernelaudit.large.child",
+            [str(request), str(result)],
+            device,
+            timeout_s,
+            candidate.path,
+            folder,
+        )
         if done.timed_out:
             return LargeRun(
                 error=f"the candidate did not return within {timeout_s:.0f} s", kind="timeout"

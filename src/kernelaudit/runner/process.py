@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -29,13 +30,16 @@ import kernelaudit
 from kernelaudit.errors import UsageError
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.messages import AUDITOR_PID, Invocation, InvocationResult
+from kernelaudit.runner.sandbox import for_candidate, isolation
 from kernelaudit.runner.threads import thread_environment, thread_share
-from kernelaudit.runner.wire import decode, encode
+from kernelaudit.runner.wire import TooLarge, decode, encode
 
 _POLL_S = 0.05
 _STDERR_TAIL_BYTES = 4000
 _CLOSE_GRACE_S = 2.0
 _PIPE_BYTES = 1 << 20
+_LOAD_REPLY_BYTES = 1 << 20
+"""The most a worker's answer to loading the candidate may take: "ready", or why it failed."""
 
 
 class _Timeout(Exception):
@@ -153,7 +157,7 @@ class Worker:
         if self._proc is None or self._ready:
             return
         try:
-            reply = self._receive(time.monotonic() + self.load_timeout_s)
+            reply = self._receive(time.monotonic() + self.load_timeout_s, _LOAD_REPLY_BYTES)
         except _Timeout:
             kind = "timeout"
             text = (
@@ -177,14 +181,22 @@ class Worker:
                 raise UsageError(str(reply[1]))
             if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "exception":
                 text = f"importing {self.candidate.label} raised an exception:\n{reply[1]}"
+            elif isinstance(reply, TooLarge):
+                text = (
+                    f"while importing {self.candidate.label}, {reply} (the answer to loading "
+                    "is a few words); the candidate wrote to the worker's channel, and the "
+                    "reply was refused unread"
+                )
             else:
                 text = f"the worker sent {type(reply).__name__} instead of saying it was ready"
         text += self._stderr_tail(0) if kind != "exception" else ""
         self._load_failure = InvocationResult(calls=(), error=text, error_kind=kind)
         self._kill()
 
-    def run(self, invocation: Invocation) -> InvocationResult:
-        """Run every call of `invocation` in the child and return what it observed."""
+    def run(self, invocation: Invocation, reply_bytes: int | None = None) -> InvocationResult:
+        """Run every call of `invocation` in the child and return what it observed. A reply
+        announcing more than `reply_bytes` (the most that the calls' declared inputs and
+        outputs can fill, `reply_limit`) is refused unread and the worker killed."""
         if self._load_failure is None and not self._ready:
             self.start()
         if self._load_failure is not None:
@@ -194,7 +206,8 @@ class Worker:
         mark = self._stderr_size()
         try:
             self._send(invocation, began + limit)
-            reply = self._receive(began + limit)
+            bound = reply_bytes or self.limits.host_memory_bytes or None
+            reply = self._receive(began + limit, bound)
         except _Timeout:
             text = (
                 f"the candidate was still running after {time.monotonic() - began:.1f} s "
@@ -211,6 +224,15 @@ class Worker:
         except _OverLimit as over:
             self._kill()
             return InvocationResult(calls=(), error=str(over), error_kind="memory")
+        if isinstance(reply, TooLarge):
+            self._kill()
+            return InvocationResult(
+                calls=(),
+                error=f"{reply} (the most its calls' declared inputs and outputs can fill); the "
+                "candidate wrote to the worker's channel or returned far more than its outputs, "
+                "and the reply was refused unread and the worker killed.",
+                error_kind="crash",
+            )
         if not isinstance(reply, InvocationResult):
             self._kill()
             return InvocationResult(
@@ -254,7 +276,7 @@ class Worker:
         # Held open for the child's whole life: crash messages quote its end.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
         try:
-            self._proc = subprocess.Popen(
+            command, env = for_candidate(
                 [
                     sys.executable,
                     "-m",
@@ -263,16 +285,21 @@ class Worker:
                     str(child_writes),
                     self.device,
                     str(self.limits.gpu_memory_bytes),
-                    self.candidate.path,
+                    str(Path(self.candidate.path).resolve()),
                     self.candidate.function,
                     self.candidate.autograd_argument(),
                 ],
+                child_environment(self.device),
+                self.candidate.path,
+            )
+            self._proc = subprocess.Popen(
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=self._stderr,
                 stderr=self._stderr,
                 pass_fds=(child_reads, child_writes),
                 start_new_session=True,
-                env=child_environment(self.device),
+                env=env,
             )
         finally:
             os.close(child_reads)
@@ -310,6 +337,8 @@ class Worker:
             code = self._proc.wait(timeout=_CLOSE_GRACE_S)
         except subprocess.TimeoutExpired:
             return "closed its channel but is still running"
+        if code > 128 and isolation().confined:
+            code = 128 - code  # bubblewrap exits 128 + n for a child killed by signal n
         if code >= 0:
             return f"exited with code {code}"
         try:
@@ -332,9 +361,9 @@ class Worker:
                     raise _Died() from error
                 view = view[written:]
 
-    def _receive(self, deadline: float) -> object:
+    def _receive(self, deadline: float, most_bytes: int | None) -> object:
         try:
-            return decode(lambda count: self._read(count, deadline))
+            return decode(lambda count: self._read(count, deadline), most_bytes)
         except (_Died, _Timeout, _OverLimit):
             raise
         except Exception as error:  # whatever garbage on the channel made decoding fail
@@ -482,17 +511,34 @@ class ChildExit:
     """Its last three lines of standard error, joined by " / " ("" when silent)."""
 
 
-def run_child(module: str, arguments: list[str], device: str, timeout_s: float) -> ChildExit:
-    """Run `python -m module *arguments` in a session of its own with a candidate's environment
-    (`child_environment`), and kill its whole process group once it is done or past
-    `timeout_s`: a candidate that leaves processes behind takes them with it."""
-    process = subprocess.Popen(
+def run_child(
+    module: str,
+    arguments: list[str],
+    device: str,
+    timeout_s: float,
+    candidate: str | Path,
+    scratch: str | Path,
+    readable: Sequence[str | Path] = (),
+) -> ChildExit:
+    """Run `python -m module *arguments`, which runs `candidate`, in a session of its own with
+    a candidate's environment (`child_environment`) and in its sandbox (`runner.sandbox`:
+    writing only `scratch`, reading `readable` besides the candidate's folder), and kill its
+    whole process group once it is done or past `timeout_s`: a candidate that leaves processes
+    behind takes them with it."""
+    command, env = for_candidate(
         [sys.executable, "-m", module, *arguments],
+        child_environment(device),
+        candidate,
+        scratch=scratch,
+        readable=readable,
+    )
+    process = subprocess.Popen(
+        command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        env=child_environment(device),
+        env=env,
     )
     try:
         _, stderr = process.communicate(timeout=timeout_s)

@@ -93,13 +93,23 @@ def encode(message: object) -> list[memoryview]:
     return [memoryview(header), *pieces]
 
 
-def decode(read: Callable[[int], bytearray]) -> object:
+class TooLarge(pickle.UnpicklingError):
+    """A message announced more bytes than its reader allows; nothing of it was allocated."""
+
+
+def decode(read: Callable[[int], bytearray], most_bytes: int | None = None) -> object:
     """Read one message with `read` (which returns exactly n bytes), refusing anything that
-    is not part of the protocol."""
+    is not part of the protocol, and a message announcing more than `most_bytes` before any
+    of it is allocated."""
     (count,) = _U64.unpack(read(_U64.size))
     if not 1 <= count <= _MAX_PIECES:
         raise pickle.UnpicklingError(f"a message of {count} pieces is not part of the protocol")
     lengths = struct.unpack(f">{count}Q", read(_U64.size * count))
+    if most_bytes is not None and sum(lengths) > most_bytes:
+        raise TooLarge(
+            f"the worker announced a reply of {sum(lengths):,} bytes, more than the "
+            f"{most_bytes:,} bytes this reply may take"
+        )
     payload = read(lengths[0])
     buffers = [read(n) for n in lengths[1:]]
     return _Unpickler(io.BytesIO(payload), buffers=buffers).load()

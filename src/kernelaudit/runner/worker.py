@@ -15,6 +15,7 @@ import faulthandler
 import functools
 import gc
 import os
+import select
 import sys
 import threading
 import time
@@ -53,7 +54,6 @@ from kernelaudit.runner.memory import (
     start_peak,
 )
 from kernelaudit.runner.messages import (
-    AUDITOR_PID,
     Call,
     CallOutcome,
     GuardBreach,
@@ -79,7 +79,8 @@ from kernelaudit.timing.measure import synchronize, time_calls
 
 _HARNESS_DIR = str(Path(__file__).resolve().parent)
 _MESSAGE_CHARS = 6000
-_WATCH_S = 1.0
+_CLOSE_GRACE_S = 1.0
+"""After the auditor's end of the channel closes, the seconds a worker has to end on its own."""
 
 
 class CandidateFailure(Exception):
@@ -664,19 +665,20 @@ def _read(fd: int, count: int) -> bytearray:
     return data
 
 
-def _exit_with_the_auditor() -> None:
-    """End this process if the auditor dies: a candidate stuck in a loop would never see the
-    channel close."""
-    # the auditor's pid comes from the environment: if it died before this point, the parent
-    # is already someone else and the watch ends the process at once
-    auditor = int(os.environ.get(AUDITOR_PID, os.getppid()))
+def _exit_with_the_auditor(reader: int) -> None:
+    """End this process once the auditor's end of the channel is gone (it closed it, or it
+    died): a candidate stuck in a loop would never read the channel again. The channel says
+    so whatever process ids look like from here (a sandbox has its own)."""
 
     def watch() -> None:
-        while os.getppid() == auditor:
-            time.sleep(_WATCH_S)
+        hangup = select.poll()
+        hangup.register(reader, 0)  # no events asked for: hang-ups and errors only
+        while not hangup.poll():
+            pass
+        time.sleep(_CLOSE_GRACE_S)  # a worker told to stop ends on its own first
         os._exit(1)
 
-    threading.Thread(target=watch, name="kernelaudit-watch", daemon=True).start()
+    threading.Thread(target=watch, name="watch", daemon=True).start()
 
 
 def main(argv: Sequence[str]) -> int:
@@ -685,7 +687,7 @@ def main(argv: Sequence[str]) -> int:
     # Whatever the candidate prints goes to stderr, never into the channel.
     os.dup2(2, 1)
     faulthandler.enable()
-    _exit_with_the_auditor()
+    _exit_with_the_auditor(reader)
     for fd in (reader, writer):
         os.set_inheritable(fd, False)
     device = torch.device(device_name)

@@ -17,6 +17,7 @@ from kernelaudit.inputs.case import Case
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.sandbox import for_candidate
 from kernelaudit.sanitizer.attribution import is_library_kernel, kernel_base
 from kernelaudit.sanitizer.cases import Arguments, arguments, small_cases
 from kernelaudit.sanitizer.child import ChildResult, Launched, read_result, write_request
@@ -164,17 +165,26 @@ def run_session(
                 return f"{max(left, 0.0):.0f} s of the {budget:.0f} s budget left"
             log = work / f"{tool}.log"
             child = child_command(sanitized_request, work / f"{tool}.json")
-            command = sanitizer_command(executable, tool, log, left, kernels, child)
+            command, confined = confined_run(
+                sanitizer_command(executable, tool, log, left, kernels, child)
+            )
 
             def sanitized() -> ToolRun:
-                done = run(tool, command, env, left, log, halt)
+                done = run(tool, command, confined, left, log, halt)
                 return ToolRun(done, parse(done.log, tool) if done.log else None, kernels)
 
             return pool.submit(sanitized)
 
+        def confined_run(command: list[str]) -> tuple[list[str], dict[str, str]]:
+            # the tool's own installation is read, the work folder written
+            tool_home = Path(executable).resolve().parent.parent
+            return for_candidate(command, env, candidate.path, scratch=work, readable=[tool_home])
+
         limit = profile.timeout_s * PLAIN_LIMIT_FACTOR
-        command = child_command(plain_request, work / "plain.json")
-        plain_running = pool.submit(run, "plain", command, env, limit, work / "plain.log", halt)
+        command, confined = confined_run(child_command(plain_request, work / "plain.json"))
+        plain_running = pool.submit(
+            run, "plain", command, confined, limit, work / "plain.log", halt
+        )
         # the tools that need nothing from the plain run start beside it
         early = {tool: start(tool, ()) for tool in profile.sanitizer_tools}
         plain = plain_running.result()

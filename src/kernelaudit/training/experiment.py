@@ -219,7 +219,16 @@ def _candidate_runs(
             request,
         )
         arguments = [str(request), str(result)]
-        done = run_child("kernelaudit.training.worker", arguments, device, timeout_s)
+        # the reference runs in the same process, read from the problem's file
+        done = run_child(
+            "kernelaudit.training.worker",
+            arguments,
+            device,
+            timeout_s,
+            candidate.path,
+            folder,
+            readable=[problem.source],
+        )
         if done.timed_out:
             return [], [], f"the candidate's training runs took longer than {timeout_s:.0f} s"
         if not result.is_file():

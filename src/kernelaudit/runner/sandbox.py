@@ -1,0 +1,219 @@
+"""The sandbox every process that runs a candidate starts in: bubblewrap.
+
+A confined process sees a root of its own: the system's programs and libraries, the Python
+runtime and the packages the candidate imports, kernelaudit's own code, and the candidate's
+folder, all read-only; the one folder its job writes to (requests and results) and a cache
+folder of its own (Triton's compiled kernels), read-write; a private /tmp. It sees nothing
+else the auditor reads or writes: problem files, other candidates, reports, result databases,
+other candidates' caches, the auditor's working directory. It runs in namespaces of its own:
+process ids (everything it starts dies with it, and it can signal no process outside), user
+(another uid), network (none), IPC and hostname. GPU device nodes are passed through.
+
+Where bubblewrap is missing or cannot start (no user namespaces, a container without the
+rights to mount), candidates run as plain processes, and every report says so (`Isolation`):
+the terminal, the JSON report, and `--strict`, which then exits 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import kernelaudit
+
+BUBBLEWRAP = "bwrap"
+
+SCRATCH_ENV = "KERNELAUDIT_SANDBOX"
+"""Set to "off" to run candidates without the sandbox (reported as such in every audit)."""
+
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
+"""Read-only system folders: programs, libraries, the dynamic linker's configuration, drivers'
+information under /sys. /opt is where some Python and CUDA installations live."""
+
+_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*")
+"""GPU device nodes passed through."""
+
+_TRIAL_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How candidates' processes are confined on this machine.
+
+    kind: "bubblewrap", or "none" when they run as plain processes.
+    reason: why they are not confined ("" when they are).
+    """
+
+    kind: str
+    reason: str = ""
+
+    @property
+    def confined(self) -> bool:
+        return self.kind == "bubblewrap"
+
+    def describe(self) -> str:
+        if self.confined:
+            return "bubblewrap: private file system, process ids, user and network"
+        return f"none ({self.reason})"
+
+
+@functools.cache
+def isolation() -> Isolation:
+    """Whether bubblewrap can confine a process here: found, and a trial run succeeds."""
+    if os.environ.get(SCRATCH_ENV, "").lower() == "off":
+        return Isolation("none", f"{SCRATCH_ENV}=off was set")
+    executable = shutil.which(BUBBLEWRAP)
+    if executable is None:
+        return Isolation(
+            "none",
+            "bubblewrap (bwrap) is not installed; install it (apt-get install bubblewrap, "
+            "dnf install bubblewrap) so candidates cannot reach the auditor's files or processes",
+        )
+    trial = confine([sys.executable, "-c", "pass"], executable=executable)
+    try:
+        done = subprocess.run(
+            trial, capture_output=True, timeout=_TRIAL_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return Isolation("none", f"bubblewrap could not start: {error}")
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        why = said[-1] if said else f"exit code {done.returncode}"
+        return Isolation(
+            "none",
+            f"bubblewrap cannot create its namespaces here ({why}); allow unprivileged user "
+            "namespaces (sysctl kernel.unprivileged_userns_clone=1) or run outside a "
+            "container that forbids them",
+        )
+    return Isolation("bubblewrap")
+
+
+def confine(
+    command: Sequence[str],
+    *,
+    readable: Iterable[str | Path] = (),
+    writable: Iterable[str | Path] = (),
+    workdir: str | Path | None = None,
+    executable: str | None = None,
+) -> list[str]:
+    """`command` wrapped to run under bubblewrap: `readable` folders or files bound read-only,
+    `writable` ones read-write (at the same paths), the Python runtime and kernelaudit
+    read-only, nothing else of the host's files. It starts in `workdir` (default: /tmp)."""
+    wrapper = executable or shutil.which(BUBBLEWRAP) or BUBBLEWRAP
+    arguments = [
+        wrapper,
+        "--unshare-all",  # user, process ids, network, IPC, hostname, cgroup
+        "--die-with-parent",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--hostname",
+        "localhost",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/dev/shm",
+    ]
+    for folder in _SYSTEM:
+        arguments += _bind_system(folder)
+    for pattern in _DEVICES:
+        for node in sorted(glob.glob(pattern)):
+            arguments += ["--dev-bind-try", node, node]
+    for path in _runtime_paths():
+        arguments += ["--ro-bind-try", path, path]
+    for path in readable:
+        arguments += ["--ro-bind", str(path), str(path)]
+    for path in writable:
+        arguments += ["--bind", str(path), str(path)]
+    arguments += ["--chdir", str(workdir or "/tmp"), "--"]
+    return arguments + list(command)
+
+
+def _bind_system(folder: str) -> list[str]:
+    """A system folder bound read-only, or re-created as the symbolic link it is (a merged
+    /usr makes /bin, /lib and /sbin links into it)."""
+    if os.path.islink(folder):
+        return ["--symlink", os.readlink(folder), folder]
+    return ["--ro-bind-try", folder, folder]
+
+
+@functools.cache
+def _runtime_paths() -> tuple[str, ...]:
+    """The Python runtime and the folders its packages are imported from (the interpreter's
+    prefixes and every folder on sys.path but the working directory), and the folder
+    kernelaudit is imported from."""
+    here = os.path.realpath(os.getcwd())
+    package_root = str(Path(kernelaudit.__file__).resolve().parent.parent)
+    found: dict[str, None] = {}
+    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path):
+        if not path or not os.path.isdir(path):
+            continue
+        real = os.path.realpath(path)
+        if real == here or real in ("/", "/tmp"):
+            continue
+        found[path] = None
+        found[real] = None
+    executable = os.path.realpath(sys.executable)
+    found[str(Path(executable).parent)] = None
+    if package_root not in found:
+        # a source checkout: its src/ holds kernelaudit alone, never the auditor's data
+        found[str(Path(package_root) / "kernelaudit")] = None
+    return tuple(found)
+
+
+def for_candidate(
+    command: Sequence[str],
+    env: dict[str, str],
+    candidate: str | Path,
+    *,
+    scratch: str | Path | None = None,
+    readable: Iterable[str | Path] = (),
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a process that runs `candidate`: confined where this
+    machine allows (`isolation`), seeing the candidate's folder and `readable` read-only, and
+    writing only `scratch` (its job's requests and results) and its own cache folder."""
+    if not isolation().confined:
+        return list(command), env
+    cache = candidate_cache(candidate)
+    (cache / "home").mkdir(exist_ok=True)
+    folders = [Path(candidate).resolve().parent, *readable]
+    writable: list[str | Path] = [cache] if scratch is None else [cache, scratch]
+    confined = confine(command, readable=folders, writable=writable, workdir=scratch)
+    return confined, {**env, **cache_environment(cache)}
+
+
+def candidate_cache(path: str | Path) -> Path:
+    """A cache folder of the candidate's own (Triton's compiled kernels), kept between its
+    audits and written by no other candidate: named for the candidate file's path and bytes."""
+    source = Path(path).resolve()
+    digest = hashlib.sha256(str(source).encode())
+    if source.is_file():
+        digest.update(source.read_bytes())
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    folder = Path(base) / "kernelaudit" / "candidates" / digest.hexdigest()[:24]
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def cache_environment(cache: Path) -> dict[str, str]:
+    """The variables that send a confined process's caches to its own folder."""
+    return {
+        "HOME": str(cache / "home"),
+        "XDG_CACHE_HOME": str(cache),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "TMPDIR": "/tmp",
+    }

@@ -1,0 +1,129 @@
+"""Candidates that attack their audit instead of computing. Each ends in FAIL for itself or in
+nothing at all, and leaves every file the auditor reads, and every other process, as it was.
+The sandbox's tests run where bubblewrap can confine a process (the test command installs it);
+the channel's bound holds everywhere."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.engine.audit import audit
+from kernelaudit.findings import AuditReport
+from kernelaudit.problem.load import load_problem
+from kernelaudit.runner.sandbox import isolation
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+confined = pytest.mark.skipif(
+    not isolation().confined, reason=f"no sandbox on this machine: {isolation().reason}"
+)
+
+
+def _copy(tmp_path: Path) -> Path:
+    """The fixtures in a folder of the test's own: attacks may (try to) write there."""
+    shutil.copytree(FIXTURES, tmp_path / "fixtures")
+    return tmp_path / "fixtures"
+
+
+def _audit(root: Path, candidate: str) -> AuditReport:
+    problem = load_problem(root / "problem" / "double.py")
+    spec = f"{root / 'candidates' / candidate}.py::double"
+    return audit(problem, spec, "quick", "cpu", ["numerics", "execution"])
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+@confined
+def test_a_candidate_cannot_write_next_to_the_problem_or_to_its_own_folder(
+    tmp_path: Path,
+) -> None:
+    root = _copy(tmp_path)
+    problem_files = _snapshot(root / "problem")
+    own_files = _snapshot(root / "candidates")
+    report = _audit(root, "plants_files")
+    assert report.verdict == "PASS"  # it computes correctly; its writes went nowhere
+    assert report.confined
+    assert _snapshot(root / "problem") == problem_files
+    assert _snapshot(root / "candidates") == own_files
+
+
+@confined
+def test_a_candidate_cannot_reach_the_auditors_memory(
+    tmp_path: Path,
+) -> None:
+    report = _audit(_copy(tmp_path), "tells_the_auditor")
+    # it cannot reach the auditor, so it behaves as it would in a real job: wrongly
+    assert report.verdict == "FAIL"
+    assert any(f.check == "numerics" for f in report.failures)
+
+
+def _survivors(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if token.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@confined
+def test_what_a_candidate_starts_ends_with_its_audit(tmp_path: Path) -> None:
+    report = _audit(_copy(tmp_path), "outlives_the_audit")
+    assert report.verdict == "PASS"
+    deadline = time.monotonic() + 10
+    while _survivors("kernelaudit-redteam-survivor") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _survivors("kernelaudit-redteam-survivor") == []
+
+
+@confined
+def test_a_candidate_cannot_signal_the_auditor(tmp_path: Path) -> None:
+    began = time.monotonic()
+    report = _audit(_copy(tmp_path), "signals_the_auditor")
+    # this process (the auditor) was never stopped: the audit ended, and on time
+    assert report.verdict == "PASS"
+    assert time.monotonic() - began < 300
+    assert os.getpid() not in _stopped()
+
+
+def _stopped() -> list[int]:
+    stopped = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "stat").read_text().split(") ")[1][0] == "T":
+                stopped.append(int(entry.name))
+        except (OSError, IndexError):
+            continue
+    return stopped
+
+
+def test_a_reply_announcing_more_than_the_outputs_can_fill_is_refused_unread(
+    tmp_path: Path,
+) -> None:
+    began = time.monotonic()
+    report = _audit(_copy(tmp_path), "floods_the_channel")
+    assert report.verdict == "FAIL"
+    crashes = [f for f in report.failures if f.check == "execution"]
+    assert crashes and "announced a reply of 8,589,934,592 bytes" in crashes[0].title
+    # refused at once: the auditor neither allocated 8 GiB nor waited for them
+    assert time.monotonic() - began < 120
+
+
+def test_an_audit_says_how_its_candidates_were_confined(tmp_path: Path) -> None:
+    report = _audit(_copy(tmp_path), "plants_files")
+    assert report.isolation == isolation().describe()
+    assert report.to_json()["isolation"] == report.isolation
+    assert AuditReport.from_json(report.to_json()).isolation == report.isolation
