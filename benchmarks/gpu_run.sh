@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|demo-quick|safety|profile|timing|bench|training|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|demo-quick|safety|profile|sandbox|timing|bench|training|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -65,6 +65,18 @@ for step in ${steps[@]}; do
         cp "$out/profiles/${names[$i]}/summary.txt" "$out/profile-${names[$i]}.txt"
       done
       tar -czf "$out/profiles.tar.gz" -C "$out" profiles && rm -rf "$out/profiles"
+      ;;
+    sandbox)
+      # the sandbox on a GPU: is it there, do the GPU paths work in it, and what it costs
+      python3 -c 'from kernelaudit.runner.sandbox import isolation; print(isolation())' | tee "$out/sandbox.txt"
+      python3 -m pytest -q -p no:cacheprovider -rfE -m "gpu or not gpu" tests/redteam \
+        tests/sanitizer/test_sanitizer_gpu.py tests/interpret/test_one_past_the_end_gpu.py \
+        tests/checks/test_races_check.py tests/checks/test_memory_check.py \
+        tests/runner > "$out/sandbox-tests.txt" 2>&1
+      echo "pytest exit code $?" | tee -a "$out/sandbox-tests.txt"
+      tail -n 5 "$out/sandbox-tests.txt"
+      python3 benchmarks/sandbox_overhead.py --sol "${PROBLEMS:-build/solexecbench}/L1/016_rope_inverse_frequency_computation" \
+        --device cuda --rounds "${ROUNDS:-2}" --out "$out/sandbox-overhead-gpu.json" 2>&1 | tail -n 8
       ;;
     timing)
       python3 benchmarks/timing_agreement.py --device cuda --out "$out/timing.json" 2>&1 | tee "$out/timing.txt"

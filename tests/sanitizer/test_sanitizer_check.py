@@ -20,7 +20,9 @@ from kernelaudit.checks.sanitizer import judged
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
 from kernelaudit.profiles import PROFILES
+from kernelaudit.runner import sandbox
 from kernelaudit.runner.candidate import parse_candidate
+from kernelaudit.runner.sandbox import Isolation
 from kernelaudit.sanitizer.child import ChildResult
 from kernelaudit.sanitizer.locate import Located
 from kernelaudit.sanitizer.report import parse
@@ -29,6 +31,14 @@ from kernelaudit.sanitizer.session import Session, ToolRun, prepare, run_session
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CANDIDATES = FIXTURES / "library_candidates.py"
+
+
+@pytest.fixture(autouse=True)
+def _unconfined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in records what it was given in the test's folder, which the sandbox keeps
+    every run from writing: these tests run the session unconfined (the real tool runs in the
+    sandbox in the GPU tests)."""
+    monkeypatch.setattr(sandbox, "isolation", lambda: Isolation("none", "a test's stand-in"))
 
 
 def _stand_in(folder: Path, outputs: dict[str, str]) -> Path:

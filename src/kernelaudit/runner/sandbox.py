@@ -21,6 +21,7 @@ import glob
 import hashlib
 import os
 import shutil
+import site
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -153,8 +154,8 @@ def _bind_system(folder: str) -> list[str]:
 @functools.cache
 def _runtime_paths() -> tuple[str, ...]:
     """The Python runtime and the folders its packages are imported from (the interpreter's
-    prefixes and every folder on sys.path but the working directory), and the folder
-    kernelaudit is imported from."""
+    prefixes and every folder on sys.path but the working directory), the folder kernelaudit
+    is imported from, and the bytecode cache where it is kept apart from the sources."""
     here = os.path.realpath(os.getcwd())
     package_root = str(Path(kernelaudit.__file__).resolve().parent.parent)
     found: dict[str, None] = {}
@@ -168,6 +169,9 @@ def _runtime_paths() -> tuple[str, ...]:
         found[real] = None
     executable = os.path.realpath(sys.executable)
     found[str(Path(executable).parent)] = None
+    if sys.pycache_prefix and os.path.isdir(sys.pycache_prefix):
+        # bytecode kept apart from the sources (PYTHONPYCACHEPREFIX): read, never written
+        found[sys.pycache_prefix] = None
     if package_root not in found:
         # a source checkout: its src/ holds kernelaudit alone, never the auditor's data
         found[str(Path(package_root) / "kernelaudit")] = None
@@ -211,6 +215,8 @@ def candidate_cache(path: str | Path) -> Path:
 def cache_environment(cache: Path) -> dict[str, str]:
     """The variables that send a confined process's caches to its own folder."""
     return {
+        # packages installed for the user stay importable once HOME moves
+        "PYTHONUSERBASE": site.getuserbase(),
         "HOME": str(cache / "home"),
         "XDG_CACHE_HOME": str(cache),
         "TRITON_CACHE_DIR": str(cache / "triton"),
