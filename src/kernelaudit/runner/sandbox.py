@@ -32,7 +32,7 @@ import kernelaudit
 
 BUBBLEWRAP = "bwrap"
 
-SCRATCH_ENV = "KERNELAUDIT_SANDBOX"
+SANDBOX_SWITCH = "KERNELAUDIT_SANDBOX"
 """Set to "off" to run candidates without the sandbox (reported as such in every audit)."""
 
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
@@ -69,8 +69,8 @@ class Isolation:
 @functools.cache
 def isolation() -> Isolation:
     """Whether bubblewrap can confine a process here: found, and a trial run succeeds."""
-    if os.environ.get(SCRATCH_ENV, "").lower() == "off":
-        return Isolation("none", f"{SCRATCH_ENV}=off was set")
+    if os.environ.get(SANDBOX_SWITCH, "").lower() == "off":
+        return Isolation("none", f"{SANDBOX_SWITCH}=off was set")
     executable = shutil.which(BUBBLEWRAP)
     if executable is None:
         return Isolation(
