@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import importlib.util
 import inspect
 import re
 import sys
@@ -35,6 +34,7 @@ from kernelaudit.problem.spec import (
     Workload,
     dim_axes,
 )
+from kernelaudit.sourcefile import import_source
 
 _DECLARATIONS = {
     cls.__name__: cls
@@ -86,12 +86,10 @@ def load_problem(path: str | Path) -> Problem:
 
 def _execute(file: Path) -> object:
     name = f"kernelaudit_problem_{abs(hash(file.resolve()))}"
-    module_spec = importlib.util.spec_from_file_location(name, file)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
     sys.path.insert(0, str(file.parent))
     try:
-        module_spec.loader.exec_module(module)
+        # from its source text: bytecode planted beside it is never run
+        module = import_source(file, name, folder_on_path=False)
     except SyntaxError as error:
         raise ProblemError(
             str(file),

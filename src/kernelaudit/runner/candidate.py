@@ -8,7 +8,6 @@ boundary.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from kernelaudit.errors import UsageError
 from kernelaudit.problem.backward import GradientsOf
+from kernelaudit.sourcefile import import_source
 
 _SPEC_HINT = 'write it as "path/to/file.py::function_name"'
 
@@ -124,17 +124,9 @@ def load_candidate(ref: CandidateRef) -> Callable[..., object]:
     # A name of our own keeps two candidates called "kernel.py" from sharing one module.
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
     name = f"kernelaudit_candidate_{digest}_{path.stem}".replace("-", "_")
-    folder = str(path.parent)
-    if not sys.path or sys.path[0] != folder:
-        # First on the path so the candidate's sibling modules win over same-named packages.
-        sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise UsageError(f"candidate {ref.label}: {path} cannot be imported as a Python module.")
-    module = importlib.util.module_from_spec(spec)
-    # Registered before it runs: dataclasses, pickling and Triton look modules up by name.
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    # its folder first on the path (its sibling modules win over same-named packages), and
+    # compiled from its source text: bytecode planted beside it is never run
+    module = import_source(path, name)
     fn = getattr(module, ref.function, None)
     if fn is None:
         defined = sorted(

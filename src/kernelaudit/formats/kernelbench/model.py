@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import random
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +14,8 @@ from types import ModuleType
 
 import numpy
 import torch
+
+from kernelaudit.sourcefile import import_source
 
 BATCH = "batch"
 """The one axis a KernelBench problem lets kernelaudit vary: the leading axis of its inputs."""
@@ -54,23 +54,7 @@ def import_file(file: Path, kind: str, stay_on_path: bool) -> ModuleType:
     make later). Exceptions the file raises propagate."""
     digest = hashlib.sha1(str(file).encode()).hexdigest()[:12]
     name = f"kernelaudit_kernelbench_{kind}_{digest}"
-    spec = importlib.util.spec_from_file_location(name, file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    folder = str(file.parent)
-    inserted = not sys.path or sys.path[0] != folder
-    if inserted:
-        sys.path.insert(0, folder)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    finally:
-        if inserted and not stay_on_path:
-            sys.path.remove(folder)
-    return module
+    return import_source(file, name, stay_on_path=stay_on_path)
 
 
 @contextmanager

@@ -4,7 +4,6 @@ the structured draws the reader infers) is the problem's input generator."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ from kernelaudit.formats.solexecbench.tensor_files import (
     workload_at,
 )
 from kernelaudit.problem.spec import dim_size
+from kernelaudit.sourcefile import import_source
 
 if TYPE_CHECKING:
     from kernelaudit.formats.solexecbench.definition import DefinitionReader
@@ -42,14 +42,9 @@ def reference_module(reader: DefinitionReader) -> Any:
     name = f"kernelaudit_solexecbench_{folder.name}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        module = import_source(file, name, folder_on_path=False)
     except Exception as error:
-        del sys.modules[name]
         raise ProblemError(
             str(reader.file),
             "reference",
