@@ -12,6 +12,7 @@ from typing import Any
 from kernelaudit.checks.base import Probe, RunPlan, Severity
 from kernelaudit.errors import UsageError
 from kernelaudit.inputs.case import Case
+from kernelaudit.report.seal import check, seal, write_atomically
 
 REPORT_FORMAT = "kernelaudit-report/1"
 
@@ -227,9 +228,13 @@ def report_document(report: AuditReport) -> dict[str, Any]:
 
 
 def write_reports(reports: list[AuditReport], path: Path) -> None:
-    """Write one JSON file holding every candidate's report."""
-    document = {"format": REPORT_FORMAT, "reports": [r.to_json() for r in reports]}
-    path.write_text(json.dumps(_strict(document), indent=1, default=_json_default, allow_nan=False))
+    """Write one JSON file holding every candidate's report, sealed (`report.seal`) and
+    written atomically."""
+    content = json.loads(
+        json.dumps(_strict([r.to_json() for r in reports]), default=_json_default, allow_nan=False)
+    )
+    document = {"format": REPORT_FORMAT, "reports": content, "seal": seal(content)}
+    write_atomically(path, json.dumps(document, indent=1, allow_nan=False))
 
 
 def read_reports(path: Path) -> list[AuditReport]:
@@ -249,6 +254,11 @@ def read_reports(path: Path) -> list[AuditReport]:
         raise UsageError(
             f"{str(path)!r} is not a kernelaudit report (field 'format' is not "
             f"{REPORT_FORMAT!r}); pass a file written by `kernelaudit check --json`"
+        )
+    if check(document.get("reports"), document.get("seal")) == "changed":
+        raise UsageError(
+            f"report {str(path)!r} was changed after kernelaudit wrote it: its seal does not "
+            "match its content; audit the candidates again for a report to trust"
         )
     return [AuditReport.from_json(r) for r in document["reports"]]
 
