@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from kernelaudit.engine.audit import audit
+from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport
 from kernelaudit.problem.load import load_problem
+from kernelaudit.runner.process import child_environment
 from kernelaudit.runner.sandbox import isolation
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -127,3 +129,14 @@ def test_an_audit_says_how_its_candidates_were_confined(tmp_path: Path) -> None:
     assert report.isolation == isolation().describe()
     assert report.to_json()["isolation"] == report.isolation
     assert AuditReport.from_json(report.to_json()).isolation == report.isolation
+
+
+def test_an_audit_started_from_a_candidates_file_is_refused_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match='if __name__ == "__main__"'):
+        _audit(_copy(tmp_path), "audits_at_import")
+
+
+def test_nothing_in_a_candidates_environment_names_the_auditor() -> None:
+    environment = child_environment("cpu")
+    assert not [name for name, value in environment.items() if str(os.getpid()) == value]
+    assert not [name for name in environment if "AUDITOR" in name]

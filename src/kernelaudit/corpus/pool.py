@@ -23,7 +23,6 @@ from kernelaudit.corpus.jobs import Job
 from kernelaudit.corpus.slot import result_of
 from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult
 from kernelaudit.errors import UsageError
-from kernelaudit.runner.messages import AUDITOR_PID
 from kernelaudit.runner.process import child_environment
 from kernelaudit.runner.threads import thread_environment, usable_cores
 
@@ -207,8 +206,6 @@ class _Slot:
 
     def start(self) -> None:
         env = child_environment(self.place.device)
-        # the slot is an auditor, not a candidate's process: it must be allowed to audit
-        env.pop(AUDITOR_PID)
         env.update(self.threads)
         if self.place.visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.place.visible

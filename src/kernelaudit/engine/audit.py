@@ -3,8 +3,8 @@ observation with every check, group failures into findings, shrink them, and rep
 
 from __future__ import annotations
 
-import os
 import platform
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -36,7 +36,7 @@ from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile, profile_named
 from kernelaudit.runner.candidate import CandidateRef, from_callable
-from kernelaudit.runner.messages import AUDITOR_PID
+from kernelaudit.runner.messages import CANDIDATE_MAINS
 from kernelaudit.runner.process import Limits, Worker, default_limits
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.threads import held_to, thread_share
@@ -79,6 +79,7 @@ def audit(
     candidate: a module-level function, a CandidateRef, or a spec: "path/file.py::function",
         a SOL-ExecBench solution.json, a KernelBench file defining ModelNew.
     """
+    _refuse_inside_a_candidate()
     # the readers import the runner and the checks: imported here, not at module level
     from kernelaudit.formats import read_candidate, read_problem
 
@@ -92,6 +93,15 @@ def audit(
         ref = from_callable(candidate)
     chosen = profile if isinstance(profile, Profile) else profile_named(profile)
     return run_audit(problem, ref, chosen, resolve_device(device), build_checks(checks), progress)
+
+
+def _refuse_inside_a_candidate() -> None:
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if main is not None and main.name in CANDIDATE_MAINS:
+        raise UsageError(
+            "an audit was started while a candidate's file was being imported in its worker; "
+            'put the code that starts the audit under `if __name__ == "__main__":`'
+        )
 
 
 def audit_in_turn(
@@ -142,11 +152,7 @@ def run_audit(
     ahead of time (see `Worker.launch`); the audit closes it. Findings are numbered
     `{finding_prefix}F1`, `F2`, ... The audit holds this process's thread pools to its share of
     the cores while it runs (`runner.threads`)."""
-    if AUDITOR_PID in os.environ:
-        raise UsageError(
-            "an audit was started while a candidate's file was being imported in its worker; "
-            'put the code that starts the audit under `if __name__ == "__main__":`'
-        )
+    _refuse_inside_a_candidate()
     with held_to(thread_share(device)):
         try:
             return _audit(

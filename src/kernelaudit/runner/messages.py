@@ -12,9 +12,15 @@ from typing import Any
 
 import torch
 
-AUDITOR_PID = "KERNELAUDIT_AUDITOR_PID"
-"""Set in every worker's environment: the auditor's pid. Its presence also tells an audit that
-it was started from inside a worker."""
+CANDIDATE_MAINS = (
+    "kernelaudit.runner.worker",
+    "kernelaudit.sanitizer.child",
+    "kernelaudit.interpret.child",
+    "kernelaudit.large.child",
+    "kernelaudit.training.worker",
+)
+"""The programs that import and run a candidate: a process whose main module is one of them
+is a candidate's, and must not start audits of its own."""
 
 
 @dataclass(frozen=True)

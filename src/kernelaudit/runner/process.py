@@ -29,7 +29,7 @@ import torch
 import kernelaudit
 from kernelaudit.errors import UsageError
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.messages import AUDITOR_PID, Invocation, InvocationResult
+from kernelaudit.runner.messages import Invocation, InvocationResult
 from kernelaudit.runner.sandbox import for_candidate, isolation
 from kernelaudit.runner.threads import thread_environment, thread_share
 from kernelaudit.runner.wire import TooLarge, decode, encode
@@ -483,11 +483,10 @@ def _widen(fd: int) -> None:
 
 
 def child_environment(device: str) -> dict[str, str]:
-    """The environment of a process that runs a candidate: marked as such, able to import
-    kernelaudit, its thread pools held to the audit's share of the cores, and with Triton
-    interpreting kernels on a CPU."""
+    """The environment of a process that runs a candidate: able to import kernelaudit, its
+    thread pools held to the audit's share of the cores, and with Triton interpreting kernels
+    on a CPU. Nothing in it names the auditor."""
     env = dict(os.environ)
-    env[AUDITOR_PID] = str(os.getpid())
     env.update(thread_environment(thread_share(device)))
     # A source checkout the auditor was imported from must be importable by the child too;
     # an installed package already is, and site-packages must not move ahead of the stdlib.
