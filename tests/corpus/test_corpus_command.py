@@ -29,9 +29,11 @@ from running_corpora import (
 )
 
 from kernelaudit.cli import main
+from kernelaudit.corpus import command as corpus_command
 from kernelaudit.corpus.cluster import run_ray
 from kernelaudit.corpus.store import Store
 from kernelaudit.errors import UsageError
+from kernelaudit.runner.sandbox import Isolation
 
 FAST = ["--profile", "quick", "--checks", "tripwires", "--device", "cpu"]
 KILLS_ITS_AUDITOR = """
@@ -199,3 +201,20 @@ def test_summary_only_needs_an_existing_database(
 ) -> None:
     assert main(["corpus", "--summary-only", "--db", str(tmp_path / "none.sqlite")]) == 2
     assert "none.sqlite does not exist" in " ".join(capsys.readouterr().err.split())
+
+
+def test_strict_refuses_a_corpus_where_no_sandbox_can_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        corpus_command, "isolation", lambda: Isolation("none", "bubblewrap is not installed")
+    )
+    problem = tmp_path / "identity.py"
+    shutil.copy(IDENTITY, problem)
+    candidate(tmp_path, "copy")
+    manifest = tmp_path / "jobs.jsonl"
+    manifest.write_text(json.dumps({"problem": "identity.py", "candidate": "copy.py::copy"}))
+    db = tmp_path / "results.sqlite"
+    assert main(["corpus", str(manifest), "--db", str(db), "--strict", *FAST]) == 2
+    assert "bubblewrap is not installed" in " ".join(capsys.readouterr().err.split())
+    assert not db.exists()

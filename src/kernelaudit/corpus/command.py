@@ -21,6 +21,7 @@ from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, write_reports
 from kernelaudit.profiles import PROFILES
 from kernelaudit.report.html import write_html
+from kernelaudit.runner.sandbox import isolation
 
 DEFAULT_DB = "kernelaudit-corpus.sqlite"
 _RETRIED = {"error", "timeout", "crash"}
@@ -103,6 +104,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         f"here ({LOCAL}, with --workers CPUs); needs kernelaudit[ray]",
     )
     corpus.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse to audit where candidates cannot run in their sandbox (bubblewrap), and "
+        "exit 1 if any job's candidate ran without it",
+    )
+    corpus.add_argument(
         "--summary-only",
         action="store_true",
         help="print the summary of the database (of SOURCE's jobs, if given) without auditing",
@@ -130,6 +137,9 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
             "pass SOURCE, a corpus directory or a manifest; or --summary-only to summarise "
             "the database"
         )
+    here = isolation()
+    if args.strict and not args.ray and not here.confined:
+        raise UsageError(f"--strict: candidates cannot run in their sandbox here: {here.reason}")
     reports = _reports(args)
     db.parent.mkdir(parents=True, exist_ok=True)
     with Store(db) as store:
@@ -142,11 +152,21 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
         if args.rerun or args.rerun_errors or args.rerun_unrunnable:
             store.abandon([key for key, _ in pending])
         pending = _crash_stale(pending, store, args, checks, console)
+        unconfined: list[str] = []
         if pending:
             reports.mkdir(parents=True, exist_ok=True)
-            _audit(pending, args, checks, store, reports, console)
+            unconfined = _audit(pending, args, checks, store, reports, console)
             console.print(f"reports: {escape(str(reports))}")
-        return _summarise(console, store, jobs)
+        code = _summarise(console, store, jobs)
+    if unconfined:
+        console.print(
+            f"[yellow]{len(unconfined)} job(s) ran their candidate without a sandbox: "
+            f"{escape(unconfined[0])}[/]"
+        )
+        if args.strict:
+            console.print("[red]--strict: exiting 1 because the sandbox could not run[/]")
+            return 1
+    return code
 
 
 def _reports(args: argparse.Namespace) -> Path:
@@ -239,7 +259,9 @@ def _audit(
     store: Store,
     reports: Path,
     console: Console,
-) -> None:
+) -> list[str]:
+    """Audit the pending jobs; returns how each job that ran unconfined was run."""
+    unconfined: list[str] = []
     with progress(console, len(pending)) as advance:
 
         def finished(result: JobResult) -> None:
@@ -247,6 +269,8 @@ def _audit(
             # ever lacks its reports
             if result.report is not None:
                 report = AuditReport.from_json(result.report)
+                if not report.confined:
+                    unconfined.append(report.isolation)
                 name = reports / result.key[:12]
                 write_reports([report], name.with_suffix(".json"))
                 write_html([report], name.with_suffix(".html"))
@@ -265,7 +289,7 @@ def _audit(
                 args.job_timeout,
                 args.workers,
             )
-            return
+            return unconfined
         places = _places(args.device, args.workers)
         console.print(
             f"auditing on {len(places)} slot(s): "
@@ -273,6 +297,7 @@ def _audit(
         )
         logs = reports / "slot-logs"
         run_local(pending, places, args.profile, checks, logs, finished, store, args.job_timeout)
+    return unconfined
 
 
 def _places(device: str, workers: int | None) -> list[Place]:
