@@ -22,5 +22,10 @@ class ProblemError(UsageError):
 
 class CaseUnavailable(Exception):
     """The problem cannot make inputs for a case (its inputs are recorded, say, only at the
-    sizes of its workloads): the case is left out of the audit and reported as untried, which
-    is no fault of the candidate's nor of the problem's."""
+    sizes of its workloads), or its reference cannot run at sizes no workload has: the case is
+    left out of the audit and reported as untried, which is no fault of the candidate's nor of
+    the problem's. `reason` is the few words the report's untried list gives."""
+
+    def __init__(self, message: str, reason: str = "no inputs at these sizes") -> None:
+        super().__init__(message)
+        self.reason = reason

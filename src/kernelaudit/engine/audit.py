@@ -17,7 +17,7 @@ from kernelaudit.checks import build_checks
 from kernelaudit.checks.base import Check, PlanContext, Probe
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
-from kernelaudit.engine.budget import fit, untried_summary
+from kernelaudit.engine.budget import fit, unavailable_summary, untried_summary
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.grouping import finding_of
 from kernelaudit.engine.measure import load_measuring
@@ -262,10 +262,7 @@ def _audit(
             ("probes_untried", len(fitted.untried)),
         ),
         untried=untried_summary(fitted.untried + (backward.untried if backward else ()))
-        + untried_summary(
-            tuple(p for p, _ in probing.unavailable) + (backward.unavailable if backward else ()),
-            "no inputs at these sizes",
-        ),
+        + unavailable_summary((*probing.unavailable, *(backward.unavailable if backward else ()))),
     )
 
 
@@ -295,7 +292,7 @@ def _backward_pass(
             finding_of(executor, by_name[name], key, items, probing.records, ctx.profile)
             for (name, key), items in probing.groups.items()
         ]
-    unavailable = tuple(p for p, _ in probing.unavailable)
+    unavailable = tuple(probing.unavailable)
     return _Backward(
         findings, probing.records, time.perf_counter() - began, fitted.untried, unavailable
     )
@@ -310,7 +307,7 @@ class _Backward:
     seconds: float
     untried: tuple[Probe, ...]
     """Probes the budget left out."""
-    unavailable: tuple[Probe, ...]
+    unavailable: tuple[tuple[Probe, str], ...]
     """Probes whose case the problem cannot make inputs for."""
 
 

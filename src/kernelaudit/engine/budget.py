@@ -11,6 +11,7 @@ cases run, and the verdict, do not depend on how busy the host is.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernelaudit.checks import build_checks
@@ -64,11 +65,18 @@ def fit(planned: list[Probe], problem: Problem, device: str, budget_s: float) ->
     return FittedPlan(tuple(required + taken), tuple(untried), estimate, budget_s)
 
 
-def untried_summary(untried: tuple[Probe, ...], why: str = "") -> tuple[tuple[str, int], ...]:
-    """How many probes were left untried, by check and shape ("numerics @ workload 3"), with
-    why where it is not the budget ("numerics @ boundary n=17: no inputs at these sizes")."""
-    reason = f": {why}" if why else ""
-    counts = Counter(f"{p.check} @ {p.case.label}{reason}" for p in untried)
+def untried_summary(untried: tuple[Probe, ...]) -> tuple[tuple[str, int], ...]:
+    """How many probes the budget left untried, by check and shape ("numerics @ workload 3")."""
+    counts = Counter(f"{p.check} @ {p.case.label}" for p in untried)
+    return tuple(sorted(counts.items()))
+
+
+def unavailable_summary(
+    unavailable: Sequence[tuple[Probe, str]],
+) -> tuple[tuple[str, int], ...]:
+    """How many probes could not run, by check, shape and why ("numerics @ boundary n=17:
+    no inputs at these sizes")."""
+    counts = Counter(f"{p.check} @ {p.case.label}: {why}" for p, why in unavailable)
     return tuple(sorted(counts.items()))
 
 

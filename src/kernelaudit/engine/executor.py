@@ -11,6 +11,7 @@ from typing import Any
 from kernelaudit.checks.base import Expected, Observation, Probe, Step
 from kernelaudit.engine.calls import call_for, reply_limit
 from kernelaudit.engine.measure import reference_kernels, reference_memory, reference_timing
+from kernelaudit.errors import CaseUnavailable, ProblemError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle.truth import expected
@@ -44,7 +45,18 @@ class Executor:
         began = time.perf_counter()
         inputs = materialize(self.problem, case)
         config = self.problem.dtype_configs()[case.dtype_config]
-        prepared = (inputs, expected(self.problem, inputs, config, self.device))
+        try:
+            prepared = (inputs, expected(self.problem, inputs, config, self.device))
+        except ProblemError as error:
+            if at_a_workload(self.problem, case) or device_fault(error):
+                raise
+            # sizes no workload has, which the reference cannot handle (channels fewer than
+            # its groups, say): a constraint the declaration does not state, not the problem's
+            # fault, and no case to judge a candidate on
+            raise CaseUnavailable(
+                f"the reference cannot run at {case.describe()}: {error.message}",
+                "the reference cannot run at these sizes",
+            ) from error
         self.seconds["truth and baseline"] += time.perf_counter() - began
         self._expected[case] = prepared
         if len(self._expected) > _CACHE_SIZE:
@@ -113,3 +125,19 @@ class Executor:
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:
         return call_for(self.problem, case, inputs, poison)
+
+
+def at_a_workload(problem: Problem, case: Case) -> bool:
+    """Whether the case's sizes are those of one of the problem's declared workloads."""
+    sizes = case.size_map()
+    return any(
+        all(sizes.get(axis) == size for axis, size in workload.as_dict().items())
+        for workload in problem.workloads
+    )
+
+
+def device_fault(error: BaseException) -> bool:
+    """Whether the reference's failure left the device unusable (a device-side assertion, an
+    illegal access): then the audit cannot go on, whatever the case."""
+    cause = error.__cause__ or error
+    return type(cause).__name__ == "AcceleratorError" or "CUDA error" in str(cause)

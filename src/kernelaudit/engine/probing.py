@@ -101,7 +101,7 @@ def probe_all(
         try:
             observation = executor.observe(probe)
         except CaseUnavailable as error:
-            probing.unavailable.append((probe, str(error)))
+            probing.unavailable.append((probe, error.reason))
             continue
         judging_began = time.perf_counter()
         _note_workload_errors(probing, executor.problem, observation)
