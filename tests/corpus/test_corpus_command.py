@@ -169,12 +169,17 @@ def test_a_busy_slot_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
     assert not alive(slot)
 
 
-def test_rerun_audits_finished_jobs_again(tmp_path: Path) -> None:
-    problem = tmp_path / "identity.py"
-    shutil.copy(IDENTITY, problem)
-    candidate(tmp_path, "copy")
-    manifest = tmp_path / "jobs.jsonl"
+def _one_job(root: Path) -> Path:
+    """A manifest of one job: the identity problem and a copying candidate."""
+    shutil.copy(IDENTITY, root / "identity.py")
+    candidate(root, "copy")
+    manifest = root / "jobs.jsonl"
     manifest.write_text(json.dumps({"problem": "identity.py", "candidate": "copy.py::copy"}))
+    return manifest
+
+
+def test_rerun_audits_finished_jobs_again(tmp_path: Path) -> None:
+    manifest = _one_job(tmp_path)
     db = tmp_path / "results.sqlite"
     argv = ["corpus", str(manifest), "--db", str(db), *FAST]
     assert main(argv) == 0
@@ -209,11 +214,7 @@ def test_strict_refuses_a_corpus_where_no_sandbox_can_run(
     monkeypatch.setattr(
         corpus_command, "isolation", lambda: Isolation("none", "bubblewrap is not installed")
     )
-    problem = tmp_path / "identity.py"
-    shutil.copy(IDENTITY, problem)
-    candidate(tmp_path, "copy")
-    manifest = tmp_path / "jobs.jsonl"
-    manifest.write_text(json.dumps({"problem": "identity.py", "candidate": "copy.py::copy"}))
+    manifest = _one_job(tmp_path)
     db = tmp_path / "results.sqlite"
     assert main(["corpus", str(manifest), "--db", str(db), "--strict", *FAST]) == 2
     assert "bubblewrap is not installed" in " ".join(capsys.readouterr().err.split())

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import torch
 
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import tensor_elements
 from kernelaudit.problem.spec import Problem, resolve_shape
 from kernelaudit.runner.messages import Call, OutputSlot, TensorArg
 
@@ -49,14 +50,8 @@ def reply_limit(problem: Problem, cases: list[Case], fallback: int) -> int:
     limit): the bound then comes from what the worker may hold, never from what it says."""
     total = REPLY_SLACK_BYTES
     for case in cases:
-        sizes = case.size_map()
-        for spec in (*problem.tensor_inputs, *problem.outputs):
-            try:
-                shape = resolve_shape(spec.shape, sizes)
-            except (KeyError, ValueError, TypeError):
-                return max(fallback, total)
-            elements = 1
-            for size in shape:
-                elements *= max(int(size), 0)
-            total += REPLY_COPIES * 8 * elements
+        counts = tensor_elements(problem, case.size_map())
+        if None in counts:
+            return max(fallback, total)
+        total += REPLY_COPIES * 8 * sum(c for c in counts if c is not None)
     return total

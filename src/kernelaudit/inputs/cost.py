@@ -44,17 +44,24 @@ def cost_model(device: str) -> CostModel:
 def case_elements(problem: Problem, sizes: Mapping[str, int]) -> int:
     """Elements of every tensor input and output at `sizes` (shapes that these sizes do not
     bind count as nothing)."""
-    total = 0
+    return sum(count or 0 for count in tensor_elements(problem, sizes))
+
+
+def tensor_elements(problem: Problem, sizes: Mapping[str, int]) -> list[int | None]:
+    """Elements of each tensor input, then each output, at `sizes`: None for a shape these
+    sizes do not bind."""
+    counts: list[int | None] = []
     for spec in (*problem.tensor_inputs, *problem.outputs):
         try:
             shape = resolve_shape(spec.shape, sizes)
         except (KeyError, ValueError, TypeError):
+            counts.append(None)
             continue
         count = 1
         for size in shape:
             count *= max(int(size), 0)
-        total += count
-    return total
+        counts.append(count)
+    return counts
 
 
 def case_seconds(problem: Problem, case: Case, device: str, calls: int = 1) -> float:

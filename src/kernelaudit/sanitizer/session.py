@@ -205,11 +205,8 @@ def run_session(
         for tool, outcome in runs:
             if isinstance(outcome, str):
                 skipped.append((tool, outcome))
-                continue
-            done = outcome.result()
-            if unimportable:
-                continue
-            tools.append(done)
+            else:
+                tools.append(outcome.result())
     halt.set()  # ends the thread that follows `stop`
     return Session(
         cases=tuple(f"{c.label}: {c.describe()}" for c in cases),
