@@ -100,6 +100,37 @@ def test_a_zero_time_beats_any_floor_and_stays_valid_json():
     assert json.loads(json.dumps(place.to_json(), allow_nan=False))["fraction"] is None
 
 
+def test_work_a_warm_cache_can_hold_has_no_memory_floor():
+    cpu_like = Roofline("a made-up CPU", 1e10, {"float32": 1e11}, "made up", warm_cache_bytes=2**20)
+    in_cache = position(1e-9, None, 2**19, torch.float32, cpu_like)
+    assert (in_cache.memory_floor_s, in_cache.beats_floor) == (0.0, False)
+    beyond = position(1e-6, None, 2**20 + 10**7, torch.float32, cpu_like)
+    assert beyond.memory_floor_s == pytest.approx(1e-3)
+    assert beyond.beats_floor is True
+
+
+def test_a_busy_host_does_not_lower_the_measured_peak(monkeypatch):
+    """The peak is the fastest sample: samples slowed by other work on the host leave it
+    unchanged, so a quiet candidate is never judged against a floor measured while busy."""
+    quiet = [1e-3] * 5
+    busy = [1e-3, 4e-3, 5e-3, 3e-3, 6e-3]
+    rates = []
+    for samples in (quiet, busy):
+        timing = roofline_module.Timing(
+            median_s=sorted(samples)[2],
+            p10_s=min(samples),
+            p90_s=max(samples),
+            repetitions=len(samples),
+            warmup=0,
+            method="made up",
+            overhead_s=0.0,
+            samples_s=tuple(samples),
+        )
+        monkeypatch.setattr(roofline_module, "time_calls", lambda *a, _t=timing, **k: _t)
+        rates.append(roofline_module._measure(torch.device("cpu"), "CPU").bandwidth_bytes_per_s)
+    assert rates[0] == rates[1]
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(UsageError, match="negative"):
         position(-1.0, None, 10, torch.float16, MADE_UP)
@@ -117,6 +148,7 @@ def test_the_cpu_roofline_is_measured_labelled_and_kept_on_disk(monkeypatch, tmp
     assert set(measured.flops_per_s) == {"float32", "float64", "bfloat16", "float16"}
     assert all(rate > 0 for rate in measured.flops_per_s.values())
     assert "CPU measurement" in measured.method
+    assert measured.warm_cache_bytes >= 2**15, "a CPU's caches stay warm between timed calls"
     assert measure_roofline("cpu") is measured
     (saved,) = (tmp_path / "kernelaudit").glob("roofline-*.json")
     assert json.loads(saved.read_text())["roofline"]["device"] == measured.device

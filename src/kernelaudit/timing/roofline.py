@@ -16,7 +16,7 @@ import os
 import platform
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from kernelaudit.errors import UsageError
-from kernelaudit.timing.measure import as_device, format_seconds, l2_bytes, time_calls
+from kernelaudit.timing.measure import Timing, as_device, format_seconds, l2_bytes, time_calls
 
 FLOOR_SLACK = 0.5
 """A time under this fraction of the measured floor is physically impossible. The measured
@@ -58,7 +58,11 @@ CPU_MATMUL_SIZES = {"float32": 512, "float64": 512, "bfloat16": 512, "float16": 
 """Small enough that the whole CPU measurement takes well under a second (float16 matmul has
 no fast path on most CPUs), large enough to leave the caches and use every thread."""
 
-CACHE_FORMAT = "kernelaudit-roofline/1"
+CACHE_FORMAT = "kernelaudit-roofline/2"
+
+UNKNOWN_CPU_CACHE_BYTES = 1 << 30
+"""Assumed size of a CPU's largest cache when the system does not say: larger than any cache
+shipped, so an unknown cache never makes an honest time look impossible."""
 
 _DTYPE_KEYS = {
     torch.float16: "float16",
@@ -74,12 +78,16 @@ class Roofline:
 
     flops_per_s: dtype name ("float16", "bfloat16", "float32", "tf32", "float64") -> FLOP/s.
     method: how the rates were measured, and where they were read from when cached.
+    warm_cache_bytes: bytes a timed call may find in cache, left there by the call before it:
+    none on CUDA (the L2 is flushed before every timed call), the largest cache on a CPU. Work
+    up to this size has no memory floor.
     """
 
     device: str
     bandwidth_bytes_per_s: float
     flops_per_s: dict[str, float] = field(hash=False)
     method: str
+    warm_cache_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -93,6 +101,7 @@ class Roofline:
             bandwidth_bytes_per_s=float(data["bandwidth_bytes_per_s"]),
             flops_per_s={str(k): float(v) for k, v in data["flops_per_s"].items()},
             method=str(data["method"]),
+            warm_cache_bytes=int(data.get("warm_cache_bytes", 0)),
         )
 
 
@@ -223,7 +232,8 @@ def position(
         roofline.flops_per_s[k] for k in FASTER_PATHS.get(key, ()) if k in roofline.flops_per_s
     ]
     fastest = max([r for r in (rate, *faster) if r], default=None)
-    memory_floor = bytes_ / roofline.bandwidth_bytes_per_s
+    # bytes a warm cache can serve are free: only the rest must cross the measured bandwidth
+    memory_floor = max(0, bytes_ - roofline.warm_cache_bytes) / roofline.bandwidth_bytes_per_s
     compute_floor = flops / rate if flops and rate else 0.0
     floor = max(memory_floor, compute_floor)
     least = max(memory_floor, flops / fastest if flops and fastest else 0.0)
@@ -289,19 +299,44 @@ def _measure(device: torch.device, name: str) -> Roofline:
     listed = ", ".join(f"n={n} {key}" for key, n in sizes.items())
     clock = "CUDA events, L2 flushed, device-wide sync" if on_cuda else "host clock"
     method = (
-        f"bandwidth: median time of a {copy_bytes / 2**20:.0f} MiB copy within the device, "
-        f"counting bytes read and written; compute: median time of a square torch.mm per dtype "
+        f"bandwidth: fastest time of a {copy_bytes / 2**20:.0f} MiB copy within the device, "
+        f"counting bytes read and written; compute: fastest time of a square torch.mm per dtype "
         f"({listed}; float32 with TF32 off), at 2n^3 FLOP each; timed with {clock}"
         + ("" if on_cuda else "; a CPU measurement with small sizes, a rough guide only")
+        + "; the fastest time is the peak: a busy host only ever slows a measurement down"
     )
-    return Roofline(device=name, bandwidth_bytes_per_s=bandwidth, flops_per_s=rates, method=method)
+    return Roofline(
+        device=name,
+        bandwidth_bytes_per_s=bandwidth,
+        flops_per_s=rates,
+        method=method,
+        warm_cache_bytes=0 if on_cuda else cpu_cache_bytes(),
+    )
+
+
+def cpu_cache_bytes() -> int:
+    """The largest CPU cache the system reports (the last level of cpu0's caches), or
+    UNKNOWN_CPU_CACHE_BYTES when it reports none."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        match = re.fullmatch(r"(\d+)([KMG]?)", entry.read_text().strip())
+        if match:
+            scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[match.group(2)]
+            sizes.append(int(match.group(1)) * scale)
+    return max(sizes, default=UNKNOWN_CPU_CACHE_BYTES)
 
 
 def _copy_seconds(copy_bytes: int, device: torch.device, budget: dict[str, Any]) -> float:
     words = copy_bytes // 4
     source = torch.randint(-(2**31), 2**31 - 1, (words,), dtype=torch.int32, device=device)
     target = torch.empty_like(source)
-    return time_calls(lambda: target.copy_(source), device, **budget).median_s
+    return _fastest(time_calls(lambda: target.copy_(source), device, **budget))
+
+
+def _fastest(timing: Timing) -> float:
+    """The peak's time: the fastest sample, or the median where overhead correction left a
+    sample at zero."""
+    return min(timing.samples_s) or timing.median_s
 
 
 def _matmul_seconds(key: str, n: int, device: torch.device, budget: dict[str, Any]) -> float:
@@ -313,7 +348,7 @@ def _matmul_seconds(key: str, n: int, device: torch.device, budget: dict[str, An
     # the flag is process-wide: restored even on failure, as the audit depends on it
     torch.set_float32_matmul_precision("high" if key == "tf32" else "highest")
     try:
-        return time_calls(lambda: torch.mm(a, b, out=out), device, **budget).median_s
+        return _fastest(time_calls(lambda: torch.mm(a, b, out=out), device, **budget))
     finally:
         torch.set_float32_matmul_precision(before)
 
@@ -330,7 +365,7 @@ def _load(path: Path, key: tuple[str, ...]) -> Roofline | None:
     if not all(math.isfinite(r) and r > 0 for r in rates):
         return None
     method = f"{roofline.method}; read from {path}, measured {data.get('measured', 'earlier')}"
-    return Roofline(roofline.device, roofline.bandwidth_bytes_per_s, roofline.flops_per_s, method)
+    return replace(roofline, method=method)
 
 
 def _store(path: Path, key: tuple[str, ...], roofline: Roofline) -> None:
