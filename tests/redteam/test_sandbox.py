@@ -136,6 +136,14 @@ def test_an_audit_started_from_a_candidates_file_is_refused_with_the_fix(tmp_pat
         _audit(_copy(tmp_path), "audits_at_import")
 
 
+def test_a_candidate_looking_for_signs_of_its_audit_finds_none(tmp_path: Path) -> None:
+    """Names, guard bands and poison values: none is a constant a candidate can look for, so
+    one that computes correctly only when watched is judged on what it does unwatched."""
+    report = _audit(_copy(tmp_path), "knows_it_is_watched")
+    assert report.verdict == "FAIL"
+    assert any(f.check == "numerics" for f in report.failures)
+
+
 def test_nothing_in_a_candidates_environment_names_the_auditor() -> None:
     environment = child_environment("cpu")
     assert not [name for name, value in environment.items() if str(os.getpid()) == value]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -48,16 +50,37 @@ def test_expanded_input_shares_memory_and_keeps_its_values() -> None:
         (torch.float32, math.nan, -12345.6789),
         (torch.float16, math.nan, -12345.6789),
         (torch.bfloat16, math.nan, -12345.6789),
-        (torch.int32, -(2**31), 0x5A5A5A5A),
-        (torch.int8, -128, 0x5A),
-        (torch.uint8, 255, 0x5A),
+        (torch.int32, -(2**31), 0x2F2F2F2F),
+        (torch.int8, -128, 0x2F),
+        (torch.uint8, 255, 0x2F),
         (torch.bool, True, True),
     ],
 )
 def test_poison_values(dtype: torch.dtype, nan: float, sentinel: float) -> None:
     got = poison_value("nan", dtype)
     assert got == nan or (math.isnan(nan) and math.isnan(got))
-    assert poison_value("sentinel", dtype) == sentinel
+    assert poison_value("sentinel", dtype, sentinel=-12345.6789) == sentinel
+
+
+def test_canary_and_sentinel_differ_from_one_process_to_the_next() -> None:
+    """Nothing a candidate can read off its memory is a constant it could know in advance:
+    the bytes around its tensors and the sentinel poison are drawn anew in every process."""
+    script = (
+        "import torch; from kernelaudit.runner.guard import allocate, GUARD_BYTES;"
+        "from kernelaudit.runner.poison import AUDIT_SENTINEL;"
+        "g = allocate('input 0', (4,), (1,), torch.float32, 'cpu');"
+        "print(bytes(g.buffer[:GUARD_BYTES].tolist()).hex(), AUDIT_SENTINEL)"
+    )
+    seen = [
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    (band_a, sentinel_a), (band_b, sentinel_b) = seen
+    assert band_a != band_b and sentinel_a != sentinel_b
+    assert len(set(bytes.fromhex(band_a))) > 64, "a band is not one byte repeated"
+    assert 1e3 <= abs(float(sentinel_a)) < 3e4
 
 
 def test_float8_sentinel_is_finite() -> None:

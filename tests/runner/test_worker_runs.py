@@ -13,7 +13,7 @@ from kernelaudit.inputs.layouts import geometry
 from kernelaudit.problem.spec import LAYOUTS
 from kernelaudit.runner.candidate import parse_candidate
 from kernelaudit.runner.messages import Call, Invocation, InvocationResult, OutputSlot, TensorArg
-from kernelaudit.runner.poison import poison_value
+from kernelaudit.runner.poison import AUDIT_SENTINEL, poison_value
 from kernelaudit.runner.process import Worker
 
 FIXTURE = Path(__file__).parent / "fixtures" / "behaviours.py"
@@ -52,7 +52,9 @@ def worker(request: pytest.FixtureRequest):
 def call(behaviour: str, *args, slots=(), poison="nan") -> Call:
     """A call of one behaviour. Its arguments start at position 1 ("input 1"): position 0
     picks the behaviour."""
-    return Call(args=(NAMES.index(behaviour), *args), slots=slots, poison=poison)
+    return Call(
+        args=(NAMES.index(behaviour), *args), slots=slots, poison=poison, sentinel=AUDIT_SENTINEL
+    )
 
 
 def run(worker: Worker, *calls: Call, return_inputs=()) -> InvocationResult:

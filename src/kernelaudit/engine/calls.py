@@ -11,6 +11,7 @@ from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import tensor_elements
 from kernelaudit.problem.spec import Problem, resolve_shape
 from kernelaudit.runner.messages import Call, OutputSlot, TensorArg
+from kernelaudit.runner.poison import AUDIT_SENTINEL
 
 
 def call_for(
@@ -32,7 +33,7 @@ def call_for(
             OutputSlot(resolve_shape(out.shape, sizes), problem.output_dtype(out, config))
             for out in problem.outputs
         )
-    return Call(args=tuple(args), slots=slots, poison=poison)
+    return Call(args=tuple(args), slots=slots, poison=poison, sentinel=AUDIT_SENTINEL)
 
 
 REPLY_COPIES = 4

@@ -118,11 +118,11 @@ def _run(
     for k, slot in enumerate(call.slots):
         stride = contiguous_geometry(tuple(slot.shape)).stride
         guarded = allocate(f"output {k}", tuple(slot.shape), stride, slot.dtype, "cpu")
-        fill_poison(guarded.view, call.poison)
+        fill_poison(guarded.view, call.poison, call.sentinel)
         slots.append(guarded.view)
         named.append((guarded.view, f"output {output_names[k]}"))
     # the candidate's own allocations get guard bands too, and a name once it returns them
-    mode = PoisonMode(call.poison)
+    mode = PoisonMode(call.poison, call.sentinel)
     error = ""
     try:
         with mode:

@@ -55,7 +55,7 @@ class InterpretedRun:
         self._calls = len(calls)
         self._timeout_s = timeout_s
         self._deadline = time.monotonic() + timeout_s
-        self._folder = tempfile.TemporaryDirectory(prefix="kernelaudit-interpret-")
+        self._folder = tempfile.TemporaryDirectory()
         request = Path(self._folder.name) / "request.pt"
         self._result = Path(self._folder.name) / "result.json"
         torch.save(

@@ -117,7 +117,7 @@ def run_large(
 ) -> LargeRun:
     """Draw the large case on `device` in a process of its own, call the candidate once, and
     bring back the checked rows."""
-    with tempfile.TemporaryDirectory(prefix="kernelaudit-large-") as folder:
+    with tempfile.TemporaryDirectory() as folder:
         request, result = Path(folder) / "request.json", Path(folder) / "result.pt"
         request.write_text(json.dumps(request_for(problem, candidate, case, device, seed)))
         done = run_child(

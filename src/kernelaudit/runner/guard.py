@@ -1,15 +1,19 @@
 """Guarded buffers: every tensor the candidate touches sits between bands of canary bytes.
 
 A guarded buffer is one flat byte allocation: a leading band of `GUARD_BYTES`, the storage
-the view needs, and a trailing band, every byte first set to `CANARY`. The view is built with
-`as_strided` inside it. After the call, any byte that is not an element of the view (in the
-bands, or in the gaps of a strided or expanded storage) and no longer holds the canary was
-written out of bounds.
+the view needs, and a trailing band, every byte first set to the canary: random bytes drawn
+once per process (`CANARY_BYTES` of them, repeated), so no fixed value in memory next to an
+input tells a candidate that it is watched; read as numbers they are garbage, as
+uninitialised memory is, so an out-of-bounds read shows up in the results. The view is built
+with `as_strided` inside it. After the call, any byte that is not an element of the view (in
+the bands, or in the gaps of a strided or expanded storage) and no longer holds its canary
+byte was written out of bounds.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -21,9 +25,19 @@ GUARD_BYTES = 512
 """Each band's size. A multiple of every element size and of 16, so views stay 16-byte aligned
 (the allocators align buffers to at least 64 bytes) unless a layout's offset misaligns them."""
 
-CANARY = 0x7F
-"""The byte every guard holds. Read as float32 or bfloat16 it is a huge finite value (3.4e38),
-as float16 a NaN, as int32 2139062143: an out-of-bounds read shows up in the results."""
+CANARY_BYTES = 4096
+"""The length of the canary pattern, a multiple of GUARD_BYTES and of every element size; byte
+i of a guarded buffer holds pattern byte i % CANARY_BYTES."""
+
+_CANARY = bytes(1 + b % 254 for b in os.urandom(CANARY_BYTES))
+"""This process's canary pattern: drawn at random, so it differs in every worker; no byte is
+0x00 or 0xFF, so a write of zeros or of all-ones bits is always seen."""
+_CANARY_ON: dict[torch.device, torch.Tensor] = {}
+_PHASE_STEP = 1031
+"""Successive buffers start this far apart in the pattern (a prime, so the first
+CANARY_BYTES buffers all start at different places): a copy of one buffer's bands into
+another's changes its bytes."""
+_phase = [int.from_bytes(os.urandom(2), "little") % CANARY_BYTES]
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,8 @@ class GuardedTensor:
     stride: tuple[int, ...]
     first_byte: int
     """Where the view's first element starts, in bytes from the buffer's start."""
+    phase: int = 0
+    """Where in the canary pattern the buffer's first byte is."""
 
     @property
     def end_byte(self) -> int:
@@ -66,15 +82,18 @@ def allocate(
     storage_offset: int = 0,
     storage_numel: int | None = None,
 ) -> GuardedTensor:
-    """A view of `shape` and `stride` inside a fresh guarded buffer; every byte holds CANARY."""
+    """A view of `shape` and `stride` inside a fresh guarded buffer; every byte holds its
+    canary byte."""
     itemsize = dtype.itemsize
     if storage_numel is None:
         storage_numel = storage_offset + storage_span(shape, stride)
     nbytes = 2 * GUARD_BYTES + storage_numel * itemsize
-    buffer = torch.full((nbytes,), CANARY, dtype=torch.uint8, device=device)
+    phase = _phase[0] = (_phase[0] + _PHASE_STEP) % CANARY_BYTES
+    buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    _fill_canary(buffer, phase)
     view = buffer.view(dtype).as_strided(shape, stride, GUARD_BYTES // itemsize + storage_offset)
     first_byte = GUARD_BYTES + storage_offset * itemsize
-    return GuardedTensor(label, buffer, view, tuple(shape), tuple(stride), first_byte)
+    return GuardedTensor(label, buffer, view, tuple(shape), tuple(stride), first_byte, phase)
 
 
 def place(
@@ -125,21 +144,52 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
+def canary(first: int, end: int, device: torch.device) -> torch.Tensor:
+    """Bytes first..end of the canary pattern repeated without end (a read-only view)."""
+    pattern = _pattern(device)
+    start = first // CANARY_BYTES * CANARY_BYTES
+    repeats = -(-(end - start) // CANARY_BYTES)
+    tiled = pattern.expand(repeats, CANARY_BYTES).reshape(-1) if repeats > 1 else pattern
+    return tiled[first - start : end - start]
+
+
+def _pattern(device: torch.device) -> torch.Tensor:
+    if device not in _CANARY_ON:
+        _CANARY_ON[device] = torch.frombuffer(bytearray(_CANARY), dtype=torch.uint8).to(device)
+    return _CANARY_ON[device]
+
+
+def _fill_canary(buffer: torch.Tensor, phase: int) -> None:
+    """Write the canary pattern from `phase` on over a flat uint8 buffer, in one pass."""
+    pattern = torch.roll(_pattern(buffer.device), -phase)
+    rows = buffer.numel() // CANARY_BYTES
+    if rows:
+        whole = buffer[: rows * CANARY_BYTES].view(rows, CANARY_BYTES)
+        whole.copy_(pattern.expand(rows, CANARY_BYTES))
+    buffer[rows * CANARY_BYTES :].copy_(pattern[: buffer.numel() - rows * CANARY_BYTES])
+
+
 def breach(guarded: GuardedTensor, call: int) -> GuardBreach | None:
-    """The bytes outside the view's elements that no longer hold the canary, if any."""
+    """The bytes outside the view's elements that no longer hold their canary, if any."""
     start, end, buffer = guarded.first_byte, guarded.end_byte, guarded.buffer
-    pieces = [(buffer[:start], 0), (buffer[end:], end)]
+    device, size, phase = buffer.device, buffer.numel(), guarded.phase
+    pieces = [
+        (buffer[:start], canary(phase, phase + start, device), 0),
+        (buffer[end:], canary(phase + end, phase + size, device), end),
+    ]
     if end > start and not _dense(guarded.shape, guarded.stride):
-        # Inside the span, the gaps between elements: blank the elements in a copy, so only
-        # gap bytes can differ from the canary.
+        # Inside the span, the gaps between elements: blank the elements in a copy of the
+        # bytes and of their canary, so only gap bytes can differ.
         inside = buffer[start:end].clone()
+        expected = canary(phase + start, phase + end, device).clone()
         _blank_elements(inside, guarded)
-        pieces.append((inside, start))
+        _blank_elements(expected, guarded)
+        pieces.append((inside, expected, start))
     count, first, last = 0, None, None
-    for piece, base in pieces:
-        if _holds_canary(piece):
+    for piece, expected, base in pieces:
+        if torch.equal(piece, expected):
             continue
-        changed = piece != CANARY
+        changed = piece != expected
         count += int(changed.sum())
         flags = changed.to(torch.uint8)
         lo = base + int(flags.argmax())
@@ -175,32 +225,20 @@ def _dense(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
 
 
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_CANARY_WORD = int.from_bytes(bytes([CANARY]) * 8, "little")
-
-
-def _holds_canary(piece: torch.Tensor) -> bool:
-    """Whether every byte of a flat uint8 piece is the canary (compared 8 bytes at a time)."""
-    lead = min((-piece.storage_offset()) % 8, piece.numel())
-    bulk = (piece.numel() - lead) // 8 * 8
-    if bulk and not bool((piece[lead : lead + bulk].view(torch.int64) == _CANARY_WORD).all()):
-        return False
-    edges = torch.cat([piece[:lead], piece[lead + bulk :]])
-    return bool((edges == CANARY).all())
 
 
 def _blank_elements(span: torch.Tensor, guarded: GuardedTensor) -> None:
-    """Set the bytes of the view's elements to the canary in `span`, a copy of its byte span."""
+    """Zero the bytes of the view's elements in `span`, a copy of its byte span."""
     itemsize = guarded.view.dtype.itemsize
     word = _WORDS.get(itemsize)
     if word is not None:
-        canary = int.from_bytes(bytes([CANARY]) * itemsize, "little", signed=True)
         elements = span.view(word).as_strided(guarded.shape, guarded.stride, 0)
-        _one_per_address(elements).fill_(canary)
+        _one_per_address(elements).zero_()
         return
     as_bytes = span.as_strided(
         (*guarded.shape, itemsize), (*(s * itemsize for s in guarded.stride), 1), 0
     )
-    _one_per_address(as_bytes).fill_(CANARY)
+    _one_per_address(as_bytes).zero_()
 
 
 def _one_per_address(view: torch.Tensor) -> torch.Tensor:

@@ -48,12 +48,15 @@ class Call:
 
     poison: what fills the preallocated slots and every `torch.empty*` allocation made during
         the call: "nan" (NaN for floats, the dtype's minimum for integers, True for bools) or
-        "sentinel" (a finite value no computation is likely to produce).
+        "sentinel" (a finite value no computation is likely to produce, drawn per audit).
+    sentinel: the sentinel poison's value for this call (`poison.AUDIT_SENTINEL` of the
+        auditor that made it); None: the running process's own.
     """
 
     args: tuple[Arg, ...]
     slots: tuple[OutputSlot, ...] = ()
     poison: str = "nan"
+    sentinel: float | None = None
     reuse: int | None = None
     """Write the values into the input and output buffers of this earlier call (the same
     tensor objects, version counters untouched) instead of fresh ones."""

@@ -31,7 +31,7 @@ from kernelaudit.errors import UsageError
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.messages import Invocation, InvocationResult
 from kernelaudit.runner.sandbox import for_candidate, isolation
-from kernelaudit.runner.threads import thread_environment, thread_share
+from kernelaudit.runner.threads import THREADS_VARIABLE, thread_environment, thread_share
 from kernelaudit.runner.wire import TooLarge, decode, encode
 
 _POLL_S = 0.05
@@ -488,6 +488,9 @@ def child_environment(device: str) -> dict[str, str]:
     on a CPU. Nothing in it names the auditor."""
     env = dict(os.environ)
     env.update(thread_environment(thread_share(device)))
+    # the share of an audit's cores is the auditor's setting; the standard variables hold
+    # the candidate's pools, and no variable of kernelaudit's own is left to be seen
+    env.pop(THREADS_VARIABLE, None)
     # A source checkout the auditor was imported from must be importable by the child too;
     # an installed package already is, and site-packages must not move ahead of the stdlib.
     root = str(Path(kernelaudit.__file__).resolve().parent.parent)

@@ -33,6 +33,9 @@ import kernelaudit
 BUBBLEWRAP = "bwrap"
 
 SANDBOX_SWITCH = "KERNELAUDIT_SANDBOX"
+
+SANDBOX_HOME = "/home/user"
+"""Where a confined process finds its home: its candidate's own cache folder, mounted there."""
 """Set to "off" to run candidates without the sandbox (reported as such in every audit)."""
 
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
@@ -102,12 +105,14 @@ def confine(
     *,
     readable: Iterable[str | Path] = (),
     writable: Iterable[str | Path] = (),
+    mounted: Iterable[tuple[str | Path, str | Path]] = (),
     workdir: str | Path | None = None,
     executable: str | None = None,
 ) -> list[str]:
     """`command` wrapped to run under bubblewrap: `readable` folders or files bound read-only,
-    `writable` ones read-write (at the same paths), the Python runtime and kernelaudit
-    read-only, nothing else of the host's files. It starts in `workdir` (default: /tmp)."""
+    `writable` ones read-write (at the same paths), each (folder, place) of `mounted`
+    read-write at `place`, the Python runtime and kernelaudit read-only, nothing else of the
+    host's files. It starts in `workdir` (default: /tmp)."""
     wrapper = executable or shutil.which(BUBBLEWRAP) or BUBBLEWRAP
     arguments = [
         wrapper,
@@ -139,6 +144,8 @@ def confine(
         arguments += ["--ro-bind", str(path), str(path)]
     for path in writable:
         arguments += ["--bind", str(path), str(path)]
+    for path, place in mounted:
+        arguments += ["--bind", str(path), str(place)]
     arguments += ["--chdir", str(workdir or "/tmp"), "--"]
     return arguments + list(command)
 
@@ -192,11 +199,14 @@ def for_candidate(
     if not isolation().confined:
         return list(command), env
     cache = candidate_cache(candidate)
-    (cache / "home").mkdir(exist_ok=True)
     folders = [Path(candidate).resolve().parent, *readable]
-    writable: list[str | Path] = [cache] if scratch is None else [cache, scratch]
-    confined = confine(command, readable=folders, writable=writable, workdir=scratch)
-    return confined, {**env, **cache_environment(cache)}
+    writable = [] if scratch is None else [scratch]
+    # the cache is the confined process's home, at a path that names no auditor
+    home = (cache, SANDBOX_HOME)
+    confined = confine(
+        command, readable=folders, writable=writable, mounted=[home], workdir=scratch
+    )
+    return confined, {**env, **cache_environment(Path(SANDBOX_HOME))}
 
 
 def candidate_cache(path: str | Path) -> Path:
@@ -212,14 +222,15 @@ def candidate_cache(path: str | Path) -> Path:
     return folder
 
 
-def cache_environment(cache: Path) -> dict[str, str]:
-    """The variables that send a confined process's caches to its own folder."""
+def cache_environment(home: Path) -> dict[str, str]:
+    """The variables that make `home` a candidate process's home, its caches in the places
+    their tools use by default."""
     return {
         # packages installed for the user stay importable once HOME moves
         "PYTHONUSERBASE": site.getuserbase(),
-        "HOME": str(cache / "home"),
-        "XDG_CACHE_HOME": str(cache),
-        "TRITON_CACHE_DIR": str(cache / "triton"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "TRITON_CACHE_DIR": str(home / ".triton" / "cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(home / ".cache" / "torchinductor"),
         "TMPDIR": "/tmp",
     }

@@ -245,7 +245,7 @@ def run_call(
     state_before = snapshot(device)
     threads_before = set(threading.enumerate())
     streams_before = watch.streams.created
-    mode = PoisonMode(call.poison)
+    mode = PoisonMode(call.poison, call.sentinel)
     guarded_all = [*inputs.values(), *slots]
     noise_kernels = watch.noise.launch(noise_s) if call.noise and watch.noise is not None else 0
     if call.queued and watch.noise is not None:
@@ -357,7 +357,7 @@ def _concurrent_calls(
     while cuda and len(watch.callers) < count:
         watch.callers.append(torch.cuda.Stream(device))
     buffers = [_buffers(call, device, {}) for _ in range(count)]
-    modes = [PoisonMode(call.poison) for _ in range(count)]
+    modes = [PoisonMode(call.poison, call.sentinel) for _ in range(count)]
     if cuda:
         for stream in watch.callers[:count]:
             stream.wait_stream(torch.cuda.current_stream(device))  # the inputs are in place
@@ -379,10 +379,7 @@ def _concurrent_calls(
         except BaseException as error:
             errors[k] = describe(error)
 
-    callers = [
-        threading.Thread(target=caller, args=(k,), name=f"kernelaudit-caller-{k}", daemon=True)
-        for k in range(count)
-    ]
+    callers = [threading.Thread(target=caller, args=(k,), daemon=True) for k in range(count)]
     try:
         for thread in callers:
             thread.start()
@@ -431,7 +428,8 @@ def _buffers(call: Call, device: torch.device, placed: dict[int, Placed]) -> Pla
             if isinstance(arg, TensorArg) and position in earlier.inputs:
                 rewrite(earlier.inputs[position].view, arg.values)
         for slot in earlier.slots:
-            rewrite(slot.view, torch.full((), poison_value(call.poison, slot.view.dtype)))
+            value = poison_value(call.poison, slot.view.dtype, call.sentinel)
+            rewrite(slot.view, torch.full((), value))
         return earlier
     inputs = {
         position: place(f"input {position}", arg.values, arg.layout, device)
@@ -442,7 +440,7 @@ def _buffers(call: Call, device: torch.device, placed: dict[int, Placed]) -> Pla
     for k, slot in enumerate(call.slots):
         stride = contiguous_geometry(tuple(slot.shape)).stride
         guarded = allocate(f"output {k}", tuple(slot.shape), stride, slot.dtype, device)
-        fill_poison(guarded.view, call.poison)
+        fill_poison(guarded.view, call.poison, call.sentinel)
         slots.append(guarded)
     return Placed(inputs, slots)
 
@@ -486,14 +484,14 @@ def _timed(
             # the slots are poisoned again for the next repetition: keep this one's values
             last[0] = tuple(view.clone() for view in slot_views)
             for view in slot_views:
-                fill_poison(view, call.poison)
+                fill_poison(view, call.poison, call.sentinel)
         else:
             last[0] = produced
         # an output left unwritten in the next repetition must not find this one's values
         scrub_free_memory(device)
 
     for view in slot_views:
-        fill_poison(view, call.poison)
+        fill_poison(view, call.poison, call.sentinel)
     try:
         timing = time_calls(
             lambda: candidate(*args, *slot_views),
@@ -678,7 +676,7 @@ def _exit_with_the_auditor(reader: int) -> None:
         time.sleep(_CLOSE_GRACE_S)  # a worker told to stop ends on its own first
         os._exit(1)
 
-    threading.Thread(target=watch, name="watch", daemon=True).start()
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def main(argv: Sequence[str]) -> int:

@@ -165,7 +165,7 @@ def _launched(call: Callable[[], object], device: torch.device) -> list[dict[str
     with profile(activities=[ProfilerActivity.CUDA]) as session:
         call()
         _synchronize(device)
-    with tempfile.TemporaryDirectory(prefix="kernelaudit-sanitizer-") as folder:
+    with tempfile.TemporaryDirectory() as folder:
         trace = Path(folder) / "trace.json"
         session.export_chrome_trace(str(trace))
         return kernels_in_trace(json.loads(trace.read_text()))

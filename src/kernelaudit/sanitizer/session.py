@@ -147,7 +147,7 @@ def run_session(
     if stop is not None:
         _follow(stop, halt)
     with (
-        tempfile.TemporaryDirectory(prefix="kernelaudit-sanitizer-") as folder,
+        tempfile.TemporaryDirectory() as folder,
         ThreadPoolExecutor(len(profile.sanitizer_tools) + 2, "sanitizer-run") as pool,
     ):
         work = Path(folder)
