@@ -30,6 +30,7 @@ from kernelaudit.checks.timing import Timing
 from kernelaudit.checks.training import Training
 from kernelaudit.checks.tripwires import Tripwires
 from kernelaudit.checks.triton_bounds import TritonBounds
+from kernelaudit.checks.unwatched import Unwatched
 from kernelaudit.checks.unwritten import Unwritten
 from kernelaudit.checks.weak_cases import WeakCases
 from kernelaudit.errors import UsageError
@@ -52,6 +53,7 @@ REGISTRY: tuple[type[Check], ...] = (
     Races,
     Specialisation,
     Numerics,
+    Unwatched,
     Autotune,
     BatchInvariance,
     Gradients,

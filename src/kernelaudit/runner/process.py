@@ -522,13 +522,25 @@ def run_child(
     scratch: str | Path,
     readable: Sequence[str | Path] = (),
 ) -> ChildExit:
-    """Run `python -m module *arguments`, which runs `candidate`, in a session of its own with
-    a candidate's environment (`child_environment`) and in its sandbox (`runner.sandbox`:
-    writing only `scratch`, reading `readable` besides the candidate's folder), and kill its
-    whole process group once it is done or past `timeout_s`: a candidate that leaves processes
-    behind takes them with it."""
+    """Run `python -m module *arguments`, which runs `candidate`, as `run_python` does."""
+    return run_python(["-m", module, *arguments], device, timeout_s, candidate, scratch, readable)
+
+
+def run_python(
+    arguments: list[str],
+    device: str,
+    timeout_s: float,
+    candidate: str | Path,
+    scratch: str | Path,
+    readable: Sequence[str | Path] = (),
+) -> ChildExit:
+    """Run `python *arguments`, which runs `candidate`, in a session of its own with a
+    candidate's environment (`child_environment`) and in its sandbox (`runner.sandbox`:
+    writing only `scratch`, its working folder, and reading `readable` besides the
+    candidate's folder), and kill its whole process group once it is done or past
+    `timeout_s`: a candidate that leaves processes behind takes them with it."""
     command, env = for_candidate(
-        [sys.executable, "-m", module, *arguments],
+        [sys.executable, *arguments],
         child_environment(device),
         candidate,
         scratch=scratch,
@@ -541,6 +553,7 @@ def run_child(
         stderr=subprocess.PIPE,
         start_new_session=True,
         env=env,
+        cwd=scratch,
     )
     try:
         _, stderr = process.communicate(timeout=timeout_s)

@@ -1,0 +1,87 @@
+"""The trusted side of a plain run: write the request, start `plain.caller` in the candidate's
+sandbox, and read back a result no larger than the declared outputs can fill."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from kernelaudit.inputs.case import dtype_name
+from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.messages import Call, TensorArg
+from kernelaudit.runner.process import run_python
+
+CALLER = Path(__file__).with_name("caller.py")
+
+
+@dataclass(frozen=True)
+class PlainRun:
+    """What a plain run brought back: the first and last call's outputs and mutated inputs,
+    or why it stopped (`kind`: "load", "exception", "timeout", "crash", "too-large")."""
+
+    calls: int = 0
+    seconds: float = 0.0
+    first: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] = field(default=((), ()))
+    last: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] = field(default=((), ()))
+    error: str = ""
+    kind: str = ""
+
+
+def run_plain(
+    candidate: CandidateRef,
+    call: Call,
+    mutates: tuple[int, ...],
+    device: str,
+    most_calls: int,
+    seconds: float,
+    timeout_s: float,
+    result_bytes: int,
+) -> PlainRun:
+    """Call the candidate `call`'s way in a fresh process, again and again until `most_calls`
+    calls or `seconds` have gone by. A result file past `result_bytes` is not read."""
+    request = {
+        "path": str(Path(candidate.path).resolve()),
+        "function": candidate.function,
+        "device": device,
+        "args": [a.values if isinstance(a, TensorArg) else a for a in call.args],
+        "slots": [(list(s.shape), dtype_name(s.dtype)) for s in call.slots],
+        "mutates": list(mutates),
+        "most_calls": most_calls,
+        "seconds": seconds,
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        # a copy of its own, so the process is started as `python main.py`, as programs are
+        script = Path(folder) / "main.py"
+        shutil.copyfile(CALLER, script)
+        asked, answer = Path(folder) / "request.pt", Path(folder) / "result.pt"
+        torch.save(request, asked)
+        done = run_python(
+            [script.name, asked.name, answer.name], device, timeout_s, candidate.path, folder
+        )
+        if done.timed_out:
+            return PlainRun(error=f"no result within {timeout_s:.0f} s", kind="timeout")
+        if not answer.is_file():
+            died = f"its process died (exit {done.returncode}): "
+            return PlainRun(error=died + (done.stderr_tail or "no message"), kind="crash")
+        size = answer.stat().st_size
+        if size > result_bytes:
+            return PlainRun(
+                error=f"it wrote a result of {size} bytes, more than the declared outputs can "
+                f"fill ({result_bytes}); it was not read",
+                kind="too-large",
+            )
+        data = torch.load(answer, weights_only=True)
+    if data.get("error"):
+        return PlainRun(
+            calls=int(data.get("calls", 0)), error=str(data["error"]), kind=data["kind"]
+        )
+    return PlainRun(
+        calls=int(data["calls"]),
+        seconds=float(data["seconds"]),
+        first=(tuple(data["first"][0]), tuple(data["first"][1])),
+        last=(tuple(data["last"][0]), tuple(data["last"][1])),
+    )

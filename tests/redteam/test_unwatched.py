@@ -1,0 +1,39 @@
+"""Candidates that are right only while the audit's harness runs them, or only for as many
+calls as an audit makes: the unwatched run (a user's program calling them many times) fails
+them, and a correct candidate passes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.engine.audit import audit
+from kernelaudit.problem.load import load_problem
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _audit(candidate: str, checks: list[str]):
+    problem = load_problem(FIXTURES / "problem" / "double.py")
+    return audit(
+        problem, f"{FIXTURES / 'candidates' / candidate}.py::double", "quick", "cpu", checks
+    )
+
+
+@pytest.mark.parametrize("candidate", ["knows_its_harness", "wrong_after_many_calls"])
+def test_right_only_while_watched_fails_the_unwatched_run(candidate: str) -> None:
+    report = _audit(candidate, ["numerics", "unwatched"])
+    # inside the worker it is right: the numerics cases pass
+    assert not [f for f in report.failures if f.check == "numerics"]
+    (failure,) = [f for f in report.failures if f.check == "unwatched"]
+    assert report.verdict == "FAIL"
+    assert "as a user's program calls it" in failure.title
+    assert "the last call" in failure.title or "the first call" in failure.title
+
+
+def test_a_correct_candidate_matches_unwatched() -> None:
+    report = _audit("plants_files", ["unwatched"])
+    assert report.verdict == "PASS"
+    notes = [f for f in report.findings if f.check == "unwatched"]
+    assert notes and "match the truth" in notes[0].title
