@@ -14,21 +14,28 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # torch from source (seconds per process, which no installed environment pays): bytecode goes
 # to a writable folder instead.
 unset PYTHONDONTWRITEBYTECODE
-export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-/tmp/kernelaudit-pycache}"
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-/tmp/pycache}"
 steps=("${@:-tests bench thorough}")
+failed=0
+# a failing test makes the whole run exit non-zero, whatever step it was in
+note() { [ "$1" -eq 0 ] || failed=1; echo "pytest exit code $1" | tee -a "$2"; }
 for step in ${steps[@]}; do
   case "$step" in
     tests)
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
       python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$out/gpu.txt"
-      python3 -m pytest -q -p no:cacheprovider -m "gpu" tests 2>&1 | tail -n 25 | tee "$out/gpu-tests.txt"
-      python3 -m pytest -q -p no:cacheprovider tests/examples tests/engine/test_examples_end_to_end.py -k "not demo_passes" 2>&1 | tail -n 15 | tee -a "$out/gpu-tests.txt"
+      python3 -m pytest -q -p no:cacheprovider -m "gpu" tests > "$out/gpu-tests.txt" 2>&1
+      note $? "$out/gpu-tests.txt"
+      python3 -m pytest -q -p no:cacheprovider tests/examples tests/engine/test_examples_end_to_end.py -k "not demo_passes" >> "$out/gpu-tests.txt" 2>&1
+      note $? "$out/gpu-tests.txt"
+      tail -n 25 "$out/gpu-tests.txt"
       ;;
     engine)
       # judging on the device, the budgeted plan and every check's GPU path
       python3 -m pytest -q -p no:cacheprovider -m gpu tests/oracle tests/engine tests/checks \
-        2>&1 | tee "$out/engine-tests.txt"
-      echo "pytest exit code ${PIPESTATUS[0]}" | tee -a "$out/engine-tests.txt"
+        > "$out/engine-tests.txt" 2>&1
+      note $? "$out/engine-tests.txt"
+      tail -n 15 "$out/engine-tests.txt"
       ;;
     sol-sample)
       # three SOL-ExecBench problems, each audited with its own reference, default profile
@@ -47,7 +54,7 @@ for step in ${steps[@]}; do
         tests/interpret tests/checks/test_races_check.py tests/checks/test_autotune_check.py \
         tests/checks/test_memory_check.py tests/checks/test_large_tensors_check.py \
         tests/checks/test_batch_invariance_check.py > "$out/safety.txt" 2>&1
-      echo "pytest exit code $?" | tee -a "$out/safety.txt"
+      note $? "$out/safety.txt"
       tail -n 40 "$out/safety.txt"
       ;;
     profile)
@@ -73,7 +80,7 @@ for step in ${steps[@]}; do
         tests/sanitizer/test_sanitizer_gpu.py tests/interpret/test_one_past_the_end_gpu.py \
         tests/checks/test_races_check.py tests/checks/test_memory_check.py \
         tests/runner > "$out/sandbox-tests.txt" 2>&1
-      echo "pytest exit code $?" | tee -a "$out/sandbox-tests.txt"
+      note $? "$out/sandbox-tests.txt"
       tail -n 5 "$out/sandbox-tests.txt"
       python3 benchmarks/sandbox_overhead.py --sol "${PROBLEMS:-build/solexecbench}/L1/016_rope_inverse_frequency_computation" \
         --device cuda --rounds "${ROUNDS:-2}" --out "$out/sandbox-overhead-gpu.json" 2>&1 | tail -n 8
@@ -94,3 +101,4 @@ for step in ${steps[@]}; do
       ;;
   esac
 done
+exit $failed

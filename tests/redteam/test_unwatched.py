@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
@@ -14,16 +15,29 @@ from kernelaudit.problem.load import load_problem
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _audit(candidate: str, checks: list[str]):
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+        ],
+    ),
+]
+
+
+def _audit(candidate: str, checks: list[str], device: str = "cpu"):
     problem = load_problem(FIXTURES / "problem" / "double.py")
     return audit(
-        problem, f"{FIXTURES / 'candidates' / candidate}.py::double", "quick", "cpu", checks
+        problem, f"{FIXTURES / 'candidates' / candidate}.py::double", "quick", device, checks
     )
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("candidate", ["knows_its_harness", "wrong_after_many_calls"])
-def test_right_only_while_watched_fails_the_unwatched_run(candidate: str) -> None:
-    report = _audit(candidate, ["numerics", "unwatched"])
+def test_right_only_while_watched_fails_the_unwatched_run(candidate: str, device: str) -> None:
+    report = _audit(candidate, ["numerics", "unwatched"], device)
     # inside the worker it is right: the numerics cases pass
     assert not [f for f in report.failures if f.check == "numerics"]
     (failure,) = [f for f in report.failures if f.check == "unwatched"]

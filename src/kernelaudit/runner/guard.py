@@ -153,6 +153,12 @@ def canary(first: int, end: int, device: torch.device) -> torch.Tensor:
     return tiled[first - start : end - start]
 
 
+def prepare(device: torch.device) -> None:
+    """Make this process's canary pattern on `device` now, before memory is measured: it is
+    the harness's, never a candidate's."""
+    _pattern(device)
+
+
 def _pattern(device: torch.device) -> torch.Tensor:
     if device not in _CANARY_ON:
         _CANARY_ON[device] = torch.frombuffer(bytearray(_CANARY), dtype=torch.uint8).to(device)

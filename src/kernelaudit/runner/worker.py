@@ -44,6 +44,7 @@ from kernelaudit.runner.guard import (
     breach,
     contiguous_geometry,
     place,
+    prepare,
     storage_span,
 )
 from kernelaudit.runner.memory import (
@@ -233,6 +234,7 @@ def run_call(
         # garbage in reference cycles, whoever made it, must not count as memory kept
         gc.collect()
     if measured and watch.memory_at_load is None:
+        prepare(device)
         watch.memory_at_load = read_memory(device)  # a worker started without `main`
     buffers = _buffers(call, device, placed or {})
     inputs, slots = buffers.inputs, buffers.slots
@@ -710,6 +712,7 @@ def main(argv: Sequence[str]) -> int:
     watch.import_changes = pristine.changes_to(snapshot(device))
     watch.folder = str(Path(path).resolve().parent)
     if device.type == "cuda":
+        prepare(device)
         watch.memory_at_load = read_memory(device)
     _send(writer, ("ready",))
     while True:
