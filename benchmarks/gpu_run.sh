@@ -85,6 +85,21 @@ for step in ${steps[@]}; do
       python3 benchmarks/sandbox_overhead.py --sol "${PROBLEMS:-build/solexecbench}/L1/016_rope_inverse_frequency_computation" \
         --device cuda --rounds "${ROUNDS:-2}" --out "$out/sandbox-overhead-gpu.json" 2>&1 | tail -n 8
       ;;
+    trust)
+      # the red-team and unwatched runs on the GPU, and one SOL reference audited as its own
+      # candidate (quick), its findings listed
+      python3 -m pytest -q -p no:cacheprovider -rfE tests/redteam tests/runner/test_threads.py \
+        tests/checks/test_memory_check.py > "$out/trust-tests.txt" 2>&1
+      note $? "$out/trust-tests.txt"
+      tail -n 6 "$out/trust-tests.txt"
+      sol="${PROBLEMS:-build/solexecbench}"
+      for problem in ${TRUST_PROBLEMS:-L1/016_rope_inverse_frequency_computation}; do
+        name=$(basename "$problem")
+        python3 benchmarks/solexecbench_scale.py "$sol" --out "$out/trust-$name.json" \
+          --profile quick --timeout 240 --device cuda --only "$name" 2>&1 | tail -n 4
+        python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(json.dumps(r, indent=1)[:3000])' "$out/trust-$name.json"
+      done
+      ;;
     timing)
       python3 benchmarks/timing_agreement.py --device cuda --out "$out/timing.json" 2>&1 | tee "$out/timing.txt"
       ;;

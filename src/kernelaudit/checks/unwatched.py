@@ -53,7 +53,8 @@ class Unwatched(ConcludingOnly):
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         super().plan(ctx)
-        if ctx.candidate is None:
+        if ctx.candidate is None or ctx.candidate.autograd is not None:
+            # a candidate judged through its backward is called by the gradients pass
             return []
         shapes = shape_cases(ctx.problem, ctx.profile.boundary_sizes_per_axis, ctx.sm_count)
         if not shapes:
