@@ -37,6 +37,26 @@ PRAGMA user_version = 1;
 """
 """The results table as databases of schema version 1 hold it."""
 
+V2_SCHEMA = (
+    V1_SCHEMA.replace(
+        "CHECK (status IN ('done', 'error'))",
+        "CHECK (status IN ('done', 'error', 'timeout', 'crash', 'unrunnable'))",
+    ).replace("PRAGMA user_version = 1;", "PRAGMA user_version = 2;")
+    + """
+CREATE TABLE flights (
+    key        TEXT PRIMARY KEY,
+    device     TEXT NOT NULL,
+    log        TEXT,
+    log_start  INTEGER NOT NULL,
+    started_at TEXT NOT NULL,
+    tries      INTEGER NOT NULL,
+    last_end   TEXT
+);
+CREATE TABLE v1_keys (key TEXT PRIMARY KEY);
+"""
+)
+"""The tables of databases of schema version 2: results without a seal."""
+
 
 def identity_at(rows: str, cols: str) -> str:
     """The identity problem's source with its one workload at `rows` x `cols`."""

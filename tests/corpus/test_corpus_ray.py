@@ -18,8 +18,8 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'kern
 
 pytestmark = pytest.mark.slow
 
-_WHERE_AND_WHEN = ("device", "seconds", "finished_at", "report")
-"""The columns that say where and when a job ran, not what it gave."""
+_WHERE_AND_WHEN = ("device", "seconds", "finished_at", "report", "seal")
+"""The columns that say where and when a job ran, not what it gave (and the seal over them)."""
 
 
 def _stored(db: Path) -> dict[str, dict[str, object]]:

@@ -1,20 +1,18 @@
 """Resuming a corpus from wherever it lies: keys that do not depend on the working directory or
 the corpus's folder, problems this machine cannot run stored once, databases of an older
-schema carried on."""
+schema read on, and why a stored job is audited again."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
-from running_corpora import IDENTITY, NUMERICS, V1_SCHEMA, candidate, identity_at, rows
+from running_corpora import IDENTITY, NUMERICS, V2_SCHEMA, candidate, identity_at, rows
 
-import kernelaudit
 from kernelaudit.cli import main
 from kernelaudit.corpus.jobs import corpus_root, discover, keyed
 
@@ -95,54 +93,45 @@ def test_keys_follow_the_corpus_not_the_working_directory(
     assert keys[0] == keys[1] == keys[2]
 
 
-def _v1_key(problem: Path, spec: str, profile: str, checks: str) -> str:
-    """A job's key as schema 1 databases hold it: its candidate spec with absolute paths."""
-
-    def field(data: bytes) -> bytes:
-        return len(data).to_bytes(8, "big") + data
-
-    digest = hashlib.sha256(b"kernelaudit-corpus-job/1")
-    for part in (
-        field(problem.read_bytes()),
-        Path(spec.rpartition("::")[0]).read_bytes(),
-        spec.encode(),
-        profile.encode(),
-        checks.encode(),
-        kernelaudit.__version__.encode(),
-    ):
-        digest.update(field(part))
-    return digest.hexdigest()
-
-
-def test_a_database_of_schema_1_is_carried_on_without_auditing_its_jobs_again(
+@pytest.mark.slow
+def test_a_resumed_run_says_why_it_audits_a_stored_job_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    problem = tmp_path / "identity.py"
-    shutil.copy(IDENTITY, problem)
+    shutil.copy(IDENTITY, tmp_path / "identity.py")
     kept = candidate(tmp_path, "kept")
     manifest = tmp_path / "jobs.jsonl"
     manifest.write_text(json.dumps({"problem": "identity.py", "candidate": "kept.py::kept"}))
+    root = corpus_root(manifest)
+    ((key, job),) = keyed(discover(manifest), "quick", NUMERICS_CHECKS, root).items()
     db = tmp_path / "old.sqlite"
-    spec = f"{kept.resolve()}::kept"
-    old_key = _v1_key(problem.resolve(), spec, "quick", "execution,numerics")
     with contextlib.closing(sqlite3.connect(db)) as connection:
-        connection.executescript(V1_SCHEMA)
+        connection.executescript(V2_SCHEMA)
         connection.execute(
             "INSERT INTO results (key, problem, candidate, profile, checks, status, verdict, "
             "finished_at) VALUES (?, ?, ?, 'quick', 'execution,numerics', 'done', 'PASS', "
             "'2026-11-01T00:00:00+00:00')",
-            (old_key, str(problem.resolve()), spec),
+            (key, job.problem, job.candidate),
         )
         connection.commit()
+    argv = ["corpus", str(manifest), "--db", str(db), *NUMERICS]
 
-    assert main(["corpus", str(manifest), "--db", str(db), *NUMERICS]) == 0
-
+    # a result stored before rows were sealed: nothing vouches for it
+    assert main(argv) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "1 already in" in out and "0 to audit" in out
+    assert "0 already in" in out and "1 to audit" in out
+    assert f"not trusted {key[:12]} identity / kept.py::kept: unsealed: stored without" in out
     (row,) = rows(db).values()
-    assert (row["status"], row["verdict"]) == ("done", "PASS")
-    assert row["finished_at"] == "2026-11-01T00:00:00+00:00"
-    root = corpus_root(manifest)
-    assert row["key"] == next(iter(keyed(discover(manifest), "quick", NUMERICS_CHECKS, root)))
+    assert (row["status"], row["verdict"], row["attempts"]) == ("done", "PASS", 2)
+    assert row["seal"] is not None and row["candidate_sha256"] == job.candidate_sha256
     with contextlib.closing(sqlite3.connect(db)) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone() == (2,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (3,)
+
+    # a candidate edited since its result was stored
+    kept.write_text("def kept(x):\n    return x.clone()  # edited\n")
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "0 already in" in out and "1 to audit" in out
+    assert (
+        f"changed identity / kept.py::kept: its candidate {kept.resolve()} changed since its "
+        f"result of {row['finished_at']} was stored; its job runs again"
+    ) in out

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelaudit.corpus.jobs import Job, discover, keyed
+from kernelaudit.corpus.jobs import Job, changed_files, discover, keyed
 from kernelaudit.errors import UsageError
 
 ONE_FUNCTION = """
@@ -162,3 +162,24 @@ def test_a_sol_execbench_folder_key_covers_its_workloads(tmp_path: Path) -> None
     before = keyed([job], "quick", None, tmp_path)
     workloads.write_text('{"n": 2}\n')
     assert keyed([job], "quick", None, tmp_path).keys() != before.keys()
+
+
+def test_a_job_remembers_the_bytes_it_was_keyed_on_and_names_the_file_that_changed(
+    tmp_path: Path,
+) -> None:
+    problem = _write(tmp_path / "p.py", "problem = 1")
+    kernel = _write(tmp_path / "k.py", "def f(x):\n    return x\n")
+    (job,) = keyed([Job(str(problem), f"{kernel}::f")], "quick", None, tmp_path).values()
+    assert job == Job(str(problem), f"{kernel}::f")
+    assert changed_files(job) == []
+
+    problem.write_text("problem = 2")
+    (change,) = changed_files(job)
+    assert change.startswith(f"the problem {problem} changed after the run read it")
+    kernel.write_text("def f(x):\n    return x.clone()\n")
+    assert [c.split(" changed")[0] for c in changed_files(job)] == [
+        f"the problem {problem}",
+        f"the candidate {kernel}",
+    ]
+    # a job of no recorded digests (handed over by hand) has nothing to compare
+    assert changed_files(Job(str(problem), f"{kernel}::f")) == []

@@ -1,3 +1,4 @@
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def test_a_stored_report_reads_back_as_it_was_written(tmp_path: Path) -> None:
         # NaN evidence is spelled as a string, as in the JSON reports
         assert read.finding("F1").evidence == (("worst error", "nan"),)
         assert read.to_json() == report_document(report)
-        assert store.statuses() == {"k1": "done", "k2": "error"}
+        assert [(r.key, r.status) for r in store.results()] == [("k1", "done"), ("k2", "error")]
 
 
 def test_a_rerun_replaces_the_row_and_counts_the_attempt(tmp_path: Path) -> None:
@@ -107,9 +108,13 @@ def test_the_summary_counts_verdicts_failing_checks_and_problems(tmp_path: Path)
         ("timeout", 0),
         ("crash", 0),
         ("unrunnable", 0),
+        ("tampered", 0),
     )
     assert summary.failing_checks == (("numerics", 2), ("bounds", 1))
-    assert summary.problems == (("gemm", (0, 0, 1, 0, 0, 0)), ("softmax", (1, 2, 0, 0, 0, 0)))
+    assert summary.problems == (
+        ("gemm", (0, 0, 1, 0, 0, 0, 0)),
+        ("softmax", (1, 2, 0, 0, 0, 0, 0)),
+    )
     assert not summary.all_passed
     console = Console(record=True, width=120)
     print_summary(console, summary)
@@ -141,37 +146,138 @@ def test_a_job_in_flight_counts_its_tries_until_its_result_is_stored(tmp_path: P
         assert store.depart(Flight("k2", "cuda:1", None, 0)) == 1
 
 
-def test_a_schema_1_database_takes_the_new_statuses_and_keeps_its_results(
+def test_a_schema_1_database_keeps_its_rows_readable_but_trusts_none_of_them(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "old.sqlite"
-    old = sqlite3.connect(path)
-    old.executescript(V1_SCHEMA)
-    old.execute(
-        "INSERT INTO results (key, problem, candidate, profile, checks, status, verdict, "
-        "failing_checks, finished_at) VALUES ('k1', '/corpus/softmax/problem.py', "
-        "'/corpus/softmax/candidates/k1.py::f', 'quick', 'all', 'done', 'FAIL', "
-        "'[\"numerics\"]', '2026-11-01T00:00:00+00:00')"
-    )
-    old.commit()
-    old.close()
+    with contextlib.closing(sqlite3.connect(path)) as old:
+        old.executescript(V1_SCHEMA)
+        old.execute(
+            "INSERT INTO results (key, problem, candidate, profile, checks, status, verdict, "
+            "failing_checks, finished_at) VALUES ('k1', '/corpus/softmax/problem.py', "
+            "'/corpus/softmax/candidates/k1.py::f', 'quick', 'all', 'done', 'FAIL', "
+            "'[\"numerics\"]', '2026-11-01T00:00:00+00:00')"
+        )
+        old.commit()
 
     with Store(path) as store:
-        (kept,) = store.results()
-        assert (kept.key, kept.verdict, kept.failing_checks) == ("k1", "FAIL", ("numerics",))
-        store.record(_result("k2", "softmax", None, "no result"), "quick", None)
+        # nothing vouches for a row stored before rows were sealed: none is sealed afterwards
+        assert store.results() == []
+        (kept,) = store.untrusted()
+        assert (kept.key, kept.why) == ("k1", "unsealed")
+        assert kept.reason.startswith("unsealed: stored without a seal")
+        store.record(_result("k1", "softmax", _report("FAIL", "numerics")), "quick", None)
         timeout = JobResult("k3", kept_job(), None, "no result", "cpu", 9.0, "timeout")
         store.record(timeout, "quick", None)
-        assert store.statuses() == {"k1": "done", "k2": "error", "k3": "timeout"}
-        # only a result stored under a schema 1 key moves to the job's new key
-        assert store.adopt_v1({"k1": "new-k1", "k2": "new-k2"}) == 1
-        assert store.statuses() == {"new-k1": "done", "k2": "error", "k3": "timeout"}
-    with Store(path) as store:  # opened again: already version 2
-        assert len(store.results()) == 3
+        assert [(r.key, r.status) for r in store.results()] == [("k1", "done"), ("k3", "timeout")]
+        assert store.untrusted() == []
+    with Store(path) as store:  # opened again: already version 3
+        assert [r.attempts for r in store.results()] == [2, 1]
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (3,)
 
 
 def kept_job() -> Job:
     return Job("/corpus/softmax/problem.py", "/corpus/softmax/candidates/k3.py::f")
+
+
+def test_a_result_changed_in_the_database_is_not_trusted_and_counts_as_not_audited(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.sqlite"
+    with Store(path) as store:
+        store.record(_result("k1", "softmax", _report("FAIL", "numerics")), "quick", None)
+        store.record(_result("k2", "softmax", _report("PASS")), "quick", None)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE results SET verdict = 'PASS', failing_checks = '[]' WHERE key = 'k1'")
+
+    with Store(path) as store:
+        assert [r.key for r in store.results()] == ["k2"]
+        (changed,) = store.untrusted()
+        assert (changed.key, changed.why) == ("k1", "changed")
+        with pytest.raises(UsageError, match="result of job k1 is tampered: changed after"):
+            store.report("k1")
+        summary = summarise(store.results(), store.untrusted())
+    assert summary.outcomes[:2] == (("PASS", 1), ("FAIL", 0))
+    console = Console(record=True, width=200)
+    print_summary(console, summary)
+    text = console.export_text()
+    assert "not trusted: 1 stored result(s) whose seal does not hold" in text
+    assert "k1 softmax / k1.py::f: tampered: changed after kernelaudit stored it" in text
+
+
+def test_a_row_without_a_seal_or_sealed_with_another_key_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "here"))
+    path = tmp_path / "c.sqlite"
+    with Store(path) as store:
+        store.record(_result("k1", "softmax", _report("PASS")), "quick", None)
+        store.record(_result("k2", "softmax", _report("PASS")), "quick", None)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE results SET seal = NULL WHERE key = 'k1'")
+    with Store(path) as store:
+        assert [(r.key, r.why) for r in store.untrusted()] == [("k1", "unsealed")]
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "elsewhere"))
+    with Store(path) as store:
+        assert store.results() == []
+        (_, foreign) = store.untrusted()
+        assert foreign.why == "foreign"
+        assert str(tmp_path / "elsewhere" / "kernelaudit" / "report.key") in foreign.reason
+
+
+def test_a_trigger_the_store_did_not_create_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    with Store(path) as store:
+        # installed behind the open store's back: every verdict it stores is rewritten
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute(
+                "CREATE TRIGGER flip AFTER INSERT ON results BEGIN "
+                "UPDATE results SET verdict = 'PASS', failing_checks = '[]' "
+                "WHERE key = NEW.key; END"
+            )
+        store.record(_result("k1", "softmax", _report("FAIL", "numerics")), "quick", None)
+
+    with pytest.raises(UsageError) as refused:
+        Store(path)
+    message = " ".join(str(refused.value).split())
+    assert f"{path} holds trigger 'flip', which kernelaudit did not create" in message
+    assert 'DROP TRIGGER "flip"' in message and f"delete {path}" in message
+
+    # the fix it gives: the trigger dropped, the result it rewrote is not trusted
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute('DROP TRIGGER "flip"')
+    with Store(path) as store:
+        assert [(r.key, r.why) for r in store.untrusted()] == [("k1", "changed")]
+
+
+@pytest.mark.parametrize(
+    ("statement", "named"),
+    [
+        ("CREATE VIEW passing AS SELECT * FROM results", "view 'passing'"),
+        ("CREATE TABLE notes (text TEXT)", "table 'notes'"),
+        ("CREATE INDEX by_verdict ON results (verdict)", "index 'by_verdict'"),
+    ],
+)
+def test_any_other_object_the_store_did_not_create_is_refused(
+    tmp_path: Path, statement: str, named: str
+) -> None:
+    path = tmp_path / "c.sqlite"
+    Store(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute(statement)
+    with pytest.raises(UsageError, match=f"holds {named}, which kernelaudit did not create"):
+        Store(path)
+
+
+def test_a_results_table_made_otherwise_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    Store(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("ALTER TABLE results ADD COLUMN note TEXT DEFAULT 'PASS'")
+    with pytest.raises(UsageError, match=r"table\(s\) results are not as kernelaudit creates"):
+        Store(path)
 
 
 def test_a_database_of_a_newer_schema_is_refused_with_the_fix(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from kernelaudit.corpus.jobs import Job
 from kernelaudit.corpus.pool import Departures, OnResult
-from kernelaudit.corpus.slot import result_of, run_job
+from kernelaudit.corpus.slot import job_message, result_of, run_job
 from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult
 from kernelaudit.errors import UsageError
 
@@ -95,8 +95,7 @@ def _run(
             while pending and len(running) < capacity:
                 key, job = pending.popleft()
                 tries = departures.depart(Flight(key, label, None, 0))
-                message = {"key": key, "problem": job.problem, "candidate": job.candidate}
-                ref = task.remote(message, profile, checks, where)
+                ref = task.remote(job_message(key, job), profile, checks, where)
                 running[ref] = _Task(key, job, time.perf_counter(), tries)
             wait = None
             if job_timeout is not None:

@@ -12,11 +12,11 @@ from rich.markup import escape
 
 from kernelaudit.checks import REGISTRY, build_checks
 from kernelaudit.corpus.cluster import LOCAL, run_ray
-from kernelaudit.corpus.jobs import Job, corpus_root, discover, keyed, v1_keys
+from kernelaudit.corpus.jobs import Job, corpus_root, discover, keyed
 from kernelaudit.corpus.pool import Place, local_places, run_local, visible_gpus
 from kernelaudit.corpus.progress import job_line, progress
-from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult, Store
-from kernelaudit.corpus.summary import print_summary, summarise
+from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult, Store, StoredResult
+from kernelaudit.corpus.summary import job_label, print_summary, summarise, untrusted_label
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, write_reports
 from kernelaudit.profiles import PROFILES
@@ -24,7 +24,7 @@ from kernelaudit.report.html import write_html
 from kernelaudit.runner.sandbox import isolation
 
 DEFAULT_DB = "kernelaudit-corpus.sqlite"
-_RETRIED = {"error", "timeout", "crash"}
+_RETRIED = {"error", "timeout", "crash", "tampered"}
 """The statuses `--rerun-errors` audits again."""
 
 
@@ -130,7 +130,7 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
                 f"(`kernelaudit corpus SOURCE --db {db}`) or pass --db"
             )
         with Store(db) as store:
-            jobs = None if args.source is None else _jobs(args, checks, store)
+            jobs = None if args.source is None else _jobs(args, checks)
             return _summarise(console, store, jobs)
     if args.source is None:
         raise UsageError(
@@ -143,12 +143,22 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
     reports = _reports(args)
     db.parent.mkdir(parents=True, exist_ok=True)
     with Store(db) as store:
-        jobs = _jobs(args, checks, store)
-        pending = _pending(jobs, store.statuses(), args)
+        jobs = _jobs(args, checks)
+        stored = store.results()
+        pending = _pending(jobs, {result.key: result.status for result in stored}, args)
         console.print(
             f"{len(jobs)} job(s) in {escape(str(args.source))}: {len(jobs) - len(pending)} "
             f"already in {escape(str(db))}, {len(pending)} to audit"
         )
+        for row in store.untrusted(jobs.keys()):
+            console.print(
+                f"[bold red]not trusted[/] {escape(untrusted_label(row))}: "
+                f"{escape(row.reason)}; audited again",
+                highlight=False,
+                soft_wrap=True,
+            )
+        for line in _changed_since_stored(pending, stored):
+            console.print(line, highlight=False, soft_wrap=True)
         if args.rerun or args.rerun_errors or args.rerun_unrunnable:
             store.abandon([key for key, _ in pending])
         pending = _crash_stale(pending, store, args, checks, console)
@@ -184,16 +194,10 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _jobs(args: argparse.Namespace, checks: list[str] | None, store: Store) -> dict[str, Job]:
-    """SOURCE's jobs by key; results a schema 1 database holds for them move to their keys."""
+def _jobs(args: argparse.Namespace, checks: list[str] | None) -> dict[str, Job]:
+    """SOURCE's jobs by key, their files read and hashed before any job starts."""
     source = Path(args.source)
-    found = discover(source, [_reports(args)])
-    jobs = keyed(found, args.profile, checks, corpus_root(source))
-    if store.holds_v1_keys():
-        by_job = {job: key for key, job in jobs.items()}
-        old = v1_keys(found, args.profile, checks)
-        store.adopt_v1({key: by_job[job] for key, job in old.items() if job in by_job})
-    return jobs
+    return keyed(discover(source, [_reports(args)]), args.profile, checks, corpus_root(source))
 
 
 def _pending(
@@ -209,6 +213,32 @@ def _pending(
         )
 
     return [(key, job) for key, job in jobs.items() if wanted(key)]
+
+
+def _changed_since_stored(pending: list[tuple[str, Job]], stored: list[StoredResult]) -> list[str]:
+    """A line for each job to audit whose problem or candidate file has a stored result under
+    other bytes: the file changed since, so the job is a new one and runs again."""
+    latest = {(result.problem, result.candidate): result for result in stored}
+    lines = []
+    for _, job in pending:
+        before = latest.get((job.problem, job.candidate))
+        if before is None:
+            continue
+        changed = [
+            f"its {what} {path}"
+            for what, path, then, now in (
+                ("problem", job.problem, before.problem_sha256, job.problem_sha256),
+                ("candidate", job.candidate_file, before.candidate_sha256, job.candidate_sha256),
+            )
+            if then is not None and now is not None and then != now
+        ]
+        if changed:
+            line = (
+                f"{job_label(job.problem, job.candidate)}: {' and '.join(changed)} changed since "
+                f"its result of {before.finished_at} was stored; its job runs again"
+            )
+            lines.append(f"[yellow]changed[/] {escape(line)}")
+    return lines
 
 
 def _crash_stale(
@@ -310,10 +340,11 @@ def _places(device: str, workers: int | None) -> list[Place]:
 
 
 def _summarise(console: Console, store: Store, jobs: dict[str, Job] | None) -> int:
-    results = store.results(None if jobs is None else jobs.keys())
-    summary = summarise(results)
+    keys = None if jobs is None else jobs.keys()
+    results = store.results(keys)
+    summary = summarise(results, store.untrusted(keys))
     print_summary(console, summary)
     missing = 0 if jobs is None else len(jobs) - len(results)
     if missing:
         console.print(f"{missing} job(s) have no result yet: run the command again to audit them")
-    return 0 if summary.all_passed and not missing else 1
+    return 0 if summary.all_passed and not missing and not summary.untrusted else 1

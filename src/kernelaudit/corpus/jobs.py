@@ -1,13 +1,17 @@
 """What a corpus run audits: (problem, candidate) jobs read from a manifest or a directory
-layout, and each job's key, which changes whenever anything that decides its verdict does."""
+layout, and each job's key, which changes whenever anything that decides its verdict does.
+
+The run reads every job's problem and candidate files once, before any job starts, for the
+keys, and records their sha256 in the jobs; each job is audited only if its files still hold
+those bytes when its audit starts and when it ends (`changed_files`)."""
 
 from __future__ import annotations
 
 import ast
 import hashlib
 import json
-from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import kernelaudit
@@ -41,10 +45,15 @@ class Job:
     candidate: a candidate spec as the command line takes it: "path/file.py::function", the
         path of a SOL-ExecBench solution .json, or the path of a KernelBench .py defining
         `ModelNew`.
+    problem_sha256, candidate_sha256: what the run read for the job's key (see `keyed`): the
+        sha256 of the candidate file, and of the problem's files, each length-prefixed; None
+        before. Not part of what the job is: two jobs naming the same files are the same job.
     """
 
     problem: str
     candidate: str
+    problem_sha256: str | None = field(default=None, compare=False)
+    candidate_sha256: str | None = field(default=None, compare=False)
 
     @property
     def candidate_file(self) -> Path:
@@ -79,52 +88,57 @@ def corpus_root(source: Path) -> Path:
 def keyed(
     jobs: Iterable[Job], profile: str, checks: list[str] | None, root: Path
 ) -> dict[str, Job]:
-    """Each job under its key (the first of jobs sharing a key), in order.
+    """Each job under its key (the first of jobs sharing a key), in order, with the sha256 of
+    its problem's and its candidate's files from the same read.
 
     The key is a sha256 over the problem's bytes (for a folder: its definition.json,
     workload.jsonl and problem.py), the candidate file's bytes, the candidate spec with its
     path relative to `root` (see `corpus_root`; absolute where the file lies outside it), the
     profile, the checks and kernelaudit's version: editing a candidate makes it a new job, and
     so does auditing it differently, but moving or copying the corpus folder does not."""
-    return _keyed(jobs, profile, checks, 2, lambda job: _portable(job.candidate, root))
-
-
-def v1_keys(jobs: Iterable[Job], profile: str, checks: list[str] | None) -> dict[str, Job]:
-    """Each job under the key a database of schema version 1 holds it by: the same digest
-    over the spec with its absolute path, so it matches only where the corpus has not moved."""
-    return _keyed(jobs, profile, checks, 1, lambda job: job.candidate)
-
-
-def _keyed(
-    jobs: Iterable[Job],
-    profile: str,
-    checks: list[str] | None,
-    scheme: int,
-    spec: Callable[[Job], str],
-) -> dict[str, Job]:
-    contents: dict[Path, bytes] = {}
-
-    def problem_bytes(path: Path) -> bytes:
-        if path not in contents:
-            files = [path / n for n in _FOLDER_PROBLEM_FILES] if path.is_dir() else [path]
-            contents[path] = b"".join(_field(_read(f)) for f in files)
-        return contents[path]
-
+    problems: dict[Path, bytes] = {}
     chosen = "all" if checks is None else ",".join(sorted(set(checks)))
     result: dict[str, Job] = {}
     for job in jobs:
-        digest = hashlib.sha256(f"kernelaudit-corpus-job/{scheme}".encode())
+        problem = Path(job.problem)
+        if problem not in problems:
+            problems[problem] = _problem_bytes(problem)
+        candidate = _read(job.candidate_file)
+        digest = hashlib.sha256(b"kernelaudit-corpus-job/2")
         for part in (
-            problem_bytes(Path(job.problem)),
-            _read(job.candidate_file),
-            spec(job).encode(),
+            problems[problem],
+            candidate,
+            _portable(job.candidate, root).encode(),
             profile.encode(),
             chosen.encode(),
             kernelaudit.__version__.encode(),
         ):
             digest.update(_field(part))
-        result.setdefault(digest.hexdigest(), job)
+        read = Job(
+            job.problem,
+            job.candidate,
+            hashlib.sha256(problems[problem]).hexdigest(),
+            hashlib.sha256(candidate).hexdigest(),
+        )
+        result.setdefault(digest.hexdigest(), read)
     return result
+
+
+def changed_files(job: Job) -> list[str]:
+    """What changed in the job's files since the run read them for its key: a sentence for each
+    file (the problem, the candidate) whose sha256 is no longer the one recorded in `job`."""
+    changes = []
+    for what, path, recorded, now in (
+        ("problem", job.problem, job.problem_sha256, _problem_bytes(Path(job.problem))),
+        ("candidate", str(job.candidate_file), job.candidate_sha256, _read(job.candidate_file)),
+    ):
+        digest = hashlib.sha256(now).hexdigest()
+        if recorded is not None and digest != recorded:
+            changes.append(
+                f"the {what} {path} changed after the run read it (sha256 {recorded[:16]} "
+                f"then, {digest[:16]} now)"
+            )
+    return changes
 
 
 def _portable(spec: str, root: Path) -> str:
@@ -319,6 +333,13 @@ def _manifest_job(path: Path, line: int, entry: object) -> Job:
 
 def _resolved(base: Path, text: str) -> Path:
     return (base / Path(text).expanduser()).resolve()
+
+
+def _problem_bytes(path: Path) -> bytes:
+    """A problem's files' bytes, each length-prefixed: the file, or the folder's
+    definition.json, workload.jsonl and problem.py."""
+    files = [path / name for name in _FOLDER_PROBLEM_FILES] if path.is_dir() else [path]
+    return b"".join(_field(_read(file)) for file in files)
 
 
 def _read(path: Path) -> bytes:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from kernelaudit.corpus.jobs import Job
-from kernelaudit.corpus.slot import result_of
+from kernelaudit.corpus.slot import job_message, result_of
 from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult
 from kernelaudit.errors import UsageError
 from kernelaudit.runner.process import child_environment
@@ -244,7 +244,7 @@ class _Slot:
         self.given_at = time.perf_counter()
         self.began = self.given_at if self.ready else None
         assert self.process.stdin is not None
-        message = {"key": key, "problem": job.problem, "candidate": job.candidate}
+        message = job_message(key, job)
         # a slot that died already is noticed by its reader, which sends its last words
         with contextlib.suppress(BrokenPipeError, OSError):
             self.process.stdin.write(json.dumps(message) + "\n")

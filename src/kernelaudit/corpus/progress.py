@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kernelaudit.corpus.store import JobResult
-from kernelaudit.corpus.summary import candidate_label, first_line, problem_label, styled
+from kernelaudit.corpus.summary import first_line, job_label, styled
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def duration(seconds: float) -> str:
 def job_line(result: JobResult, throughput: Throughput | None) -> str:
     """A finished job in one line of console markup."""
     outcome = result.report["verdict"] if result.report is not None else result.status
-    where = f"{problem_label(result.job.problem)} / {candidate_label(result.job.candidate)}"
+    where = job_label(result.job.problem, result.job.candidate)
     seconds = "?" if result.seconds is None else f"{result.seconds:.1f}"
     line = f"{styled(outcome, 10)} {escape(where)}  ({seconds} s, {escape(result.device)})"
     if result.report is None:

@@ -3,11 +3,12 @@ run that started it lives.
 
     python -m kernelaudit.corpus.slot --parent PID --device cpu|cuda --profile P [--checks a,b]
 
-It reads jobs as JSON lines on stdin ({"key", "problem", "candidate"}), first answers
-{"ready": true} once it can audit, then one JSON line per job on stdout: {"key", "report",
-"seconds"}, {"key", "error", "seconds"} or {"key", "unrunnable", "seconds"} (why this device
-cannot run the problem). It ends when stdin closes, and at once when its
-parent dies (an audit in progress would otherwise keep it alive until the job ends)."""
+It reads jobs as JSON lines on stdin (`job_message`), first answers {"ready": true} once it
+can audit, then one JSON line per job on stdout: {"key", "report", "seconds"}, {"key", "error",
+"seconds"}, {"key", "unrunnable", "seconds"} (why this device cannot run the problem) or {"key",
+"tampered", "seconds"} (which of the job's files changed since the run read them). It ends when
+stdin closes, and at once when its parent dies (an audit in progress would otherwise keep it
+alive until the job ends)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
-from kernelaudit.corpus.jobs import Job
+from kernelaudit.corpus.jobs import Job, changed_files
 from kernelaudit.corpus.runnable import why_unrunnable
 from kernelaudit.corpus.store import JobResult
 from kernelaudit.engine.audit import audit
@@ -36,51 +37,72 @@ from kernelaudit.report.terminal import progress_bar
 _PARENT_POLL_S = 0.2
 
 
+def job_message(key: str, job: Job) -> dict[str, str | None]:
+    """What a slot (or a Ray task) is handed to audit a job: its key, its files, and their
+    sha256 as the run read them."""
+    return {
+        "key": key,
+        "problem": job.problem,
+        "candidate": job.candidate,
+        "problem_sha256": job.problem_sha256,
+        "candidate_sha256": job.candidate_sha256,
+    }
+
+
 def run_job(
-    job: dict[str, str], profile: str, checks: list[str] | None, device: str
+    message: dict[str, Any], profile: str, checks: list[str] | None, device: str
 ) -> dict[str, Any]:
-    """Audit one job ({"key", "problem", "candidate"}) and return its answer: the report as a
-    strict JSON document, why the problem cannot run on `device`, or the error that stopped the
-    audit. Shared by the local slots and Ray's tasks."""
+    """Audit one job (`job_message`) and return its answer: the report as a strict JSON
+    document, why the problem cannot run on `device`, the error that stopped the audit, or which
+    of its files changed since the run read them (before the audit or during it: no verdict
+    then). Shared by the local slots and Ray's tasks."""
     began = time.perf_counter()
+    job = Job(
+        message["problem"],
+        message["candidate"],
+        message.get("problem_sha256"),
+        message.get("candidate_sha256"),
+    )
+    changed = changed_files(job)
+    answer = {} if changed else _audited(job, profile, checks, device)
+    changed = changed or changed_files(job)
+    if changed:
+        answer = {"tampered": "; ".join(changed) + ": no verdict on files that changed"}
+    return {"key": message["key"], **answer, "seconds": time.perf_counter() - began}
+
+
+def _audited(job: Job, profile: str, checks: list[str] | None, device: str) -> dict[str, Any]:
+    """The report, why the problem cannot run here, or the error, as `run_job` answers them."""
     try:
-        problem = read_problem(job["problem"])
+        problem = read_problem(job.problem)
         reason = why_unrunnable(problem, device)
         if reason is not None:
-            return {"key": job["key"], "unrunnable": reason, "seconds": time.perf_counter() - began}
-        problem, candidate = read_candidate(job["candidate"], problem)
+            return {"unrunnable": reason}
+        problem, candidate = read_candidate(job.candidate, problem)
         # each phase and check as a line in the slot's log, so a long job shows where it is
         with progress_bar(Console(file=sys.stderr, width=160, highlight=False)) as log:
             label = f"{problem.name} / {candidate.function}"
             report = audit(problem, candidate, profile, device, checks, lambda e: log(label, e))
     except UsageError as error:
-        return {"key": job["key"], "error": str(error), "seconds": time.perf_counter() - began}
+        return {"error": str(error)}
     except Exception as error:
         # not the user's input but kernelaudit itself: keep the traceback for a bug report
         traceback.print_exc()
-        return {
-            "key": job["key"],
-            "error": f"kernelaudit failed while auditing: {type(error).__name__}: {error}",
-            "seconds": time.perf_counter() - began,
-        }
-    return {
-        "key": job["key"],
-        "report": report_document(report),
-        "seconds": time.perf_counter() - began,
-    }
+        return {"error": f"kernelaudit failed while auditing: {type(error).__name__}: {error}"}
+    return {"report": report_document(report)}
 
 
 def result_of(key: str, job: Job, answer: dict[str, Any], device: str) -> JobResult:
     """The result an answer of `run_job` stands for."""
-    unrunnable = answer.get("unrunnable")
+    unrunnable, tampered = answer.get("unrunnable"), answer.get("tampered")
     return JobResult(
         key,
         job,
         answer.get("report"),
-        unrunnable or answer.get("error"),
+        unrunnable or tampered or answer.get("error"),
         device,
         float(answer["seconds"]),
-        "unrunnable" if unrunnable else "",
+        "unrunnable" if unrunnable else "tampered" if tampered else "",
     )
 
 

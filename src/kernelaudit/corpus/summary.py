@@ -4,6 +4,7 @@ that fail candidates, and how each problem's candidates fared."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,12 +13,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelaudit.corpus.jobs import PROBLEM_FILES
-from kernelaudit.corpus.store import StoredResult
+from kernelaudit.corpus.store import StoredResult, UntrustedRow
 
-OUTCOMES = ("PASS", "FAIL", "error", "timeout", "crash", "unrunnable")
+OUTCOMES = ("PASS", "FAIL", "error", "timeout", "crash", "unrunnable", "tampered")
 """A job's outcome: its verdict where it was audited, else its status."""
 _ERRORS_SHOWN = 10
-_STYLES = {"PASS": "bold green", "FAIL": "bold red", "unrunnable": "bold magenta"}
+_STYLES = {
+    "PASS": "bold green",
+    "FAIL": "bold red",
+    "unrunnable": "bold magenta",
+    "tampered": "bold red",
+}
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,10 @@ class CorpusSummary:
     """A few jobs that were not audited: (problem / candidate (outcome), the message's first
     line)."""
     total: int
+    untrusted: tuple[tuple[str, str], ...] = ()
+    """A few stored results whose seal does not hold, left out of everything above: (key[:12]
+    problem / candidate, why)."""
+    untrusted_total: int = 0
 
     @property
     def all_passed(self) -> bool:
@@ -55,17 +65,26 @@ def candidate_label(spec: str) -> str:
     return f"{Path(file).name}::{function}" if sep else Path(spec).name
 
 
-def summarise(results: list[StoredResult]) -> CorpusSummary:
+def job_label(problem: str, candidate: str) -> str:
+    """A job's short name: problem / candidate."""
+    return f"{problem_label(problem)} / {candidate_label(candidate)}"
+
+
+def untrusted_label(row: UntrustedRow) -> str:
+    """A stored result that is not trusted, named by its job's key (as its reports are) and
+    its job's short name."""
+    return f"{row.key[:12]} {job_label(row.problem, row.candidate)}"
+
+
+def summarise(results: list[StoredResult], untrusted: Sequence[UntrustedRow] = ()) -> CorpusSummary:
+    """The summary of the trusted `results`, with the `untrusted` rows listed apart."""
     outcomes = Counter(outcome(r) for r in results)
     failing = Counter(check for r in results if outcome(r) == "FAIL" for check in r.failing_checks)
     per_problem: dict[str, Counter[str]] = {}
     for result in results:
         per_problem.setdefault(problem_label(result.problem), Counter())[outcome(result)] += 1
     errors = [
-        (
-            f"{problem_label(r.problem)} / {candidate_label(r.candidate)} ({outcome(r)})",
-            first_line(r.error),
-        )
+        (f"{job_label(r.problem, r.candidate)} ({outcome(r)})", first_line(r.error))
         for r in results
         if r.status != "done"
     ]
@@ -77,13 +96,28 @@ def summarise(results: list[StoredResult]) -> CorpusSummary:
         ),
         errors=tuple(errors[:_ERRORS_SHOWN]),
         total=len(results),
+        untrusted=tuple((untrusted_label(r), r.reason) for r in untrusted[:_ERRORS_SHOWN]),
+        untrusted_total=len(untrusted),
     )
 
 
 def print_summary(console: Console, summary: CorpusSummary) -> None:
-    if not summary.total:
+    if summary.total:
+        _print_outcomes(console, summary)
+    else:
         console.print("no finished jobs in the store")
-        return
+    if summary.untrusted:
+        console.print(
+            f"[bold red]not trusted[/]: {summary.untrusted_total} stored result(s) whose seal "
+            "does not hold, counted as not audited (a run over their jobs audits them again):"
+        )
+        for where, why in summary.untrusted:
+            console.print(f"  {escape(where)}: {escape(why)}", highlight=False)
+        if summary.untrusted_total > len(summary.untrusted):
+            console.print(f"  ... and {summary.untrusted_total - len(summary.untrusted)} more")
+
+
+def _print_outcomes(console: Console, summary: CorpusSummary) -> None:
     verdicts = Table(title="corpus verdicts", title_justify="left")
     verdicts.add_column("verdict")
     verdicts.add_column("candidates", justify="right")
