@@ -4,39 +4,16 @@ kernel file must not trigger."""
 from __future__ import annotations
 
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from kernelaudit.errors import UsageError
-from kernelaudit.tripwires import RULES, Tripwire, scan_candidate
-from kernelaudit.tripwires import rules as rule_tables
+from kernelaudit.tripwires import RULES, c_source, python_names, scan_candidate
+from tripwires.scanning import expect, found, line, write
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _write(folder: Path, source: str, name: str = "candidate.py") -> Path:
-    path = folder / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(source).lstrip("\n"))
-    return path
-
-
-def _line(path: Path, needle: str) -> int:
-    """The 1-based line of the only line of `path` containing `needle`."""
-    found = [n for n, text in enumerate(path.read_text().splitlines(), 1) if needle in text]
-    assert len(found) == 1, f"{needle!r} is on lines {found}"
-    return found[0]
-
-
-def _found(tripwires: tuple[Tripwire, ...]) -> set[tuple[str, int]]:
-    return {(t.rule, t.line) for t in tripwires}
-
-
-def _expect(path: Path, *pairs: tuple[str, str]) -> set[tuple[str, int]]:
-    return {(rule, _line(path, needle)) for rule, needle in pairs}
 
 
 # Each case: a candidate file and exactly the (rule, line) pairs it must produce, lines named by
@@ -272,6 +249,7 @@ CASES = {
             ("module-state", "_buffer[: x.numel()].copy_"),
             ("module-state", "out=_buffer"),
             ("module-state", "next(_calls)"),
+            ("call-count-trigger", "next(_calls)"),
             ("module-state", "_last = x * 2"),
         ],
     ),
@@ -516,8 +494,8 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_each_rule_flags_its_constructs_and_nothing_else(tmp_path: Path, case: str) -> None:
     source, expected = CASES[case]
-    path = _write(tmp_path, source)
-    assert _found(scan_candidate(path)) == _expect(path, *expected)
+    path = write(tmp_path, source)
+    assert found(scan_candidate(path)) == expect(path, *expected)
 
 
 @pytest.mark.parametrize(
@@ -534,7 +512,7 @@ def test_honest_cuda_extension_files_have_no_tripwires(name: str) -> None:
 
 def test_tripwire_carries_the_rule_table_and_the_stripped_line(tmp_path: Path) -> None:
     long_tail = " + 0" * 80
-    path = _write(
+    path = write(
         tmp_path,
         f"""
         import sys
@@ -554,7 +532,7 @@ def test_tripwire_carries_the_rule_table_and_the_stripped_line(tmp_path: Path) -
 
 
 def test_results_are_sorted_and_one_per_line_and_rule(tmp_path: Path) -> None:
-    path = _write(
+    path = write(
         tmp_path,
         """
         import gc
@@ -582,6 +560,10 @@ def test_the_confirming_checks_are_those_of_the_rule_table() -> None:
     assert RULES["dynamic-code"].confirmed_by == ("global-state",)
     assert RULES["package-install"].confirmed_by == ()
     assert RULES["process-control"].confirmed_by == ("execution",)
+    assert RULES["call-count-trigger"].confirmed_by == ("replay", "timing")
+    assert RULES["clock-trigger"].confirmed_by == ("timing", "determinism")
+    assert RULES["process-trigger"].confirmed_by == ("races", "determinism")
+    assert RULES["file-trigger"].confirmed_by == ("replay", "determinism")
     for name, rule in RULES.items():
         assert rule.name == name
         assert rule.why.endswith(".") and rule.why.count(". ") == 0, name
@@ -590,11 +572,11 @@ def test_the_confirming_checks_are_those_of_the_rule_table() -> None:
 
 def test_every_pattern_names_a_rule_in_the_table() -> None:
     named = {
-        *rule_tables.REFERENCES.values(),
-        *rule_tables.CALLS.values(),
-        *rule_tables.IMPORTS.values(),
-        *rule_tables.SHELL_CALLS.values(),
-        *(rule for rule, _ in rule_tables.CUDA_PATTERNS),
+        *python_names.REFERENCES.values(),
+        *python_names.CALLS.values(),
+        *python_names.IMPORTS.values(),
+        *python_names.SHELL_CALLS.values(),
+        *(rule for rule, _ in (*c_source.CODE_PATTERNS, *c_source.LITERAL_PATTERNS)),
     }
     assert named <= set(RULES)
 
@@ -603,7 +585,7 @@ def test_every_pattern_names_a_rule_in_the_table() -> None:
 
 
 def test_cuda_string_tripwires_carry_the_file_line(tmp_path: Path) -> None:
-    path = _write(
+    path = write(
         tmp_path,
         '''
         import torch
@@ -650,7 +632,7 @@ def test_cuda_string_tripwires_carry_the_file_line(tmp_path: Path) -> None:
         _module = load_inline(name="timed", cpp_sources="", cuda_sources=_CUDA)
         ''',
     )
-    assert _found(scan_candidate(path)) == _expect(
+    assert found(scan_candidate(path)) == expect(
         path,
         ("module-state", "__device__ int calls;"),
         ("timer-patching", "start = clock64()"),
@@ -668,7 +650,7 @@ def test_cuda_string_tripwires_carry_the_file_line(tmp_path: Path) -> None:
 
 
 def test_cuda_lines_survive_concatenation_escapes_and_f_strings(tmp_path: Path) -> None:
-    path = _write(
+    path = write(
         tmp_path,
         '''
         import cupy
@@ -695,7 +677,7 @@ def test_cuda_lines_survive_concatenation_escapes_and_f_strings(tmp_path: Path) 
             return kernel, other
         ''',
     )
-    assert _found(scan_candidate(path)) == _expect(
+    assert found(scan_candidate(path)) == expect(
         path,
         ("timer-patching", "long long t = clock64()"),
         ("timer-patching", "(float)clock()"),
@@ -703,7 +685,7 @@ def test_cuda_lines_survive_concatenation_escapes_and_f_strings(tmp_path: Path) 
 
 
 def test_source_like_strings_are_scanned_even_when_not_seen_compiled(tmp_path: Path) -> None:
-    path = _write(
+    path = write(
         tmp_path,
         '''
         """A docstring that mentions __global__ kernels calling exit(1) is not source."""
@@ -721,7 +703,7 @@ def test_source_like_strings_are_scanned_even_when_not_seen_compiled(tmp_path: P
             return x
         ''',
     )
-    assert _found(scan_candidate(path)) == _expect(path, ("process-control", "abort();"))
+    assert found(scan_candidate(path)) == expect(path, ("process-control", "abort();"))
 
 
 def test_source_files_and_their_local_headers_are_scanned() -> None:
@@ -729,10 +711,10 @@ def test_source_files_and_their_local_headers_are_scanned() -> None:
     found = scan_candidate(folder / "candidate.py", "candidate")
     by_file = {(Path(t.path).name, t.rule, t.line) for t in found}
     assert by_file == {
-        ("kernel.cu", "timer-patching", _line(folder / "kernel.cu", "start = clock64()")),
-        ("kernel.cu", "timer-patching", _line(folder / "kernel.cu", "(clock64() - start)")),
-        ("state.cuh", "module-state", _line(folder / "state.cuh", "__device__ int calls")),
-        ("binding.cpp", "environment", _line(folder / "binding.cpp", "getenv")),
+        ("kernel.cu", "timer-patching", line(folder / "kernel.cu", "start = clock64()")),
+        ("kernel.cu", "timer-patching", line(folder / "kernel.cu", "(clock64() - start)")),
+        ("state.cuh", "module-state", line(folder / "state.cuh", "__device__ int calls")),
+        ("binding.cpp", "environment", line(folder / "binding.cpp", "getenv")),
     }
     assert all(Path(t.path).is_absolute() for t in found)
 
@@ -745,17 +727,17 @@ def test_local_modules_are_followed_once_and_only_what_the_function_reaches_coun
     everything = scan_candidate(folder / "candidate.py")
     reached = scan_candidate(folder / "candidate.py", "candidate")
     timing = folder / "kernels" / "timing.py"
-    import_time = (str(timing.resolve()), _line(timing, "time.perf_counter ="))
-    called = (str(timing.resolve()), _line(timing, "torch.cuda.synchronize ="))
-    thread = (str((folder / "launch.py").resolve()), _line(folder / "launch.py", "Thread"))
-    spying = (str((folder / "helpers.py").resolve()), _line(folder / "helpers.py", "_getframe"))
+    import_time = (str(timing.resolve()), line(timing, "time.perf_counter ="))
+    called = (str(timing.resolve()), line(timing, "torch.cuda.synchronize ="))
+    thread = (str((folder / "launch.py").resolve()), line(folder / "launch.py", "Thread"))
+    spying = (str((folder / "helpers.py").resolve()), line(folder / "helpers.py", "_getframe"))
     assert {(t.path, t.line) for t in reached} == {import_time, called, thread}
     assert {(t.path, t.line) for t in everything} >= {import_time, called, thread, spying}
     assert len(everything) == len(set(everything))
 
 
 def test_a_function_sees_module_level_code_and_what_it_calls(tmp_path: Path) -> None:
-    path = _write(
+    path = write(
         tmp_path,
         """
         import gc
@@ -786,18 +768,18 @@ def test_a_function_sees_module_level_code_and_what_it_calls(tmp_path: Path) -> 
         spy = Spy()
         """,
     )
-    flag = ("torch-patching", _line(path, "allow_tf32"))
-    gc_walk = ("gc-walking", _line(path, "gc.get_objects"))
-    frames = ("frame-walking", _line(path, "_getframe"))
-    assert _found(scan_candidate(path, "honest")) == {flag, frames}
-    assert _found(scan_candidate(path, "cheating")) == {flag, gc_walk, frames}
-    assert _found(scan_candidate(path)) == {flag, gc_walk, frames}
+    flag = ("torch-patching", line(path, "allow_tf32"))
+    gc_walk = ("gc-walking", line(path, "gc.get_objects"))
+    frames = ("frame-walking", line(path, "_getframe"))
+    assert found(scan_candidate(path, "honest")) == {flag, frames}
+    assert found(scan_candidate(path, "cheating")) == {flag, gc_walk, frames}
+    assert found(scan_candidate(path)) == {flag, gc_walk, frames}
     # A name the file does not define statically: everything counts.
-    assert _found(scan_candidate(path, "made_at_runtime")) == {flag, gc_walk, frames}
+    assert found(scan_candidate(path, "made_at_runtime")) == {flag, gc_walk, frames}
 
 
 def test_a_function_imported_from_a_local_module_is_followed_there(tmp_path: Path) -> None:
-    helper = _write(
+    helper = write(
         tmp_path,
         """
         import os
@@ -812,17 +794,17 @@ def test_a_function_imported_from_a_local_module_is_followed_there(tmp_path: Pat
         """,
         name="impl/kernels.py",
     )
-    _write(tmp_path, "", name="impl/__init__.py")
-    path = _write(tmp_path, "from impl.kernels import kernel as candidate\n")
+    write(tmp_path, "", name="impl/__init__.py")
+    path = write(tmp_path, "from impl.kernels import kernel as candidate\n")
     found = scan_candidate(path, "candidate")
     assert {(t.path, t.rule, t.line) for t in found} == {
-        (str(helper.resolve()), "environment", _line(helper, "os.getenv")),
+        (str(helper.resolve()), "environment", line(helper, "os.getenv")),
     }
 
 
 def test_modules_outside_the_candidates_folder_are_not_read(tmp_path: Path) -> None:
-    _write(tmp_path, "import gc\n\ngc.get_objects()\n", name="outside.py")
-    path = _write(
+    write(tmp_path, "import gc\n\ngc.get_objects()\n", name="outside.py")
+    path = write(
         tmp_path / "candidate_dir",
         """
         import json
@@ -841,14 +823,14 @@ def test_modules_outside_the_candidates_folder_are_not_read(tmp_path: Path) -> N
 
 
 def test_a_syntax_error_yields_no_tripwires_and_does_not_raise(tmp_path: Path) -> None:
-    path = _write(tmp_path, "import gc\ngc.get_objects()\ndef candidate(x:\n    return x\n")
+    path = write(tmp_path, "import gc\ngc.get_objects()\ndef candidate(x:\n    return x\n")
     assert scan_candidate(path) == ()
 
 
 def test_a_local_module_with_a_syntax_error_is_skipped(tmp_path: Path) -> None:
     folder = tmp_path / "copy"
     shutil.copytree(FIXTURES / "with_helpers", folder)
-    _write(folder, "def broken(:\n    pass\n", name="broken.py")
+    write(folder, "def broken(:\n    pass\n", name="broken.py")
     with (folder / "candidate.py").open("a") as file:
         file.write("\nimport broken  # noqa: E402\n")
     found = scan_candidate(folder / "candidate.py", "candidate")

@@ -1,7 +1,7 @@
 """Static tripwires: constructs in a candidate's source (and the local modules and CUDA sources
 it uses) that can game a benchmark, each reported as a warning with its file and line."""
 
-from kernelaudit.tripwires.rules import RULES, Rule
-from kernelaudit.tripwires.scan import Tripwire, scan_candidate
+from kernelaudit.tripwires.rules import RULES, Rule, Tripwire
+from kernelaudit.tripwires.scan import scan_candidate
 
 __all__ = ["RULES", "Rule", "Tripwire", "scan_candidate"]
