@@ -315,3 +315,9 @@ class ConcludingOnly:
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         return []
+
+
+def note(key: str, title: str, evidence: tuple[tuple[str, Any], ...] = ()) -> Failure:
+    """A finding of severity "note": what a check that ran its own experiment has to say when
+    the experiment could not run or found nothing wrong."""
+    return Failure(key=key, title=title, evidence=evidence, severity="note")

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import ConcludingOnly, Failure
+from kernelaudit.checks.base import ConcludingOnly, Failure, note
 from kernelaudit.checks.execution import headline
 from kernelaudit.checks.numerics import comparison_evidence
 from kernelaudit.errors import ProblemError
@@ -51,7 +51,7 @@ class LargeTensors(ConcludingOnly):
             return []
         if not ctx.device.startswith("cuda"):
             return [
-                _note(
+                note(
                     "not-run:cpu",
                     f"not run: a case past {limit_name(ELEMENTS)} elements needs a GPU, and this "
                     "audit ran on the CPU",
@@ -77,11 +77,11 @@ def examine(
     try:
         case = plan_large_case(problem, batch_axes(problem), elements)
     except CannotGrow as reason:
-        return [_note("not-run:no-case", f"not run: {reason}")]
+        return [note("not-run:no-case", f"not run: {reason}")]
     needed = case.bytes_needed + HEADROOM_BYTES
     if needed > free_bytes:
         return [
-            _note(
+            note(
                 "not-run:memory",
                 f"not run: the case {case.describe()} needs {needed / _GIB:.1f} GiB of device "
                 f"memory and {free_bytes / _GIB:.1f} GiB is free",
@@ -119,7 +119,7 @@ def _stopped(case: LargeCase, run: LargeRun) -> Failure:
             "memory": "the device ran out of memory (the candidate's own allocations come on "
             f"top of the {case.bytes_needed / _GIB:.1f} GiB of inputs and outputs)",
         }[run.kind]
-        return _note(f"not-run:{run.kind}", f"not run at {case.describe()}: {what}", evidence)
+        return note(f"not-run:{run.kind}", f"not run at {case.describe()}: {what}", evidence)
     what = {
         "timeout": run.error,
         "crash": run.error,
@@ -146,7 +146,7 @@ def _judged(problem: Problem, case: LargeCase, run: LargeRun, device: str) -> li
     try:
         expect = expected(problem, inputs, config, device)
     except ProblemError as error:
-        return [_note("not-run:reference", f"not judged: {error}")]
+        return [note("not-run:reference", f"not judged: {error}")]
     values = (*run.outputs, *(run.after[name] for name in problem.contract.mutates))
     positions = [axis_position(shape, case.axis) for shape in result_shapes(problem)]
     groups = {
@@ -191,14 +191,10 @@ def _judged(problem: Problem, case: LargeCase, run: LargeRun, device: str) -> li
     if failures:
         return failures
     return [
-        _note(
+        note(
             "matches",
             f"at {case.describe()} the rows around element {limit_name(case.elements)} and the "
             "last rows match the truth",
             (*setting, ("seconds", round(run.seconds, 3)), ("peak bytes", run.peak_bytes)),
         )
     ]
-
-
-def _note(key: str, title: str, evidence: tuple[tuple[str, Any], ...] = ()) -> Failure:
-    return Failure(key=key, title=title, evidence=evidence, severity="note")

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, ClassVar
 
-from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe
+from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe, note
 from kernelaudit.checks.execution import headline
 from kernelaudit.checks.numerics import comparison_evidence
 from kernelaudit.engine.calls import call_for, reply_limit
@@ -94,10 +94,10 @@ class Unwatched(ConcludingOnly):
         try:
             run = running.result()
         except OSError as error:
-            return [_note("could-not-run", f"the plain run could not start: {error}")]
+            return [note("could-not-run", f"the plain run could not start: {error}")]
         setting = (("case", case.label), ("sizes", dict(case.sizes)), ("calls", run.calls))
         if run.kind == "load":
-            return [_note("not-run:load", f"not run: {headline(run.error)}", setting)]
+            return [note("not-run:load", f"not run: {headline(run.error)}", setting)]
         if run.kind:
             what = {"exception": f"raised: {headline(run.error)}"}.get(run.kind, run.error)
             return [
@@ -125,7 +125,7 @@ def _judged(
     try:
         expect = expected(ctx.problem, inputs, config, ctx.device)
     except ProblemError as error:
-        return [_note("not-run:reference", f"not judged: {error}", setting)]
+        return [note("not-run:reference", f"not judged: {error}", setting)]
     failures = []
     for which, (outputs, changed) in (("first", run.first), ("last", run.last)):
         values = (*outputs, *changed)
@@ -161,14 +161,10 @@ def _judged(
         if failures:
             return failures
     return [
-        _note(
+        note(
             "matches",
             f"called {run.calls} times in {run.seconds:.2f} s as a user's program calls it, the "
             "first and last calls match the truth",
             setting,
         )
     ]
-
-
-def _note(key: str, title: str, evidence: tuple[tuple[str, Any], ...] = ()) -> Failure:
-    return Failure(key=key, title=title, evidence=evidence, severity="note")
