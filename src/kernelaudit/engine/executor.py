@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from kernelaudit.checks.base import Expected, Observation, Probe, Step
 from kernelaudit.engine.calls import call_for, reply_limit
-from kernelaudit.engine.measure import reference_kernels, reference_memory, reference_timing
+from kernelaudit.engine.measure import (
+    UNCOUNTED,
+    count_flops,
+    reference_kernels,
+    reference_memory,
+    reference_timing,
+)
 from kernelaudit.errors import CaseUnavailable, ProblemError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
@@ -35,6 +43,25 @@ class Executor:
             "truth and baseline": 0.0,
             "candidate runs": 0.0,
         }
+        self._flops: dict[Case, Future[int | None]] = {}
+
+    def count_flops_ahead(self, probes: Sequence[Probe]) -> None:
+        """Count the FLOPs of every timed case in a thread, on shapes alone, while the worker
+        starts: the timed probe then finds them counted."""
+        timed = [
+            step.case or probe.case
+            for probe in probes
+            for step in probe.plan.sequence()
+            if step.timed
+        ]
+        if not timed:
+            return
+        counting = ThreadPoolExecutor(1)
+        for case in dict.fromkeys(timed):
+            self._flops[case] = counting.submit(
+                count_flops, self.problem, case, materialize(self.problem, case)
+            )
+        counting.shutdown(wait=False)  # the thread ends with its counts
 
     def prepare(self, case: Case) -> tuple[dict[str, object], Expected]:
         """The logical inputs of a case and the trusted results for them (memoised: checks
@@ -108,7 +135,11 @@ class Executor:
         began = time.perf_counter()
         for step, case in zip(steps, cases, strict=True):
             if step.timed and "reference timing" not in found:
-                found.update(reference_timing(self.problem, case, self._inputs(case), self.device))
+                counted = self._flops.pop(case, None)
+                flops = counted.result() if counted is not None else UNCOUNTED
+                found.update(
+                    reference_timing(self.problem, case, self._inputs(case), self.device, flops)
+                )
             if step.profiled and "reference kernels" not in found:
                 found["reference kernels"] = reference_kernels(
                     self.problem, case, self._inputs(case), self.device

@@ -46,15 +46,36 @@ def load_measuring() -> None:
     import torch.utils.flop_counter  # noqa: F401
 
 
+UNCOUNTED = -1
+"""What `count_flops` gives when the reference cannot run on shapes alone: count on the device."""
+
+
+def count_flops(problem: Problem, case: Case, inputs: Mapping[str, object]) -> int | None:
+    """The case's FLOPs as torch's FLOP counter sees them, counted on the meta device (shapes
+    alone: no device time, so it can run beside anything); UNCOUNTED where the reference needs
+    real values (data-dependent shapes, `.item()`)."""
+    load_measuring()
+    try:
+        return derived_flops(problem.reference, native_arguments(problem, case, inputs, "meta"))
+    except Exception:
+        return UNCOUNTED
+
+
 def reference_timing(
-    problem: Problem, case: Case, inputs: Mapping[str, object], device: str
+    problem: Problem,
+    case: Case,
+    inputs: Mapping[str, object],
+    device: str,
+    flops: int | None = UNCOUNTED,
 ) -> dict[str, Any]:
-    """Time the reference the way the candidate is timed, and everything the roofline needs."""
+    """Time the reference the way the candidate is timed, and everything the roofline needs
+    (`flops`, when `count_flops` counted them already)."""
     args = native_arguments(problem, case, inputs, device)
     with torch.no_grad():
         returned = problem.reference(*args)
         timing = time_calls(lambda: problem.reference(*args), device)
-        flops = derived_flops(problem.reference, args)
+        if flops == UNCOUNTED:
+            flops = derived_flops(problem.reference, args)
     outputs = returned if isinstance(returned, (tuple, list)) else (returned,)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     tensors += [o for o in outputs if isinstance(o, torch.Tensor)]

@@ -1,0 +1,53 @@
+"""The trusted side's measurements: FLOPs counted on shapes alone, ahead of the timed probe,
+agree with those counted on the device, and a reference that needs real values is counted
+on the device instead."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelaudit import Axis, Output, Problem, TensorInput
+from kernelaudit.engine.measure import UNCOUNTED, count_flops, reference_timing
+from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.materialize import materialize
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a @ b
+
+
+def _by_its_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    rows = int((a[:, 0] > 0).sum().item())  # a shape only the values decide
+    return a[:rows] @ b
+
+
+def _problem(reference) -> Problem:
+    return Problem(
+        name="matmul",
+        reference=reference,
+        axes=(Axis("m"), Axis("k"), Axis("n")),
+        inputs=(TensorInput("a", ("m", "k")), TensorInput("b", ("k", "n"))),
+        outputs=(Output("c", ("m", "n"), dtype="a"),),
+        workloads=({"m": 64, "k": 32, "n": 16},),
+    )
+
+
+CASE = Case((("m", 64), ("k", 32), ("n", 16)))
+
+
+def test_flops_counted_on_shapes_alone_match_the_device_count() -> None:
+    problem = _problem(_matmul)
+    inputs = materialize(problem, CASE)
+    ahead = count_flops(problem, CASE, inputs)
+    assert ahead == 2 * 64 * 32 * 16
+    assert reference_timing(problem, CASE, inputs, "cpu", ahead)["flops"] == ahead
+    assert reference_timing(problem, CASE, inputs, "cpu")["flops"] == ahead
+
+
+def test_a_reference_that_needs_its_values_is_counted_on_the_device() -> None:
+    problem = _problem(_by_its_values)
+    inputs = materialize(problem, CASE)
+    assert count_flops(problem, CASE, inputs) == UNCOUNTED
+    rows = int((inputs["a"][:, 0] > 0).sum())
+    found = reference_timing(problem, CASE, inputs, "cpu", UNCOUNTED)
+    assert found["flops"] == (2 * rows * 32 * 16 or None)
