@@ -5,6 +5,7 @@ candidate that writes to the pipe cannot run code in the auditor."""
 from __future__ import annotations
 
 import io
+import math
 import pickle
 import struct
 from collections.abc import Callable
@@ -23,11 +24,14 @@ def _tensor_from_bytes(dtype: str, shape: tuple[int, ...], data: bytearray) -> t
     kind = getattr(torch, dtype, None)
     if not isinstance(kind, torch.dtype):
         raise pickle.UnpicklingError(f"unknown tensor dtype {dtype!r}")
-    tensor = torch.empty(shape, dtype=kind)
-    if not isinstance(data, bytearray) or len(data) != tensor.numel() * tensor.element_size():
+    # the shape is the sender's word: checked against the bytes that came before anything is
+    # allocated for it
+    if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
+        raise pickle.UnpicklingError(f"tensor shape {shape!r} is not a tuple of sizes")
+    if not isinstance(data, bytearray) or len(data) != math.prod(shape) * kind.itemsize:
         raise pickle.UnpicklingError(f"tensor data does not match {dtype}{list(shape)}")
     if not data:
-        return tensor
+        return torch.empty(shape, dtype=kind)
     return torch.frombuffer(data, dtype=torch.uint8).view(kind).reshape(shape)
 
 
