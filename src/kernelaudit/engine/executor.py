@@ -3,6 +3,7 @@ run the candidate in its worker, and pair the two up."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -44,6 +45,9 @@ class Executor:
             "candidate runs": 0.0,
         }
         self._flops: dict[Case, Future[int | None]] = {}
+        self._ahead: dict[Case, Future[tuple[dict[str, object], Expected]]] = {}
+        self._preparing: ThreadPoolExecutor | None = None
+        self._reference = threading.Lock()
 
     def count_flops_ahead(self, probes: Sequence[Probe]) -> None:
         """Count the FLOPs of every timed case in a thread, on shapes alone, while the worker
@@ -58,9 +62,7 @@ class Executor:
             return
         counting = ThreadPoolExecutor(1)
         for case in dict.fromkeys(timed):
-            self._flops[case] = counting.submit(
-                count_flops, self.problem, case, materialize(self.problem, case)
-            )
+            self._flops[case] = counting.submit(self._count, case, materialize(self.problem, case))
         counting.shutdown(wait=False)  # the thread ends with its counts
 
     def prepare(self, case: Case) -> tuple[dict[str, object], Expected]:
@@ -70,10 +72,43 @@ class Executor:
             self._expected.move_to_end(case)
             return self._expected[case]
         began = time.perf_counter()
+        ahead = self._ahead.pop(case, None)
+        prepared = ahead.result() if ahead is not None else self._truth(case)
+        self.seconds["truth and baseline"] += time.perf_counter() - began
+        self._expected[case] = prepared
+        if len(self._expected) > _CACHE_SIZE:
+            self._expected.popitem(last=False)
+        return prepared
+
+    def prepare_ahead(self, probe: Probe) -> None:
+        """Start computing, in a thread, the inputs and trusted results of `probe`'s cases
+        not yet known, while the worker runs the probe before it. The reference runs one call
+        at a time whichever thread asks (`_reference`): a reference that seeds or draws from
+        torch's global generators gets the same truth either way."""
+        for case in dict.fromkeys(
+            [probe.case, *(s.case or probe.case for s in probe.plan.sequence())]
+        ):
+            if case not in self._expected and case not in self._ahead:
+                self._preparing = self._preparing or ThreadPoolExecutor(1)
+                self._ahead[case] = self._preparing.submit(self._truth, case)
+
+    def _count(self, case: Case, inputs: dict[str, object]) -> int | None:
+        with self._reference:
+            return count_flops(self.problem, case, inputs)
+
+    def close(self) -> None:
+        """Let go of the thread that prepares cases ahead (what it still holds is dropped)."""
+        if self._preparing is not None:
+            self._preparing.shutdown(wait=True, cancel_futures=True)
+            self._preparing = None
+        self._ahead.clear()
+
+    def _truth(self, case: Case) -> tuple[dict[str, object], Expected]:
         inputs = materialize(self.problem, case)
         config = self.problem.dtype_configs()[case.dtype_config]
         try:
-            prepared = (inputs, expected(self.problem, inputs, config, self.device))
+            with self._reference:
+                return inputs, expected(self.problem, inputs, config, self.device)
         except ProblemError as error:
             if at_a_workload(self.problem, case) or device_fault(error):
                 raise
@@ -84,11 +119,6 @@ class Executor:
                 f"the reference cannot run at {case.describe()}: {error.message}",
                 "the reference cannot run at these sizes",
             ) from error
-        self.seconds["truth and baseline"] += time.perf_counter() - began
-        self._expected[case] = prepared
-        if len(self._expected) > _CACHE_SIZE:
-            self._expected.popitem(last=False)
-        return prepared
 
     def observe(self, probe: Probe) -> Observation:
         steps = probe.plan.sequence()
@@ -133,23 +163,32 @@ class Executor:
         if not any(step.timed or step.profiled or step.memory for step in steps):
             return found
         began = time.perf_counter()
-        for step, case in zip(steps, cases, strict=True):
-            if step.timed and "reference timing" not in found:
-                counted = self._flops.pop(case, None)
-                flops = counted.result() if counted is not None else UNCOUNTED
-                found.update(
-                    reference_timing(self.problem, case, self._inputs(case), self.device, flops)
-                )
-            if step.profiled and "reference kernels" not in found:
-                found["reference kernels"] = reference_kernels(
-                    self.problem, case, self._inputs(case), self.device
-                )
-            if step.memory and "reference peak bytes" not in found:
-                found.update(reference_memory(self.problem, case, self._inputs(case), self.device))
+        inputs = [self._inputs(case) for case in cases]  # before the lock: a case may be ahead
+        with self._reference:
+            self._measure_reference(steps, cases, inputs, found)
         self.seconds["reference timing"] = (
             self.seconds.get("reference timing", 0.0) + time.perf_counter() - began
         )
         return found
+
+    def _measure_reference(
+        self,
+        steps: tuple[Step, ...],
+        cases: list[Case],
+        inputs: list[dict[str, object]],
+        found: dict[str, Any],
+    ) -> None:
+        for step, case, given in zip(steps, cases, inputs, strict=True):
+            if step.timed and "reference timing" not in found:
+                counted = self._flops.pop(case, None)
+                flops = counted.result() if counted is not None else UNCOUNTED
+                found.update(reference_timing(self.problem, case, given, self.device, flops))
+            if step.profiled and "reference kernels" not in found:
+                found["reference kernels"] = reference_kernels(
+                    self.problem, case, given, self.device
+                )
+            if step.memory and "reference peak bytes" not in found:
+                found.update(reference_memory(self.problem, case, given, self.device))
 
     def _inputs(self, case: Case) -> dict[str, object]:
         return self.prepare(case)[0]
