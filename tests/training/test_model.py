@@ -1,5 +1,5 @@
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import pytest
@@ -20,16 +20,6 @@ from kernelaudit.training.slots import REFERENCES, Plug, Slots
 
 # Two layers, so gradients flow through a residual stream between blocks.
 GRADIENT_CONFIG = ModelConfig(vocab=48, hidden=16, layers=2, heads=2, seq=8, mlp_hidden=24)
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    # Matrices this small run fastest on one thread; a busy 2-core runner makes OpenMP's
-    # threads wait on each other for milliseconds per product.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def plain_loss(

@@ -4,7 +4,9 @@ For a problem wired to a slot of the model (`Problem.slot`), the reference and t
 each train the same model from the same start on the same Zipf-distributed tokens, with SGD and
 with AdamW; the reference is also rerun with its slot results nudged by one ulp, which gives
 the natural envelope. A candidate whose loss or parameters leave that envelope fails, and the
-report says under which optimizer and which rows moved (see `kernelaudit.training`).
+report says under which optimizer and which rows moved (see `kernelaudit.training`). Every run
+trains in the auditor; the candidate's sandboxed process only answers its slot's calls
+(`kernelaudit.training.channel`).
 """
 
 from __future__ import annotations

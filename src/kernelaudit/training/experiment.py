@@ -2,19 +2,20 @@
 each trained with SGD and with AdamW from the same start on the same tokens, and each shadowing
 the reference's trajectory (`loop.shadow`).
 
-The reference runs stay in the auditor's process (they are trusted, and shared by every
-candidate of a problem); the candidate trains in a process of its own at the same time. The
-perturbed runs shadow the reference's trajectory together (`loop.shadow_all`).
+Every run, the candidate's included, trains here, in the auditor: the model, the optimizers,
+the losses and the drift never enter the candidate's process, which only answers the calls of
+the plugged slot (`channel.CandidateProcess`). The reference's runs (trusted, and shared by
+every candidate of a problem) go on in this thread while the candidate's runs go on in another,
+so the candidate's kernel computes while the reference's runs do. The perturbed runs shadow the
+reference's trajectory together (`loop.shadow_all`).
 """
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,16 +23,18 @@ import torch
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.problem.spec import IndexInput, Problem, TensorInput
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.process import run_child
+from kernelaudit.training.channel import CandidateProcess
 from kernelaudit.training.data import batches, token_counts, token_stream
 from kernelaudit.training.envelope import Judgement, conclusion, judge
 from kernelaudit.training.loop import (
     OPTIMIZERS,
     Experiment,
+    Native,
     Perturbed,
     Rounded,
     Shadowed,
     Trajectory,
+    shadow,
     shadow_all,
     train,
 )
@@ -94,24 +97,35 @@ def run_experiment(
     label = "/".join(
         sorted({dtype_name(d) for d in dtypes if d is not None and d.is_floating_point})
     )
-    # The candidate trains in its own process while the reference's runs go on here. Once the
-    # candidate's side is back, the reference's runs stop at what judging it still needs.
-    with ThreadPoolExecutor(1, thread_name_prefix="kernelaudit-training") as pool:
-        side = pool.submit(
-            _candidate_runs, problem, candidate, dtypes, experiment, tokens, device, timeout_s
-        )
+    threads = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
+    try:
+        with (
+            CandidateProcess(candidate, problem.slot, device, timeout_s) as process,
+            ThreadPoolExecutor(1, thread_name_prefix="kernelaudit-training") as pool,
+        ):
+            side = pool.submit(
+                _candidate_runs, problem, process, dtypes, experiment, tokens, device
+            )
 
-        def wanted() -> str:
-            if not side.done():
-                return "all"
-            if side.exception() is not None or side.result()[2]:
-                return "none"  # it could not train at all
-            runs, shadows, _ = side.result()
-            # every run stopped: the reference's own runs still tell whether it stops too
-            return "plain" if all(r.error for r in (*runs, *shadows)) else "all"
+            # Once the candidate's runs are done, the reference's stop at what judging them
+            # still needs.
+            def wanted() -> str:
+                if not side.done():
+                    return "all"
+                if side.exception() is not None or side.result()[2]:
+                    return "none"  # it could not train at all
+                runs, shadows, _ = side.result()
+                # every run stopped: the reference's own runs still tell whether it stops too
+                return "plain" if all(r.error for r in (*runs, *shadows)) else "all"
 
-        references = _reference_runs(problem, config, dtypes, experiment, tokens, device, wanted)
-        runs, shadows, error = side.result()
+            references = _reference_runs(
+                problem, config, dtypes, experiment, tokens, device, wanted
+            )
+            runs, shadows, error = side.result()
+    finally:
+        torch.set_num_threads(threads)
     if error:
         return Outcome(label, (), {}, [], error, time.perf_counter() - began, error)
     assert references is not None, "only a candidate that could not train stops them all"
@@ -150,112 +164,55 @@ def _reference_runs(
     key = (problem.source or problem.name, problem.slot, config, experiment, device)
     if key in _references:
         return _references[key]
-    threads = torch.get_num_threads()
-    if device == "cpu":
-        torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
-    try:
-        plain = Plug(problem.slot, problem.reference, dtypes)
-        references = {}
-        for optimizer in OPTIMIZERS:
-            if wanted() == "none":
-                return None
-            references[optimizer] = train(experiment, optimizer, plain, tokens, device)
-        runs: dict[str, _Envelope] = {}
-        for optimizer in OPTIMIZERS:
-            nudged = [
-                Plug(problem.slot, Perturbed(problem.reference, seed), dtypes)
-                for seed in range(1, experiment.perturbed_runs + 1)
-            ]
-            perturbed = []
-            for plug in nudged:
-                if wanted() != "all":
-                    break
-                perturbed.append(train(experiment, optimizer, plug, tokens, device))
-            if wanted() != "all":  # it never turns back to "all" once the candidate is back
-                return {o: (r, [], []) for o, r in references.items()}
-            # drift is measured from the correctly rounded slot; the native reference is one
-            # more correct kernel of the envelope
-            centre = Plug(problem.slot, Rounded(problem.reference), dtypes)
-            shadows = shadow_all(experiment, optimizer, centre, (*nudged, plain), tokens, device)
-            runs[optimizer] = (references[optimizer], perturbed, shadows)
-    finally:
-        torch.set_num_threads(threads)
+    plain = Plug(problem.slot, Native(problem.reference), dtypes)
+    references = {}
+    for optimizer in OPTIMIZERS:
+        if wanted() == "none":
+            return None
+        references[optimizer] = train(experiment, optimizer, plain, tokens, device)
+    runs: dict[str, _Envelope] = {}
+    for optimizer in OPTIMIZERS:
+        nudged = [
+            Plug(problem.slot, Perturbed(problem.reference, seed), dtypes)
+            for seed in range(1, experiment.perturbed_runs + 1)
+        ]
+        perturbed = []
+        for plug in nudged:
+            if wanted() != "all":
+                break
+            perturbed.append(train(experiment, optimizer, plug, tokens, device))
+        if wanted() != "all":  # it never turns back to "all" once the candidate is back
+            return {o: (r, [], []) for o, r in references.items()}
+        # drift is measured from the correctly rounded slot; the native reference is one
+        # more correct kernel of the envelope
+        centre = Plug(problem.slot, Rounded(problem.reference), dtypes)
+        shadows = shadow_all(experiment, optimizer, centre, (*nudged, plain), tokens, device)
+        runs[optimizer] = (references[optimizer], perturbed, shadows)
     _references[key] = runs
     return runs
 
 
 def _candidate_runs(
     problem: Problem,
-    candidate: CandidateRef,
+    process: CandidateProcess,
     dtypes: tuple[torch.dtype | None, ...],
     experiment: Experiment,
     tokens: torch.Tensor,
     device: str,
-    timeout_s: float,
 ) -> tuple[list[Trajectory], list[Shadowed], str]:
-    if not problem.source:
-        return (
-            [],
-            [],
-            (
-                "the training check runs the reference next to the candidate in the candidate's "
-                "process and needs the problem's file; load the problem with load_problem(path)"
-            ),
-        )
-    with tempfile.TemporaryDirectory(prefix="kernelaudit-training-") as folder:
-        request, result = Path(folder) / "request.pt", Path(folder) / "result.pt"
-        torch.save(
-            {
-                "experiment": experiment,
-                "device": device,
-                "problem": problem.source,
-                "path": candidate.path,
-                "function": candidate.function,
-                "slot": problem.slot,
-                "dtypes": list(dtypes),
-                "optimizers": list(OPTIMIZERS),
-                "tokens": tokens,
-            },
-            request,
-        )
-        arguments = [str(request), str(result)]
-        # the reference runs in the same process, read from the problem's file
-        done = run_child(
-            "kernelaudit.training.worker",
-            arguments,
-            device,
-            timeout_s,
-            candidate.path,
-            folder,
-            readable=[problem.source],
-        )
-        if done.timed_out:
-            return [], [], f"the candidate's training runs took longer than {timeout_s:.0f} s"
-        if not result.is_file():
-            died = f"the candidate's training process died (exit {done.returncode}): "
-            return [], [], died + (done.stderr_tail or "no message")
-        data = torch.load(result, weights_only=True)
-    if data.get("error"):
-        return [], [], str(data["error"])
-    runs = [
-        Trajectory(
-            optimizer=str(run["optimizer"]),
-            losses=tuple(float(x) for x in run["losses"]),
-            parameters={str(k): v for k, v in run["parameters"].items()},
-            slot_calls=int(run["slot_calls"]),
-            error=str(run["error"]),
-        )
-        for run in data["runs"]
-    ]
-    shadows = [
-        Shadowed(
-            optimizer=str(run["optimizer"]),
-            drift={str(k): v for k, v in run["drift"].items()},
-            slot_calls=int(run["shadow_calls"]),
-            error=str(run["shadow_error"]),
-        )
-        for run in data["runs"]
-    ]
+    """Per optimizer, the candidate's free-running run and its shadow of the correctly rounded
+    slot's trajectory, each call of its slot answered by `process`; or why it could not train."""
+    failed = process.ready()
+    if failed:
+        return [], [], failed
+    plug = Plug(problem.slot, process, dtypes)
+    centre = Plug(problem.slot, Rounded(problem.reference), dtypes)
+    runs, shadows = [], []
+    for optimizer in OPTIMIZERS:
+        runs.append(train(experiment, optimizer, plug, tokens, device))
+        shadows.append(shadow(experiment, optimizer, centre, plug, tokens, device))
+        if process.stopped:  # it can answer no more: a timeout, a death, a forged answer
+            return [], [], process.stopped
     for run in (*runs, *shadows):
         if not run.error and run.slot_calls == 0:
             never = f"the candidate never ran in slot {problem.slot!r} under {run.optimizer}"

@@ -7,6 +7,7 @@ in the last place, or the candidate.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ from kernelaudit.errors import UsageError
 from kernelaudit.oracle.promote import promoted_copy, promoted_to_fp64
 from kernelaudit.oracle.rule import ACCUMULATION_NOISE_FACTOR
 from kernelaudit.training.model import ModelConfig, TinyDecoder
-from kernelaudit.training.slots import Plug, Slots
+from kernelaudit.training.slots import Plug, Slots, failure_text
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")
 
@@ -64,6 +65,25 @@ class Trajectory:
     """Why the run stopped early ("" when it finished)."""
 
 
+_REFERENCE_RUNS = threading.Lock()
+"""Held while the problem's reference runs. An experiment trains the reference's runs and the
+candidate's side by side in two threads, and `promoted_to_fp64` switches torch's default dtype
+(and its matmul precision flags) for the whole process: a reference running at the same time
+in the other thread would pick up float64, and two such blocks would restore each other's
+settings."""
+
+
+class Native:
+    """A slot function run as it is, one reference call at a time (`_REFERENCE_RUNS`)."""
+
+    def __init__(self, function: Callable[..., object]) -> None:
+        self.function = function
+
+    def __call__(self, *args: object) -> object:
+        with _REFERENCE_RUNS:
+            return self.function(*args)
+
+
 class Rounded:
     """A slot function whose results are the correctly rounded ones: the function runs on the
     slot's arguments promoted to float64 (as the oracle's truth does) and is rounded to the
@@ -80,6 +100,10 @@ class Rounded:
         self.calls = 0
 
     def __call__(self, *args: object) -> object:
+        with _REFERENCE_RUNS:
+            return self._rounded(args)
+
+    def _rounded(self, args: tuple[object, ...]) -> object:
         native = self.function(*args)
         promoted = [promoted_copy(a) for a in args]
         with promoted_to_fp64():
@@ -165,7 +189,7 @@ def train(
             loss = model(batch)
             loss.backward()
         except Exception as failure:  # the plugged kernel's failure, reported by the check
-            error = f"step {len(losses)}: {type(failure).__name__}: {failure}"
+            error = f"step {len(losses)}: {failure_text(failure)}"
             break
         losses.append(float(loss.detach()))
         if not torch.isfinite(loss):
@@ -289,7 +313,7 @@ def shadow_all(
             try:
                 taken[k] = _gradients(model, batch)
             except Exception as failure:  # the plugged kernel's failure, reported by the check
-                errors[k] = f"step {calls[k]}: {type(failure).__name__}: {failure}"
+                errors[k] = f"step {calls[k]}: {failure_text(failure)}"
                 continue
             calls[k] += 1 if slots.calls[plug.slot] > before else 0
         if not taken:

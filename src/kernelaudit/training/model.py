@@ -267,12 +267,19 @@ def _merge_heads(x: torch.Tensor, batch: int) -> torch.Tensor:
     return merged.reshape(batch * length, heads * head_dim)
 
 
+def _unset(shape: tuple[int, ...]) -> nn.Parameter:
+    """A float32 parameter, whatever torch's default dtype is at the moment: a model is built
+    in one thread while the reference runs promoted to float64 in another
+    (`loop._REFERENCE_RUNS`)."""
+    return nn.Parameter(torch.empty(shape, dtype=torch.float32))
+
+
 class _Block(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.heads = config.heads
         for name, shape in _block_shapes(config).items():
-            self.register_parameter(name, nn.Parameter(torch.empty(shape)))
+            self.register_parameter(name, _unset(shape))
 
     def forward(
         self,
@@ -312,9 +319,9 @@ class TinyDecoder(nn.Module):
         self.config = config
         self.slots = slots
         shapes = _parameter_shapes(config)
-        self.embedding = nn.Parameter(torch.empty(shapes["embedding"]))
-        self.final_norm = nn.Parameter(torch.empty(shapes["final_norm"]))
-        self.lm_head = None if config.tied else nn.Parameter(torch.empty(shapes["lm_head"]))
+        self.embedding = _unset(shapes["embedding"])
+        self.final_norm = _unset(shapes["final_norm"])
+        self.lm_head = None if config.tied else _unset(shapes["lm_head"])
         self.layers = nn.ModuleList(_Block(config) for _ in range(config.layers))
         self.load_state_dict(init_parameters(config, seed))
 

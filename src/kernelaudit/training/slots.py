@@ -22,12 +22,14 @@ inputs in (`kernelaudit.problem.spec.SLOTS` names the arguments):
 
 `REFERENCES` holds a plain-torch implementation of each, which the model uses wherever no
 candidate is plugged in. `Slots` routes each call of the model to the plugged candidate or to
-the reference, and counts the calls so a check can confirm the candidate really ran.
+the reference, counts the calls so a check can confirm the candidate really ran, and refuses a
+result whose number, shapes, dtypes or device are not those the slot declares for the call
+(`declared_results`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -139,20 +141,48 @@ REFERENCES: Mapping[str, Callable[..., object]] = MappingProxyType(
 input's dtype (rmsnorm_backward's grad_weight in weight's dtype, cross_entropy_forward's loss in
 at least float32)."""
 
-_RESULT_SHAPES: Mapping[str, Callable[..., tuple[tuple[int, ...], ...]]] = MappingProxyType(
+
+@dataclass(frozen=True)
+class Result:
+    """One tensor a slot returns, as the auditor knows it before the call: its shape and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def _like(tensor: torch.Tensor) -> Result:
+    return Result(tuple(tensor.shape), tensor.dtype)
+
+
+_RESULTS: Mapping[str, Callable[..., tuple[Result, ...]]] = MappingProxyType(
     {
-        "embedding_forward": lambda weight, ids: ((ids.shape[0], weight.shape[1]),),
-        "embedding_backward": lambda grad_out, ids, n: ((n, grad_out.shape[1]),),
-        "rmsnorm_forward": lambda x, weight, eps: (tuple(x.shape),),
-        "rmsnorm_backward": lambda g, x, weight, rstd: (tuple(x.shape), tuple(weight.shape)),
-        "softmax": lambda x: (tuple(x.shape),),
-        "cross_entropy_forward": lambda logits, targets: ((logits.shape[0],),),
-        "cross_entropy_backward": lambda g, logits, targets: (tuple(logits.shape),),
-        "matmul": lambda a, b: ((a.shape[0], b.shape[1]),),
-        "rope": lambda x, cos, sin: (tuple(x.shape),),
-        "swiglu": lambda gate, up: (tuple(gate.shape),),
+        "embedding_forward": lambda weight, ids: (
+            Result((ids.shape[0], weight.shape[1]), weight.dtype),
+        ),
+        "embedding_backward": lambda grad_out, ids, n: (
+            Result((n, grad_out.shape[1]), grad_out.dtype),
+        ),
+        "rmsnorm_forward": lambda x, weight, eps: (_like(x),),
+        "rmsnorm_backward": lambda g, x, weight, rstd: (_like(x), _like(weight)),
+        "softmax": lambda x: (_like(x),),
+        "cross_entropy_forward": lambda logits, targets: (
+            Result((logits.shape[0],), _accumulation(logits)),
+        ),
+        "cross_entropy_backward": lambda g, logits, targets: (_like(logits),),
+        "matmul": lambda a, b: (Result((a.shape[0], b.shape[1]), a.dtype),),
+        "rope": lambda x, cos, sin: (_like(x),),
+        "swiglu": lambda gate, up: (_like(gate),),
     }
 )
+
+
+def declared_results(slot: str, arguments: Sequence[object]) -> tuple[Result, ...]:
+    """What `slot` returns for `arguments` as the plugged function gets them (after the plug's
+    casts): the shapes follow from the arguments' sizes, the dtypes are those `REFERENCES`
+    returns."""
+    if slot not in _RESULTS:
+        raise _unknown_slot(slot)
+    return _RESULTS[slot](*arguments)
 
 
 def _unknown_slot(slot: str) -> UsageError:
@@ -210,35 +240,55 @@ def _cast(argument: object, dtype: torch.dtype | None) -> object:
     return argument.contiguous()
 
 
-def _describe(value: object) -> str:
+def describe(value: object) -> str:
+    """What a plugged function returned, in words, for a message."""
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor of shape {list(value.shape)} on {value.device}"
     if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)}: {', '.join(map(_describe, value))}"
+        return f"a {type(value).__name__} of {len(value)}: {', '.join(map(describe, value))}"
     return f"a {type(value).__name__}"
 
 
-def _candidate_results(
-    slot: str, result: object, expected: tuple[tuple[int, ...], ...], device: torch.device
+def wrong_result(
+    slot: str, described: str, declared: Sequence[Result], device: torch.device
+) -> RuntimeError:
+    """The error for a plugged function whose result is not what the slot declares."""
+    wanted = " and ".join(f"a {r.dtype} tensor of shape {list(r.shape)}" for r in declared)
+    return RuntimeError(
+        f"the candidate in slot {slot!r} returned {described}; the slot expects {wanted} "
+        f"on {device}"
+    )
+
+
+def _checked_results(
+    slot: str, result: object, declared: tuple[Result, ...], device: torch.device
 ) -> tuple[torch.Tensor, ...]:
-    results = (result,) if len(expected) == 1 else result
-    wanted = " and ".join(f"a floating tensor of shape {list(s)}" for s in expected)
+    results = (result,) if len(declared) == 1 else result
     if (
         not isinstance(results, (tuple, list))
-        or len(results) != len(expected)
+        or len(results) != len(declared)
         or not all(
             isinstance(r, torch.Tensor)
-            and r.is_floating_point()
-            and tuple(r.shape) == shape
+            and tuple(r.shape) == d.shape
+            and r.dtype == d.dtype
             and r.device == device
-            for r, shape in zip(results, expected, strict=True)
+            for r, d in zip(results, declared, strict=True)
         )
     ):
-        raise RuntimeError(
-            f"the candidate in slot {slot!r} returned {_describe(result)}; the slot expects "
-            f"{wanted} on {device}"
-        )
+        raise wrong_result(slot, describe(result), declared, device)
     return tuple(results)
+
+
+class PlugRaised(Exception):
+    """A plugged function that runs in another process raised there; the message names the
+    exception as it was raised."""
+
+
+def failure_text(failure: Exception) -> str:
+    """A plugged function's failure, for a run's error: "<Type>: <message>"."""
+    if isinstance(failure, PlugRaised):
+        return str(failure)
+    return f"{type(failure).__name__}: {failure}"
 
 
 class Slots:
@@ -260,9 +310,9 @@ class Slots:
         model_dtype = next(t.dtype for t in tensors if t.is_floating_point())
         cast = [_cast(a, d) for a, d in zip(arguments, self.plug.dtypes, strict=True)]
         result = self.plug.function(*cast)
-        expected = _RESULT_SHAPES[slot](*arguments)
-        results = _candidate_results(slot, result, expected, tensors[0].device)
-        # A copy, so a candidate that returns (or later writes) one of its inputs cannot alias
+        declared = declared_results(slot, cast)
+        results = _checked_results(slot, result, declared, tensors[0].device)
+        # A copy, so a function that returns (or later writes) one of its inputs cannot alias
         # the model's own tensors.
         back = tuple(
             r.to(dtype=model_dtype, memory_format=torch.contiguous_format, copy=True)

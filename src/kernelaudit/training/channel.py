@@ -1,0 +1,326 @@
+"""The auditor's side of the candidate's training process: the candidate, called as a slot.
+
+The model, its optimizers, losses and drift stay in the auditor; only the plugged slot's calls
+cross to the candidate's process (`kernelaudit.training.worker`), which runs under the sandbox
+like every process that imports a candidate, and lives as long as the experiment: one process
+answers every call of every run. Each call sends the slot's arguments as they are after the
+plug's casts, tensors as raw bytes (`runner.wire`); each answer is bounded by what the slot
+declares for those arguments (`slots.declared_results`, sizes the auditor computes itself) before
+any of it is read, and checked against the same declaration before the model uses it (`Slots`).
+
+An answer that is not one (too large, undecodable, not of the protocol's form), a process that
+dies, and a run past the experiment's deadline stop the process for good: `stopped` says why,
+and every later call raises `ChannelStopped`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from types import TracebackType
+from typing import IO
+
+import torch
+
+from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.process import child_environment
+from kernelaudit.runner.sandbox import for_candidate
+from kernelaudit.runner.wire import TooLarge, decode, encode
+from kernelaudit.training.slots import PlugRaised, Result, declared_results, wrong_result
+
+_READY_BYTES = 1 << 20
+"""The most the answer to loading the candidate may take: "ready", or why loading failed."""
+
+_ANSWER_SLACK_BYTES = 1 << 20
+"""An answer may take this much besides eight bytes per declared result element: the pickle
+around the tensors, or a message in words."""
+
+_PIPE_BYTES = 1 << 20
+_POLL_S = 0.05
+_CLOSE_GRACE_S = 2.0
+_STDERR_TAIL_BYTES = 4000
+_MESSAGE_CHARS = 2000
+
+
+class ChannelStopped(Exception):
+    """The candidate's process can answer no more calls."""
+
+
+class _Stop(Exception):
+    """Why the process must stop, raised while waiting on it."""
+
+
+def _answer_bound(declared: tuple[Result, ...]) -> int:
+    """The most bytes an answer to a call with these declared results may announce: eight
+    bytes per element (a wider dtype than declared still arrives, and fails as wrong), plus
+    `_ANSWER_SLACK_BYTES`."""
+    return _ANSWER_SLACK_BYTES + sum(8 * math.prod(r.shape) for r in declared)
+
+
+class CandidateProcess:
+    """The candidate imported in a sandboxed process of its own, called like the slot's
+    function: `Plug(slot, process, dtypes)`.
+
+    `launch` starts the process; `ready` waits until it has imported the candidate and returns
+    why it could not ("" when it could). Calls are answered in order, one at a time. Every
+    wait ends at `deadline_s` seconds after `launch`, the time the candidate's runs may take.
+    """
+
+    def __init__(self, candidate: CandidateRef, slot: str, device: str, deadline_s: float) -> None:
+        self.candidate = candidate
+        self.slot = slot
+        self.device = device
+        self.deadline_s = deadline_s
+        self.stopped = ""
+        """Why the process answers no more calls ("" while it does)."""
+        self._deadline = math.inf
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._to_child = -1
+        self._from_child = -1
+        self._ready: str | None = None
+
+    def __enter__(self) -> CandidateProcess:
+        self.launch()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def launch(self) -> None:
+        child_reads, parent_writes = os.pipe()
+        parent_reads, child_writes = os.pipe()
+        for fd in (parent_writes, parent_reads):
+            _widen(fd)
+        # held open for the process's whole life: a death's message quotes its end
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        try:
+            command, env = for_candidate(
+                [
+                    sys.executable,
+                    "-m",
+                    "kernelaudit.training.worker",
+                    str(child_reads),
+                    str(child_writes),
+                    self.device,
+                    self.candidate.path,
+                    self.candidate.function,
+                ],
+                child_environment(self.device),
+                self.candidate.path,
+            )
+            self._proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=self._stderr,
+                stderr=self._stderr,
+                pass_fds=(child_reads, child_writes),
+                start_new_session=True,
+                env=env,
+            )
+        finally:
+            os.close(child_reads)
+            os.close(child_writes)
+        self._to_child, self._from_child = parent_writes, parent_reads
+        os.set_blocking(self._to_child, False)
+        self._deadline = time.monotonic() + self.deadline_s
+
+    def ready(self) -> str:
+        """Wait until the candidate is imported; why it could not be ("" when it was)."""
+        if self._ready is None:
+            self._ready = self._imported()
+        return self._ready
+
+    def _imported(self) -> str:
+        try:
+            said = self._receive(_READY_BYTES)
+        except _Stop as stop:
+            return self._stop(str(stop))
+        if said == ("ready",):
+            return ""
+        if isinstance(said, tuple) and len(said) == 2 and said[0] == "failed":
+            self.stopped = _cut(str(said[1]))  # the candidate's own exception, as it was raised
+            self._kill()
+            return self.stopped
+        return self._stop(
+            f"the candidate's process said {_kind(said)} instead of whether it imported "
+            f"{self.candidate.label}"
+        )
+
+    def __call__(self, *arguments: object) -> object:
+        """The candidate's result for one call of the slot: a tensor, or a tuple or list of
+        tensors, on the device of the arguments. Raises `PlugRaised` when the candidate raised,
+        RuntimeError when it returned anything but tensors on that device, and
+        `ChannelStopped` when the process can answer no more."""
+        self.ready()
+        if self.stopped:
+            raise ChannelStopped(self.stopped)
+        declared = declared_results(self.slot, arguments)
+        try:
+            self._send(tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in arguments))
+            said = self._receive(_answer_bound(declared))
+        except _Stop as stop:
+            raise ChannelStopped(self._stop(str(stop))) from None
+        kind, value = said if isinstance(said, tuple) and len(said) == 2 else (None, None)
+        if kind == "raised" and isinstance(value, str):
+            raise PlugRaised(_cut(value))
+        there = next(a.device for a in arguments if isinstance(a, torch.Tensor))
+        if kind == "wrong" and isinstance(value, str):
+            raise wrong_result(self.slot, _cut(value), declared, there)
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        if kind != "result" or not all(type(r) is torch.Tensor for r in items):
+            raise ChannelStopped(
+                self._stop(
+                    f"the candidate's process answered a call of slot {self.slot!r} with "
+                    f"{_kind(said)}, which is not an answer; it was stopped"
+                )
+            )
+        moved = [r.to(there) for r in items]
+        return moved[0] if isinstance(value, torch.Tensor) else type(value)(moved)
+
+    def close(self) -> None:
+        """Stop the process and everything it started."""
+        if self._to_child >= 0:
+            os.close(self._to_child)
+            self._to_child = -1
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=_CLOSE_GRACE_S)
+        self._kill()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    # --- the process's end ---
+
+    def _stop(self, why: str) -> str:
+        """Kill the process for `why`, which `stopped` keeps and which is returned."""
+        if not self.stopped:
+            self.stopped = why + self._stderr_tail()
+        self._kill()
+        return self.stopped
+
+    def _kill(self) -> None:
+        for fd in (self._to_child, self._from_child):
+            if fd >= 0:
+                os.close(fd)
+        self._to_child = self._from_child = -1
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        end = os.fstat(self._stderr.fileno()).st_size
+        start = max(0, end - _STDERR_TAIL_BYTES)
+        text = os.pread(self._stderr.fileno(), end - start, start).decode(errors="replace")
+        lines = text.strip().splitlines()[-3:]
+        return f"; its last output: {' / '.join(lines)}" if lines else ""
+
+    # --- I/O with the deadline ---
+
+    def _send(self, message: object) -> None:
+        for view in encode(message):
+            while view:
+                self._wait_for(self._to_child, writing=True)
+                try:
+                    written = os.write(self._to_child, view[:_PIPE_BYTES])
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    raise _Stop(self._death()) from None
+                view = view[written:]
+
+    def _receive(self, most_bytes: int) -> object:
+        try:
+            return decode(self._read, most_bytes)
+        except _Stop:
+            raise
+        except TooLarge as large:
+            raise _Stop(
+                f"{large}, which the slot's declared results cannot fill; the candidate wrote to "
+                "its channel or returned far more than its results, and it was stopped"
+            ) from None
+        except Exception as error:  # whatever garbage on the channel made decoding fail
+            raise _Stop(
+                f"the candidate's process sent something that is not a message ({error}); the "
+                "candidate may have written to its channel, and it was stopped"
+            ) from None
+
+    def _read(self, count: int) -> bytearray:
+        data = bytearray(count)
+        view = memoryview(data)
+        done = 0
+        while done < count:
+            self._wait_for(self._from_child, writing=False)
+            got = os.readv(self._from_child, [view[done:]])
+            if not got:
+                raise _Stop(self._death())
+            done += got
+        return data
+
+    def _wait_for(self, fd: int, writing: bool) -> None:
+        """Wait until `fd` is ready; _Stop once the deadline has passed or the process died.
+        Its death is watched for itself: a process it started may hold the pipe open."""
+        assert self._proc is not None
+        while True:
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Stop(
+                    f"the candidate's training runs took longer than {self.deadline_s:.0f} s"
+                )
+            if _ready(fd, writing, min(remaining, _POLL_S)):
+                return
+            if self._proc.poll() is not None:
+                if _ready(fd, writing, 0.0):
+                    return
+                raise _Stop(self._death())
+
+    def _death(self) -> str:
+        assert self._proc is not None
+        try:
+            code = self._proc.wait(timeout=_CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            return "the candidate's training process closed its channel but is still running"
+        return f"the candidate's training process died (exit {code})"
+
+
+def _ready(fd: int, writing: bool, wait: float) -> bool:
+    if writing:
+        return bool(select.select([], [fd], [], wait)[1])
+    return bool(select.select([fd], [], [], wait)[0])
+
+
+def _widen(fd: int) -> None:
+    """Enlarge a pipe's buffer where Linux allows, so tensors move in fewer steps."""
+    setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setpipe is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, setpipe, _PIPE_BYTES)
+
+
+def _kind(said: object) -> str:
+    if isinstance(said, tuple) and said and isinstance(said[0], str):
+        return f"a message {said[0][:40]!r}"
+    return f"a {type(said).__name__}"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 3] + "..."
