@@ -16,7 +16,7 @@ from kernelaudit.engine.audit import audit
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport
 from kernelaudit.problem.load import load_problem
-from kernelaudit.runner.process import child_environment
+from kernelaudit.runner.launch import child_environment
 from kernelaudit.runner.sandbox import isolation
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kernelaudit.runner.process import child_environment
+from kernelaudit.runner.launch import child_environment
 from kernelaudit.runner.threads import THREADS_VARIABLE, thread_share, usable_cores
 
 

@@ -7,9 +7,9 @@ import time
 
 import torch
 
+from kernelaudit.runner.placing import rewrite
 from kernelaudit.runner.state import snapshot
 from kernelaudit.runner.watch import describe_output, fingerprint
-from kernelaudit.runner.worker import rewrite
 
 
 def test_a_plain_tensor_is_described_as_one() -> None:

@@ -25,8 +25,8 @@ import torch
 
 from kernelaudit.interpret.records import Interpretation, UnreadableResult
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.launch import child_environment
 from kernelaudit.runner.messages import Call
-from kernelaudit.runner.process import child_environment
 from kernelaudit.runner.sandbox import for_candidate
 
 _STDERR_TAIL_LINES = 3

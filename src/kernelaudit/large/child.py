@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-import traceback
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,8 +20,8 @@ from typing import Any
 import torch
 
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
-
-_MESSAGE_CHARS = 4000
+from kernelaudit.runner.failures import describe
+from kernelaudit.timing.measure import synchronize
 
 
 def main(argv: Sequence[str]) -> int:
@@ -46,14 +45,14 @@ def main(argv: Sequence[str]) -> int:
             for spec, arg in zip(request["inputs"], args, strict=True)
             if isinstance(arg, torch.Tensor)
         }
-        _synchronize(device)
+        synchronize(device)
     except BaseException as error:
         return _failed(result_path, "memory" if _out_of_memory(error) else "draw", error)
     began = time.perf_counter()
     try:
         with torch.no_grad():
             returned = function(*args, *slots)
-        _synchronize(device)
+        synchronize(device)
     except BaseException as error:
         return _failed(result_path, "memory" if _out_of_memory(error) else "exception", error)
     seconds = time.perf_counter() - began
@@ -150,19 +149,12 @@ def _contract_problem(outputs: list[object], specs: list[dict[str, Any]]) -> str
     return ""
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _out_of_memory(error: BaseException) -> bool:
     return isinstance(error, (MemoryError, torch.OutOfMemoryError))
 
 
 def _failed(result_path: str, kind: str, error: BaseException) -> int:
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
-    message = text if len(text) <= _MESSAGE_CHARS else "...\n" + text[-_MESSAGE_CHARS:]
-    torch.save({"error": message, "kind": kind}, result_path)
+    torch.save({"error": describe(error), "kind": kind}, result_path)
     return 0
 
 

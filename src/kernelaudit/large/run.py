@@ -30,7 +30,7 @@ from kernelaudit.problem.spec import (
     resolve_shape,
 )
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.process import run_child
+from kernelaudit.runner.launch import run_child
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import torch
 
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.launch import run_python
 from kernelaudit.runner.messages import Call, TensorArg
-from kernelaudit.runner.process import run_python
 
 CALLER = Path(__file__).with_name("caller.py")
 

@@ -25,6 +25,7 @@ import torch
 
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.sanitizer.cases import Arguments
+from kernelaudit.timing.measure import synchronize
 
 _MESSAGE_CHARS = 2000
 
@@ -123,7 +124,7 @@ def main(argv: Sequence[str]) -> int:
         for call in range(int(request["calls"])):
             try:
                 candidate(*args)
-                _synchronize(device)
+                synchronize(device)
             except Exception as error:
                 failures.append(f"{label}, call {call + 1}: {_describe(error)}")
                 break
@@ -153,18 +154,13 @@ def _placed(case: dict[str, Any], device: torch.device) -> tuple[str, list[objec
     return str(case["label"]), [*args, *slots]
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _launched(call: Callable[[], object], device: torch.device) -> list[dict[str, Any]]:
     """The kernels one call launches, from the profiler's trace."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as session:
         call()
-        _synchronize(device)
+        synchronize(device)
     with tempfile.TemporaryDirectory() as folder:
         trace = Path(folder) / "trace.json"
         session.export_chrome_trace(str(trace))

@@ -31,7 +31,7 @@ from typing import IO
 import torch
 
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.process import child_environment
+from kernelaudit.runner.launch import child_environment
 from kernelaudit.runner.sandbox import for_candidate
 from kernelaudit.runner.wire import TooLarge, decode, encode
 from kernelaudit.training.slots import PlugRaised, Result, declared_results, wrong_result

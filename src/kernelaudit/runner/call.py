@@ -1,0 +1,390 @@
+"""One invocation of the candidate, inside its worker: each call on guarded, poisoned buffers
+(`placing`), with what the harness watches around it (state, threads, streams, deferred
+work, memory), timed and profiled where asked. This code runs in the candidate's process: what
+it reports is what the candidate let it see (see docs/threat-model.md)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from kernelaudit.runner.autotuners import (
+    NotOffered,
+    find_autotuners,
+    forcing,
+    pick_untimed,
+    unrunnable,
+)
+from kernelaudit.runner.autotuners import describe as describe_autotuners
+from kernelaudit.runner.contention import Noise, bit_mismatches
+from kernelaudit.runner.failures import NOT_RUN, CandidateFailure, classify
+from kernelaudit.runner.guard import GuardedTensor, prepare, storage_span
+from kernelaudit.runner.memory import DeviceMemory, kept_since, peak_since, read_memory, start_peak
+from kernelaudit.runner.messages import (
+    Call,
+    CallOutcome,
+    GuardBreach,
+    Invocation,
+    InvocationResult,
+    StateChange,
+)
+from kernelaudit.runner.placing import (
+    Placed,
+    buffers_for,
+    check_guards,
+    returned_outputs,
+    tensors_in,
+    to_cpu,
+)
+from kernelaudit.runner.poison import PoisonMode, fill_poison
+from kernelaudit.runner.state import snapshot
+from kernelaudit.runner.threaded import concurrent_calls
+from kernelaudit.runner.watch import (
+    StreamCount,
+    changed,
+    describe_output,
+    fingerprint,
+    fingerprints,
+    scrub_free_memory,
+    threads_started,
+)
+from kernelaudit.timing.kernels import profile_kernels
+from kernelaudit.timing.measure import synchronize, time_calls
+
+# Captured before the candidate is imported: a candidate may replace the module attributes.
+_clock = time.perf_counter
+_sleep = time.sleep
+
+
+@dataclass
+class Watch:
+    """What the worker keeps across invocations: what importing the candidate changed, the
+    count of streams created, and what measuring under contention and memory needs."""
+
+    import_changes: tuple[StateChange, ...] = ()
+    streams: StreamCount = field(default_factory=StreamCount)
+    folder: str = ""
+    """The candidate's folder: autotuners are looked for in the modules loaded from it."""
+    memory_at_load: DeviceMemory | None = None
+    """The device's memory once the candidate was imported, before any call (CUDA): what a
+    call leaves allocated is counted from here."""
+    noise: Noise | None = None
+    """The side stream and scratch of the noise kernels, made on first use and kept."""
+    callers: list[torch.cuda.Stream] = field(default_factory=list)
+    """The streams concurrent threads call the candidate on, made on first use and kept."""
+
+
+def run_invocation(
+    candidate: Callable[..., object],
+    invocation: Invocation,
+    device: torch.device,
+    watch: Watch | None = None,
+) -> InvocationResult:
+    """Run the calls in order; stop at the first that fails, keeping what came before."""
+    watch = watch or Watch()
+    outcomes: list[CallOutcome] = []
+    breaches: list[GuardBreach] = []
+    held: list[tuple[torch.Tensor, ...]] = []
+    reused = {call.reuse for call in invocation.calls if call.reuse is not None}
+    placed: dict[int, Placed] = {}
+    contended = any(call.noise or call.threads or call.queued for call in invocation.calls)
+    # the first call's outputs on the device, which calls under contention are compared with
+    alone: tuple[torch.Tensor, ...] = ()
+    tuners = _autotuners(candidate, device, watch)
+
+    def result(**fields: object) -> InvocationResult:
+        return InvocationResult(
+            calls=tuple(outcomes),
+            breaches=tuple(breaches),
+            import_changes=watch.import_changes,
+            autotuners=describe_autotuners(_autotuners(candidate, device, watch)),
+            **fields,  # type: ignore[arg-type]
+        )
+
+    for index, call in enumerate(invocation.calls):
+        holding = [t for outputs in held for t in outputs] + list(alone)
+        holding += [g.buffer for p in placed.values() for g in (*p.inputs.values(), *p.slots)]
+        try:
+            with forcing(call.autotune, tuners) as launches:
+                outcome, outputs, buffers = run_call(
+                    candidate,
+                    call,
+                    index,
+                    invocation.return_inputs,
+                    device,
+                    breaches,
+                    placed,
+                    watch,
+                    alone=alone,
+                    noise_s=outcomes[0].seconds if outcomes else 0.0,
+                    holding=holding,
+                )
+        except NotOffered as error:
+            return result(changed_later=changed_later(held, outcomes), not_run=str(error))
+        except CandidateFailure as failure:
+            if failure.kind == NOT_RUN:
+                return result(changed_later=changed_later(held, outcomes), not_run=failure.message)
+            changed = () if failure.kind == "cuda" else changed_later(held, outcomes)
+            return result(changed_later=changed, error=failure.message, error_kind=failure.kind)
+        if call.autotune is not None:
+            outcome = replace(outcome, forced_runs=launches[0])
+        outcomes.append(outcome)
+        held.append(outputs if call.keep else ())
+        if index == 0 and contended:
+            alone = outputs
+        if index in reused:
+            placed[index] = buffers
+        # what the harness does not hold must be free before the next call measures memory
+        del outcome, outputs, buffers
+    return result(changed_later=changed_later(held, outcomes))
+
+
+def _autotuners(
+    candidate: Callable[..., object], device: torch.device, watch: Watch
+) -> dict[str, Any]:
+    found = find_autotuners(watch.folder, candidate)
+    if device.type == "cpu":
+        pick_untimed(found.values())
+    return found
+
+
+def run_call(
+    candidate: Callable[..., object],
+    call: Call,
+    index: int,
+    return_inputs: Sequence[int],
+    device: torch.device,
+    breaches: list[GuardBreach],
+    placed: dict[int, Placed] | None = None,
+    watch: Watch | None = None,
+    alone: tuple[torch.Tensor, ...] = (),
+    noise_s: float = 0.0,
+    holding: Sequence[torch.Tensor] = (),
+) -> tuple[CallOutcome, tuple[torch.Tensor, ...], Placed]:
+    """One call on fresh guarded inputs (or on an earlier call's buffers, rewritten). Appends
+    the guard breaches it sees to `breaches`.
+
+    alone: the device outputs that a call under noise or with threads is compared with.
+    noise_s: how long the noise of a call under noise should last (what a call took alone).
+    holding: device tensors the harness holds from earlier calls of the invocation, left out
+        of the memory the call is said to keep.
+
+    Returns what goes back to the auditor, the outputs as they live on the device (held until
+    the invocation ends, to see whether later calls change them) and the buffers used.
+    """
+    watch = watch or Watch()
+    cuda = device.type == "cuda"
+    measured = call.memory and cuda
+    if measured:
+        # garbage in reference cycles, whoever made it, must not count as memory kept
+        gc.collect()
+    if measured and watch.memory_at_load is None:
+        prepare(device)
+        watch.memory_at_load = read_memory(device)  # a worker started without `main`
+    buffers = buffers_for(call, device, placed or {})
+    inputs, slots = buffers.inputs, buffers.slots
+    args = [inputs[p].view if p in inputs else arg for p, arg in enumerate(call.args)]
+    slot_views = [s.view for s in slots]
+    if call.scrub:
+        scrub_free_memory(device)
+    if (call.noise or call.queued) and cuda and watch.noise is None:
+        watch.noise = Noise(device)  # its stream made before the call's streams are counted
+    state_before = snapshot(device)
+    threads_before = set(threading.enumerate())
+    streams_before = watch.streams.created
+    mode = PoisonMode(call.poison, call.sentinel)
+    guarded_all = [*inputs.values(), *slots]
+    noise_kernels = watch.noise.launch(noise_s) if call.noise and watch.noise is not None else 0
+    if call.queued and watch.noise is not None:
+        noise_kernels += watch.noise.queue_ahead([g.view for g in inputs.values()], noise_s)
+    allocated_before = start_peak(device) if measured else 0
+    peak = -1
+
+    started = _clock()
+    try:
+        with mode:
+            returned = candidate(*args, *slot_views)
+        if measured:
+            peak = peak_since(device, allocated_before)
+        produced = tuple(slot_views) if slots else tensors_in(returned)
+        early = fingerprints(produced) if device.type != "cpu" or call.settle_s else None
+        synchronize(device)
+    except BaseException as error:
+        reason = unrunnable(error) if call.autotune is not None else None
+        if reason is not None:
+            raise CandidateFailure(NOT_RUN, reason) from None
+        failure = classify(error, device)
+        if failure.kind != "cuda":
+            breaches.extend(check_guards([*guarded_all, *mode.allocations], index))
+        raise failure from None
+    seconds = _clock() - started
+    if call.settle_s:
+        _sleep(call.settle_s)
+        synchronize(device)
+
+    outputs: tuple[torch.Tensor, ...] = ()
+    try:
+        outputs = tuple(slot_views) if slots else returned_outputs(returned)
+    finally:
+        scratch = [_named_after_output(a, outputs) for a in mode.allocations]
+        breaches.extend(check_guards([*guarded_all, *scratch], index))
+    late = fingerprints(outputs)
+    deferred = changed(early, late) if early is not None else ()
+    try:
+        sent = tuple(to_cpu(t) for t in outputs) if call.keep else ()
+    except Exception as error:
+        failure = classify(error, device)
+        message = f"copying the outputs failed:\n{failure.message}"
+        raise CandidateFailure(failure.kind, message) from None
+    inputs_after = tuple(
+        to_cpu(inputs[p].view) if p in inputs else torch.tensor(call.args[p], device="cpu")
+        for p in return_inputs
+    )
+    outcome = CallOutcome(
+        outputs=sent,
+        inputs_after=inputs_after,
+        aliases=aliases(outputs, {p: g.view for p, g in inputs.items()}),
+        seconds=seconds,
+        objects=() if slots else tuple(describe_output(o) for o in outputs),
+        fingerprints=late,
+        deferred=deferred,
+        threads=threads_started(threads_before),
+        streams=watch.streams.created - streams_before,
+        state_changes=state_before.changes_to(snapshot(device)),
+        noise_kernels=noise_kernels,
+    )
+    if measured:
+        # the harness lets go of the scratch it guarded: what stays is the candidate's
+        mode.allocations.clear()
+        scratch.clear()
+        assert watch.memory_at_load is not None
+        harness = [*holding, *(g.buffer for g in guarded_all), *outputs]
+        held, unseen = kept_since(
+            device,
+            watch.memory_at_load,
+            harness,
+            watch.noise.nbytes if watch.noise is not None else 0,
+        )
+        outcome = replace(
+            outcome, device_bytes_held=held, device_bytes_unseen=unseen, device_peak_bytes=peak
+        )
+    if (call.noise or call.threads or call.queued) and alone:
+        outcome = replace(outcome, mismatches=tuple(bit_mismatches(outputs, alone, -1)))
+    if call.threads:
+        found = concurrent_calls(candidate, call, index, device, watch, alone, breaches)
+        outcome = replace(outcome, mismatches=outcome.mismatches + found.pop("mismatches"))
+        outcome = replace(outcome, **found)
+    if call.timed:
+        outcome = _timed(candidate, args, slots, call, device, outcome)
+        breaches.extend(check_guards(guarded_all, index))
+    if call.profiled:
+        try:
+            profile = profile_kernels(lambda: candidate(*args, *slot_views), device)
+        except BaseException as error:
+            raise classify(error, device) from None
+        outcome = replace(outcome, kernels=profile)
+    return outcome, outputs, buffers
+
+
+def _timed(
+    candidate: Callable[..., object],
+    args: list[object],
+    slots: list[GuardedTensor],
+    call: Call,
+    device: torch.device,
+    outcome: CallOutcome,
+) -> CallOutcome:
+    """Time repeated calls on the call's inputs; every repetition's outputs are fingerprinted
+    (destination slots poisoned again before the next, the allocator's free memory scrubbed),
+    and the last ones sent back. All of it outside the timed regions."""
+    slot_views = [s.view for s in slots]
+    seen: list[tuple[str, ...]] = []
+    last: list[tuple[torch.Tensor, ...]] = [()]
+
+    def after_each(result: object, repetition: int) -> None:
+        produced = tuple(slot_views) if slots else tensors_in(result)
+        seen.append(fingerprints(produced))
+        if slots:
+            # the slots are poisoned again for the next repetition: keep this one's values
+            last[0] = tuple(view.clone() for view in slot_views)
+            for view in slot_views:
+                fill_poison(view, call.poison, call.sentinel)
+        else:
+            last[0] = produced
+        # an output left unwritten in the next repetition must not find this one's values
+        scrub_free_memory(device)
+
+    for view in slot_views:
+        fill_poison(view, call.poison, call.sentinel)
+    try:
+        timing = time_calls(
+            lambda: candidate(*args, *slot_views),
+            device,
+            on_output=after_each,
+            sync=lambda: synchronize(device),  # the reference captured before the import
+            clock=_clock,
+        )
+        timed_outputs = tuple(to_cpu(t) for t in last[0])
+    except BaseException as error:
+        raise classify(error, device) from None
+    return replace(
+        outcome, timing=timing, timed_fingerprints=tuple(seen), timed_outputs=timed_outputs
+    )
+
+
+def aliases(outputs: Sequence[torch.Tensor], inputs: dict[int, torch.Tensor]) -> tuple[str, ...]:
+    """Outputs whose bytes overlap an input's or another output's ("output 0 ~ input 2")."""
+    found = []
+    for i, output in enumerate(outputs):
+        found += [f"output {i} ~ input {p}" for p, t in inputs.items() if _overlap(output, t)]
+        found += [f"output {k} ~ output {i}" for k in range(i) if _overlap(outputs[k], output)]
+    return tuple(found)
+
+
+def changed_later(
+    held: Sequence[tuple[torch.Tensor, ...]], outcomes: Sequence[CallOutcome]
+) -> tuple[tuple[int, int], ...]:
+    """(call, output) pairs whose device values no longer have the bits they had when the call
+    returned."""
+    changed = []
+    for c, (outputs, outcome) in enumerate(zip(held, outcomes, strict=True)):
+        for o, (live, then) in enumerate(zip(outputs, outcome.fingerprints, strict=False)):
+            try:
+                now = fingerprint(live)
+            except Exception:
+                changed.append((c, o))
+                continue
+            if now != then:
+                changed.append((c, o))
+    return tuple(changed)
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    ra, rb = _byte_range(a), _byte_range(b)
+    if ra is None or rb is None or a.device != b.device:
+        return False
+    return ra[0] < rb[1] and rb[0] < ra[1]
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int] | None:
+    if type(t) is not torch.Tensor or t.layout != torch.strided or t.numel() == 0:
+        return None
+    start = t.data_ptr()
+    return start, start + storage_span(tuple(t.shape), tuple(t.stride())) * t.element_size()
+
+
+def _named_after_output(
+    allocation: GuardedTensor, outputs: Sequence[torch.Tensor]
+) -> GuardedTensor:
+    """An allocation the candidate returned is reported as that output, not as scratch."""
+    storage = allocation.buffer.untyped_storage().data_ptr()
+    for i, output in enumerate(outputs):
+        if type(output) is torch.Tensor and output.untyped_storage().data_ptr() == storage:
+            return replace(allocation, label=f"output {i}")
+    return allocation

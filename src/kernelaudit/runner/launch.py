@@ -1,0 +1,106 @@
+"""Starting the processes that run a candidate: their environment (`child_environment`), and
+one launcher for every one-shot child (`run_python`, `run_child`): in the candidate's sandbox,
+in a session of its own, killed with everything it started once done or out of time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import site
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import kernelaudit
+from kernelaudit.runner.sandbox import for_candidate
+from kernelaudit.runner.threads import THREADS_VARIABLE, thread_environment, thread_share
+
+
+def child_environment(device: str) -> dict[str, str]:
+    """The environment of a process that runs a candidate: able to import kernelaudit, its
+    thread pools held to the audit's share of the cores, and with Triton interpreting kernels
+    on a CPU. Nothing in it names the auditor."""
+    env = dict(os.environ)
+    env.update(thread_environment(thread_share(device)))
+    # the share of an audit's cores is the auditor's setting; the standard variables hold
+    # the candidate's pools, and no variable of kernelaudit's own is left to be seen
+    env.pop(THREADS_VARIABLE, None)
+    # A source checkout the auditor was imported from must be importable by the child too;
+    # an installed package already is, and site-packages must not move ahead of the stdlib.
+    root = str(Path(kernelaudit.__file__).resolve().parent.parent)
+    installed = {*site.getsitepackages(), site.getusersitepackages()}
+    if root not in installed:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    if torch.device(device).type == "cpu":
+        # Triton kernels run through Triton's interpreter on the CPU.
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    """How a one-shot child (`run_child`) ended."""
+
+    timed_out: bool
+    returncode: int | None
+    stderr_tail: str
+    """Its last three lines of standard error, joined by " / " ("" when silent)."""
+
+
+def run_child(
+    module: str,
+    arguments: list[str],
+    device: str,
+    timeout_s: float,
+    candidate: str | Path,
+    scratch: str | Path,
+    readable: Sequence[str | Path] = (),
+) -> ChildExit:
+    """Run `python -m module *arguments`, which runs `candidate`, as `run_python` does."""
+    return run_python(["-m", module, *arguments], device, timeout_s, candidate, scratch, readable)
+
+
+def run_python(
+    arguments: list[str],
+    device: str,
+    timeout_s: float,
+    candidate: str | Path,
+    scratch: str | Path,
+    readable: Sequence[str | Path] = (),
+) -> ChildExit:
+    """Run `python *arguments`, which runs `candidate`, in a session of its own with a
+    candidate's environment (`child_environment`) and in its sandbox (`runner.sandbox`:
+    writing only `scratch`, its working folder, and reading `readable` besides the
+    candidate's folder), and kill its whole process group once it is done or past
+    `timeout_s`: a candidate that leaves processes behind takes them with it."""
+    command, env = for_candidate(
+        [sys.executable, *arguments],
+        child_environment(device),
+        candidate,
+        scratch=scratch,
+        readable=readable,
+    )
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+        cwd=scratch,
+    )
+    try:
+        _, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return ChildExit(True, None, "")
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
+    return ChildExit(False, process.returncode, " / ".join(tail))

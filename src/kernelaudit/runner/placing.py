@@ -1,0 +1,97 @@
+"""The buffers one call runs on: fresh guarded copies of its inputs and poisoned, guarded
+output slots, or an earlier call's buffers with new values written in; and what is read out
+of them after the call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kernelaudit.runner.failures import CandidateFailure
+from kernelaudit.runner.guard import GuardedTensor, allocate, breach, contiguous_geometry, place
+from kernelaudit.runner.messages import Call, GuardBreach, TensorArg
+from kernelaudit.runner.poison import fill_poison, poison_value
+
+
+@dataclass
+class Placed:
+    """The buffers one call ran on, kept while a later call of the invocation reuses them."""
+
+    inputs: dict[int, GuardedTensor]
+    slots: list[GuardedTensor]
+
+
+def buffers_for(call: Call, device: torch.device, placed: dict[int, Placed]) -> Placed:
+    """Fresh guarded buffers for the call's tensors, or the buffers of the call it reuses with
+    this call's values written in (through an alias, so the tensors the candidate sees keep
+    their identity, address and version counter)."""
+    if call.reuse is not None and call.reuse in placed:
+        earlier = placed[call.reuse]
+        for position, arg in enumerate(call.args):
+            if isinstance(arg, TensorArg) and position in earlier.inputs:
+                rewrite(earlier.inputs[position].view, arg.values)
+        for slot in earlier.slots:
+            value = poison_value(call.poison, slot.view.dtype, call.sentinel)
+            rewrite(slot.view, torch.full((), value))
+        return earlier
+    inputs = {
+        position: place(f"input {position}", arg.values, arg.layout, device)
+        for position, arg in enumerate(call.args)
+        if isinstance(arg, TensorArg)
+    }
+    slots = []
+    for k, slot in enumerate(call.slots):
+        stride = contiguous_geometry(tuple(slot.shape)).stride
+        guarded = allocate(f"output {k}", tuple(slot.shape), stride, slot.dtype, device)
+        fill_poison(guarded.view, call.poison, call.sentinel)
+        slots.append(guarded)
+    return Placed(inputs, slots)
+
+
+def rewrite(view: torch.Tensor, values: torch.Tensor) -> None:
+    """Copy `values` into `view`'s elements without touching `view`'s version counter: the
+    copy goes through a second tensor over the same storage, which has a counter of its own."""
+    alias = torch.empty(0, dtype=view.dtype, device=view.device)
+    alias.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+    with torch.no_grad():
+        alias.copy_(values.to(view.device).expand(view.shape))
+
+
+def tensors_in(returned: object) -> tuple[torch.Tensor, ...]:
+    if isinstance(returned, torch.Tensor):
+        return (returned,)
+    if isinstance(returned, (tuple, list)):
+        return tuple(t for t in returned if isinstance(t, torch.Tensor))
+    return ()
+
+
+def returned_outputs(returned: object) -> tuple[torch.Tensor, ...]:
+    """The outputs of a return-style candidate: one tensor, or a tuple or list of them."""
+    if isinstance(returned, torch.Tensor):
+        return (returned,)
+    if isinstance(returned, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in returned):
+        return tuple(returned)
+    if isinstance(returned, (tuple, list)):
+        kinds = ", ".join(type(t).__name__ for t in returned)
+        what = f"a {type(returned).__name__} of ({kinds})"
+    else:
+        what = "None" if returned is None else f"a {type(returned).__name__}"
+    raise CandidateFailure(
+        "contract",
+        f"the candidate returned {what}; it must return its outputs: a tensor, or a tuple of "
+        "tensors in the declared order.",
+    )
+
+
+def check_guards(guarded: Sequence[GuardedTensor], call: int) -> list[GuardBreach]:
+    return [b for b in (breach(g, call) for g in guarded) if b is not None]
+
+
+def to_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain, contiguous CPU copy: no strides, subclasses or autograd history come along."""
+    copy = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device="cpu")
+    with torch.no_grad():
+        copy.copy_(tensor.detach())
+    return copy
