@@ -4,6 +4,10 @@ on the device instead."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 from kernelaudit import Axis, Output, Problem, TensorInput
@@ -51,3 +55,25 @@ def test_a_reference_that_needs_its_values_is_counted_on_the_device() -> None:
     rows = int((inputs["a"][:, 0] > 0).sum())
     found = reference_timing(problem, CASE, inputs, "cpu", UNCOUNTED)
     assert found["flops"] == (2 * rows * 32 * 16 or None)
+
+
+def test_a_timed_audit_ends_with_the_measurements_made_ahead() -> None:
+    """The FLOPs and the roofline are measured in a thread while the first probes run; the
+    timed probe waits for them without holding what that thread needs (run in a process of
+    its own, so a deadlock fails the test instead of hanging the suite)."""
+    fixtures = Path(__file__).parents[1] / "redteam" / "fixtures"
+    script = (
+        "import sys; from kernelaudit.engine.audit import audit;"
+        "from kernelaudit.problem.load import load_problem;"
+        f"r = audit(load_problem({str(fixtures / 'problem' / 'double.py')!r}),"
+        f" {str(fixtures / 'candidates' / 'plants_files.py') + '::double'!r},"
+        " 'quick', 'cpu', ['timing']);"
+        "print(r.verdict); print(*[f.title for f in r.findings if f.check == 'timing'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict, timing = done.stdout.splitlines()[:2]
+    assert verdict == "PASS"
+    assert "per call" in timing and "roofline" in timing

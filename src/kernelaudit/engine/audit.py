@@ -20,7 +20,6 @@ from kernelaudit.checks.numerics import Numerics
 from kernelaudit.engine.budget import fit, unavailable_summary, untried_summary
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.grouping import finding_of
-from kernelaudit.engine.measure import load_measuring
 from kernelaudit.engine.probing import (
     check_seconds,
     concluded,
@@ -40,7 +39,6 @@ from kernelaudit.runner.messages import CANDIDATE_MAINS
 from kernelaudit.runner.process import Limits, Worker, default_limits
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.threads import held_to, thread_share
-from kernelaudit.timing.roofline import measure_roofline
 
 _CPU_SM_TARGET = 132
 """Without a GPU, plan "fewer rows than SMs" sizes for an H100-class part (132 SMs)."""
@@ -192,12 +190,7 @@ def _audit(
         planning = time.perf_counter() - started
         tell(progress, ProgressEvent("phase", 0, len(fitted.probes), "planning", planning))
         executor = Executor(problem, worker, device)
-        if any(step.timed for probe in fitted.probes for step in probe.plan.steps):
-            # while the worker starts: the imports, the FLOPs on shapes alone, and the roofline
-            # while the device is still quiet
-            load_measuring()
-            executor.count_flops_ahead(fitted.probes)
-            measure_roofline(device, disk_cache=False)
+        executor.measure_ahead(fitted.probes)
         quiet = [hook for check in checks if (hook := getattr(check, "quiet", None))]
         probing = probe_all(executor, checks, quiet_last(fitted.probes), progress, quiet)
         tell(progress, phase_done(probing, "probing", time.perf_counter() - started - planning))

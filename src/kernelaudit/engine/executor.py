@@ -16,6 +16,7 @@ from kernelaudit.engine.calls import call_for, reply_limit
 from kernelaudit.engine.measure import (
     UNCOUNTED,
     count_flops,
+    load_measuring,
     reference_kernels,
     reference_memory,
     reference_timing,
@@ -27,6 +28,7 @@ from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.runner.messages import Call, Invocation
 from kernelaudit.runner.process import Worker
+from kernelaudit.timing.roofline import measure_roofline
 
 _CACHE_SIZE = 16
 
@@ -44,14 +46,16 @@ class Executor:
             "truth and baseline": 0.0,
             "candidate runs": 0.0,
         }
-        self._flops: dict[Case, Future[int | None]] = {}
+        self._ahead_of_timing: Future[dict[Case, int | None]] | None = None
         self._ahead: dict[Case, Future[tuple[dict[str, object], Expected]]] = {}
         self._preparing: ThreadPoolExecutor | None = None
         self._reference = threading.Lock()
 
-    def count_flops_ahead(self, probes: Sequence[Probe]) -> None:
-        """Count the FLOPs of every timed case in a thread, on shapes alone, while the worker
-        starts: the timed probe then finds them counted."""
+    def measure_ahead(self, probes: Sequence[Probe]) -> None:
+        """Start, in a thread, what the timed probes will need and nothing else on the device
+        is waiting for: torch's FLOP counter loaded, the FLOPs of every timed case counted on
+        shapes alone, the device's roofline measured (its fastest samples: work beside it
+        only slows the others down). The worker starts meanwhile, and the first probes run."""
         timed = [
             step.case or probe.case
             for probe in probes
@@ -60,10 +64,19 @@ class Executor:
         ]
         if not timed:
             return
-        counting = ThreadPoolExecutor(1)
-        for case in dict.fromkeys(timed):
-            self._flops[case] = counting.submit(self._count, case, materialize(self.problem, case))
-        counting.shutdown(wait=False)  # the thread ends with its counts
+        measuring = ThreadPoolExecutor(1)
+        self._ahead_of_timing = measuring.submit(self._measure_ahead, list(dict.fromkeys(timed)))
+        measuring.shutdown(wait=False)  # the thread ends with its measurements
+
+    def _measure_ahead(self, cases: list[Case]) -> dict[Case, int | None]:
+        load_measuring()
+        counted = {}
+        for case in cases:
+            inputs = materialize(self.problem, case)
+            with self._reference:
+                counted[case] = count_flops(self.problem, case, inputs)
+        measure_roofline(self.device, disk_cache=False)
+        return counted
 
     def prepare(self, case: Case) -> tuple[dict[str, object], Expected]:
         """The logical inputs of a case and the trusted results for them (memoised: checks
@@ -91,10 +104,6 @@ class Executor:
             if case not in self._expected and case not in self._ahead:
                 self._preparing = self._preparing or ThreadPoolExecutor(1)
                 self._ahead[case] = self._preparing.submit(self._truth, case)
-
-    def _count(self, case: Case, inputs: dict[str, object]) -> int | None:
-        with self._reference:
-            return count_flops(self.problem, case, inputs)
 
     def close(self) -> None:
         """Let go of the thread that prepares cases ahead (what it still holds is dropped)."""
@@ -163,9 +172,12 @@ class Executor:
         if not any(step.timed or step.profiled or step.memory for step in steps):
             return found
         began = time.perf_counter()
-        inputs = [self._inputs(case) for case in cases]  # before the lock: a case may be ahead
+        # before the lock, which the work ahead takes too: a case's truth, the FLOPs
+        inputs = [self._inputs(case) for case in cases]
+        ahead = self._ahead_of_timing
+        counted = ahead.result() if ahead is not None and any(s.timed for s in steps) else {}
         with self._reference:
-            self._measure_reference(steps, cases, inputs, found)
+            self._measure_reference(steps, cases, inputs, counted, found)
         self.seconds["reference timing"] = (
             self.seconds.get("reference timing", 0.0) + time.perf_counter() - began
         )
@@ -176,12 +188,12 @@ class Executor:
         steps: tuple[Step, ...],
         cases: list[Case],
         inputs: list[dict[str, object]],
+        counted: dict[Case, int | None],
         found: dict[str, Any],
     ) -> None:
         for step, case, given in zip(steps, cases, inputs, strict=True):
             if step.timed and "reference timing" not in found:
-                counted = self._flops.pop(case, None)
-                flops = counted.result() if counted is not None else UNCOUNTED
+                flops = counted.get(case, UNCOUNTED)
                 found.update(reference_timing(self.problem, case, given, self.device, flops))
             if step.profiled and "reference kernels" not in found:
                 found["reference kernels"] = reference_kernels(
