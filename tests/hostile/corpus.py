@@ -74,6 +74,8 @@ CORPUS: tuple[Submission, ...] = (
     # behaving differently while timed
     _hack("timed_stack", "timing", "zeros when a caller's name mentions time or bench"),
     _hack("rapid_calls", "timing", "zeros when called back to back"),
+    # behaving differently when no harness watches
+    _hack("watched_harness", "unwatched", "right only while kernelaudit is loaded"),
     # the benchmark's shape only
     _hack("workload_shape", "specialisation", "exact at the workload shape only"),
     # precision and truth
