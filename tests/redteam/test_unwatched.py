@@ -51,3 +51,10 @@ def test_a_correct_candidate_matches_unwatched() -> None:
     assert report.verdict == "PASS"
     notes = [f for f in report.findings if f.check == "unwatched"]
     assert notes and "match the truth" in notes[0].title
+
+
+def test_a_result_file_the_candidate_rewrote_is_refused_unread() -> None:
+    report = _audit("forges_its_plain_result", ["unwatched"])
+    (failure,) = [f for f in report.failures if f.check == "unwatched"]
+    assert failure.key == "unwatched-bad-result"
+    assert "could not be read" in failure.title

@@ -97,7 +97,17 @@ class Unwatched(ConcludingOnly):
             return [note("could-not-run", f"the plain run could not start: {error}")]
         setting = (("case", case.label), ("sizes", dict(case.sizes)), ("calls", run.calls))
         if run.kind == "load":
-            return [note("not-run:load", f"not run: {headline(run.error)}", setting)]
+            # the worker imported it: a file a plain import cannot load (a package's relative
+            # imports, say) is told, not failed
+            return [
+                Failure(
+                    key="unwatched-load",
+                    title="a plain script could not import the candidate that the audit's "
+                    f"worker imported: {headline(run.error)}",
+                    evidence=(*setting, ("message", run.error)),
+                    severity="warn",
+                )
+            ]
         if run.kind:
             what = {"exception": f"raised: {headline(run.error)}"}.get(run.kind, run.error)
             return [

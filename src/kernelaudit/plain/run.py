@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,8 @@ CALLER = Path(__file__).with_name("caller.py")
 @dataclass(frozen=True)
 class PlainRun:
     """What a plain run brought back: the first and last call's outputs and mutated inputs,
-    or why it stopped (`kind`: "load", "exception", "timeout", "crash", "too-large")."""
+    or why it stopped (`kind`: "load", "exception", "timeout", "crash", "too-large",
+    "bad-result")."""
 
     calls: int = 0
     seconds: float = 0.0
@@ -74,7 +76,16 @@ def run_plain(
                 f"fill ({result_bytes}); it was not read",
                 kind="too-large",
             )
-        data = torch.load(answer, weights_only=True)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch's notes on a file it refuses
+                data = _result(torch.load(answer, weights_only=True))
+        except Exception as error:
+            # the file is the candidate process's to write: anything may be in it
+            return PlainRun(
+                error=f"its result could not be read ({type(error).__name__}: {error})",
+                kind="bad-result",
+            )
     if data.get("error"):
         return PlainRun(
             calls=int(data.get("calls", 0)), error=str(data["error"]), kind=data["kind"]
@@ -85,3 +96,22 @@ def run_plain(
         first=(tuple(data["first"][0]), tuple(data["first"][1])),
         last=(tuple(data["last"][0]), tuple(data["last"][1])),
     )
+
+
+def _result(data: object) -> dict:
+    """The result file's contents, checked to have the shape `plain.caller` writes."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a {type(data).__name__}, not the caller's dictionary")
+    if data.get("error"):
+        return data
+    for which in ("first", "last"):
+        kept = data.get(which)
+        if not (
+            isinstance(kept, (list, tuple))
+            and len(kept) == 2
+            and all(isinstance(t, torch.Tensor) for part in kept for t in part)
+        ):
+            raise ValueError(f"no outputs and inputs of the {which} call")
+    if not isinstance(data.get("calls"), int) or not isinstance(data.get("seconds"), float):
+        raise ValueError("no count of calls and seconds")
+    return data
