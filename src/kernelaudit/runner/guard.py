@@ -27,7 +27,7 @@ GUARD_BYTES = 512
 
 CANARY_BYTES = 4096
 """The length of the canary pattern, a multiple of GUARD_BYTES and of every element size; byte
-i of a guarded buffer holds pattern byte i % CANARY_BYTES."""
+i of a guarded buffer holds pattern byte (i + the buffer's phase) % CANARY_BYTES."""
 
 _CANARY = bytes(1 + b % 254 for b in os.urandom(CANARY_BYTES))
 """This process's canary pattern: drawn at random, so it differs in every worker; no byte is
