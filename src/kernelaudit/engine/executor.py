@@ -3,11 +3,9 @@ run the candidate in its worker, and pair the two up."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -46,16 +44,15 @@ class Executor:
             "truth and baseline": 0.0,
             "candidate runs": 0.0,
         }
-        self._ahead_of_timing: Future[dict[Case, int | None]] | None = None
-        self._ahead: dict[Case, Future[tuple[dict[str, object], Expected]]] = {}
-        self._preparing: ThreadPoolExecutor | None = None
-        self._reference = threading.Lock()
+        self._counted: dict[Case, int | None] = {}
 
     def measure_ahead(self, probes: Sequence[Probe]) -> None:
-        """Start, in a thread, what the timed probes will need and nothing else on the device
-        is waiting for: torch's FLOP counter loaded, the FLOPs of every timed case counted on
-        shapes alone, the device's roofline measured (its fastest samples: work beside it
-        only slows the others down). The worker starts meanwhile, and the first probes run."""
+        """Make, before the first probe, what the timed probes need and nothing else on the
+        device is waiting for: torch's FLOP counter loaded, the FLOPs of every timed case
+        counted on shapes alone, the device's roofline measured (its fastest samples). The
+        worker is starting meanwhile, in its own process, so the first probe waits less.
+        Everything here runs in this thread: the float64 truth switches torch's default dtype
+        for the whole process, so no other thread of the auditor may run torch beside it."""
         timed = [
             step.case or probe.case
             for probe in probes
@@ -64,19 +61,10 @@ class Executor:
         ]
         if not timed:
             return
-        measuring = ThreadPoolExecutor(1)
-        self._ahead_of_timing = measuring.submit(self._measure_ahead, list(dict.fromkeys(timed)))
-        measuring.shutdown(wait=False)  # the thread ends with its measurements
-
-    def _measure_ahead(self, cases: list[Case]) -> dict[Case, int | None]:
         load_measuring()
-        counted = {}
-        for case in cases:
-            inputs = materialize(self.problem, case)
-            with self._reference:
-                counted[case] = count_flops(self.problem, case, inputs)
+        for case in dict.fromkeys(timed):
+            self._counted[case] = count_flops(self.problem, case, materialize(self.problem, case))
         measure_roofline(self.device, disk_cache=False)
-        return counted
 
     def prepare(self, case: Case) -> tuple[dict[str, object], Expected]:
         """The logical inputs of a case and the trusted results for them (memoised: checks
@@ -85,39 +73,18 @@ class Executor:
             self._expected.move_to_end(case)
             return self._expected[case]
         began = time.perf_counter()
-        ahead = self._ahead.pop(case, None)
-        prepared = ahead.result() if ahead is not None else self._truth(case)
+        prepared = self._truth(case)
         self.seconds["truth and baseline"] += time.perf_counter() - began
         self._expected[case] = prepared
         if len(self._expected) > _CACHE_SIZE:
             self._expected.popitem(last=False)
         return prepared
 
-    def prepare_ahead(self, probe: Probe) -> None:
-        """Start computing, in a thread, the inputs and trusted results of `probe`'s cases
-        not yet known, while the worker runs the probe before it. The reference runs one call
-        at a time whichever thread asks (`_reference`): a reference that seeds or draws from
-        torch's global generators gets the same truth either way."""
-        for case in dict.fromkeys(
-            [probe.case, *(s.case or probe.case for s in probe.plan.sequence())]
-        ):
-            if case not in self._expected and case not in self._ahead:
-                self._preparing = self._preparing or ThreadPoolExecutor(1)
-                self._ahead[case] = self._preparing.submit(self._truth, case)
-
-    def close(self) -> None:
-        """Let go of the thread that prepares cases ahead (what it still holds is dropped)."""
-        if self._preparing is not None:
-            self._preparing.shutdown(wait=True, cancel_futures=True)
-            self._preparing = None
-        self._ahead.clear()
-
     def _truth(self, case: Case) -> tuple[dict[str, object], Expected]:
         inputs = materialize(self.problem, case)
         config = self.problem.dtype_configs()[case.dtype_config]
         try:
-            with self._reference:
-                return inputs, expected(self.problem, inputs, config, self.device)
+            return inputs, expected(self.problem, inputs, config, self.device)
         except ProblemError as error:
             if at_a_workload(self.problem, case) or device_fault(error):
                 raise
@@ -172,12 +139,8 @@ class Executor:
         if not any(step.timed or step.profiled or step.memory for step in steps):
             return found
         began = time.perf_counter()
-        # before the lock, which the work ahead takes too: a case's truth, the FLOPs
         inputs = [self._inputs(case) for case in cases]
-        ahead = self._ahead_of_timing
-        counted = ahead.result() if ahead is not None and any(s.timed for s in steps) else {}
-        with self._reference:
-            self._measure_reference(steps, cases, inputs, counted, found)
+        self._measure_reference(steps, cases, inputs, found)
         self.seconds["reference timing"] = (
             self.seconds.get("reference timing", 0.0) + time.perf_counter() - began
         )
@@ -188,12 +151,11 @@ class Executor:
         steps: tuple[Step, ...],
         cases: list[Case],
         inputs: list[dict[str, object]],
-        counted: dict[Case, int | None],
         found: dict[str, Any],
     ) -> None:
         for step, case, given in zip(steps, cases, inputs, strict=True):
             if step.timed and "reference timing" not in found:
-                flops = counted.get(case, UNCOUNTED)
+                flops = self._counted.get(case, UNCOUNTED)
                 found.update(reference_timing(self.problem, case, given, self.device, flops))
             if step.profiled and "reference kernels" not in found:
                 found["reference kernels"] = reference_kernels(

@@ -80,19 +80,6 @@ def probe_all(
     """Run every planned probe (and one round of the follow-ups checks ask for), judging each
     observation with every check. Before the first probe that measures the device, each of
     `quiet` is called: it waits for a check's background work on the device to end."""
-    try:
-        return _probe_all(executor, checks, planned, progress, quiet)
-    finally:
-        executor.close()  # its thread preparing cases ahead is no longer needed
-
-
-def _probe_all(
-    executor: Executor,
-    checks: list[Check],
-    planned: list[Probe],
-    progress: Progress | None,
-    quiet: Sequence[Callable[[], None]],
-) -> Probing:
     waiting = list(quiet)
     queue = deque(dict.fromkeys(planned))
     seen = set(queue)
@@ -111,10 +98,6 @@ def _probe_all(
                 hook()
             waiting.clear()
         tick = time.perf_counter()
-        if queue and not measures_the_device(probe):
-            # the next probe's truth is computed while the worker runs this one (never while
-            # it measures the device, which the auditor's work would disturb)
-            executor.prepare_ahead(queue[0])
         try:
             observation = executor.observe(probe)
         except CaseUnavailable as error:
