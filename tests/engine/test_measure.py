@@ -58,9 +58,8 @@ def test_a_reference_that_needs_its_values_is_counted_on_the_device() -> None:
 
 
 def test_a_timed_audit_ends_with_the_measurements_made_ahead() -> None:
-    """The FLOPs and the roofline are measured in a thread while the first probes run; the
-    timed probe waits for them without holding what that thread needs (run in a process of
-    its own, so a deadlock fails the test instead of hanging the suite)."""
+    """The FLOPs and the roofline are measured before the first probe and found by the timed
+    one (run in a process of its own, so a hang fails the test instead of the suite)."""
     fixtures = Path(__file__).parents[1] / "redteam" / "fixtures"
     script = (
         "import sys; from kernelaudit.engine.audit import audit;"

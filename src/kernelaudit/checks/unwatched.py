@@ -128,7 +128,7 @@ def _judged(
     setting: tuple[tuple[str, Any], ...],
 ) -> list[Failure]:
     # imported here: the oracle imports the checks package
-    from kernelaudit.oracle.compare import compare
+    from kernelaudit.oracle.compare import compare, judging_device
     from kernelaudit.oracle.truth import expected
 
     config = ctx.problem.dtype_configs()[case.dtype_config]
@@ -156,6 +156,9 @@ def _judged(
                 expect.baseline[k],
                 expect.dtypes[k],
                 depth=expect.depth,
+                # on the device, the baseline's metrics kept for the second call's judging
+                device=judging_device(ctx.device),
+                memo=expect.memo,
             )
             if comparison.passed:
                 continue

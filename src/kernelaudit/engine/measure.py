@@ -54,7 +54,6 @@ def count_flops(problem: Problem, case: Case, inputs: Mapping[str, object]) -> i
     """The case's FLOPs as torch's FLOP counter sees them, counted on the meta device (shapes
     alone: no device time, so it can run beside anything); UNCOUNTED where the reference needs
     real values (data-dependent shapes, `.item()`)."""
-    load_measuring()
     try:
         return derived_flops(problem.reference, native_arguments(problem, case, inputs, "meta"))
     except Exception:

@@ -30,7 +30,7 @@ from kernelaudit.problem.spec import (
     resolve_shape,
 )
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import run_child
+from kernelaudit.runner.launch import run_python
 
 
 @dataclass(frozen=True)
@@ -120,9 +120,8 @@ def run_large(
     with tempfile.TemporaryDirectory() as folder:
         request, result = Path(folder) / "request.json", Path(folder) / "result.pt"
         request.write_text(json.dumps(request_for(problem, candidate, case, device, seed)))
-        done = run_child(
-            "kernelaudit.large.child",
-            [str(request), str(result)],
+        done = run_python(
+            ["-m", "kernelaudit.large.child", str(request), str(result)],
             device,
             timeout_s,
             candidate.path,

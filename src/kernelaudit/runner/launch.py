@@ -1,5 +1,5 @@
 """Starting the processes that run a candidate: their environment (`child_environment`), and
-one launcher for every one-shot child (`run_python`, `run_child`): in the candidate's sandbox,
+one launcher for every one-shot child (`run_python`): in the candidate's sandbox,
 in a session of its own, killed with everything it started once done or out of time."""
 
 from __future__ import annotations
@@ -43,25 +43,12 @@ def child_environment(device: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ChildExit:
-    """How a one-shot child (`run_child`) ended."""
+    """How a one-shot child (`run_python`) ended."""
 
     timed_out: bool
     returncode: int | None
     stderr_tail: str
     """Its last three lines of standard error, joined by " / " ("" when silent)."""
-
-
-def run_child(
-    module: str,
-    arguments: list[str],
-    device: str,
-    timeout_s: float,
-    candidate: str | Path,
-    scratch: str | Path,
-    readable: Sequence[str | Path] = (),
-) -> ChildExit:
-    """Run `python -m module *arguments`, which runs `candidate`, as `run_python` does."""
-    return run_python(["-m", module, *arguments], device, timeout_s, candidate, scratch, readable)
 
 
 def run_python(
