@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|demo-quick|safety|profile|sandbox|timing|bench|training|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|sol-samples|demo-quick|safety|profile|sandbox|timing|bench|training|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -42,6 +42,14 @@ for step in ${steps[@]}; do
       python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
         --out "$out/sol-sample.json" --profile default --timeout 240 --device cuda \
         --only 022_rmsnorm_h512 034_flux_multi_axis 071_kv_cache_update 2>&1 | tail -n 30
+      ;;
+    sol-samples)
+      # the smallest SOL-ExecBench problems, each audited with its own reference, in the quick
+      # and the default profile: as many as start within 190 s of each (resumable records)
+      for profile in quick default; do
+        STOP_AFTER=190 TIMEOUT=120 LIMIT=260 OUT="$out/sol-$profile" PROBLEMS="${PROBLEMS:-build/solexecbench}" \
+          bash benchmarks/solexecbench_scale_gpu.sh --profile "$profile" --device cuda 2>&1 | tail -n 2
+      done
       ;;
     demo-quick)
       timeout "${DEMO_LIMIT:-600}" python3 -m kernelaudit.cli demo --profile quick \

@@ -52,6 +52,10 @@ def _profile_children(folder: Path) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p
     )
+    # a worker writes its stats as it exits: let it end by itself before it is killed
+    from kernelaudit.runner.process import Worker
+
+    Worker.close_grace_s = 2.0
 
 
 _WATCHED = (

@@ -1,4 +1,4 @@
-"""The trusted side's measurements: FLOPs counted on shapes alone, ahead of the timed probe,
+"""The trusted side's measurements: FLOPs counted on shapes alone, beside the first probes,
 agree with those counted on the device, and a reference that needs real values is counted
 on the device instead."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import torch
 
-from kernelaudit import Axis, Output, Problem, TensorInput
+from kernelaudit import Axis, Forward, Output, Problem, TensorInput
 from kernelaudit.engine.measure import UNCOUNTED, count_flops, reference_timing
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.materialize import materialize
+from kernelaudit.inputs.materialize import materialize, shapes_only
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -48,6 +48,42 @@ def test_flops_counted_on_shapes_alone_match_the_device_count() -> None:
     assert reference_timing(problem, CASE, inputs, "cpu")["flops"] == ahead
 
 
+def test_flops_counted_ahead_need_no_values_and_run_no_forward() -> None:
+    """What the counting beside the probes reads: shapes and dtypes alone. A backward problem's
+    forward (which runs in float64 and switches torch's default dtype for the process while
+    it does) is never run for it."""
+
+    def forward_never_runs(a: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("the forward ran while counting FLOPs")
+
+    def scaled(a: torch.Tensor, b: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return (a @ b) * s[:, None]
+
+    problem = Problem(
+        name="scaled_matmul",
+        reference=scaled,
+        axes=(Axis("m"), Axis("k"), Axis("n")),
+        inputs=(
+            TensorInput("a", ("m", "k")),
+            TensorInput("b", ("k", "n")),
+            TensorInput("s", ("m",), dtypes=(torch.float32,), role="saved"),
+        ),
+        outputs=(Output("c", ("m", "n"), dtype="a"),),
+        forward=Forward(function=forward_never_runs, takes=("a",), gives=("s",)),
+        workloads=({"m": 64, "k": 32, "n": 16},),
+    )
+    shapes = shapes_only(problem, CASE)
+    assert shapes is not None
+    assert {name: tuple(t.shape) for name, t in shapes.items()} == {
+        "a": (64, 32),
+        "b": (32, 16),
+        "s": (64,),
+    }
+    assert all(t.device.type == "meta" for t in shapes.values())
+    assert torch.get_default_dtype() == torch.float32
+    assert count_flops(problem, CASE, shapes) == 2 * 64 * 32 * 16  # the matmul's
+
+
 def test_a_reference_that_needs_its_values_is_counted_on_the_device() -> None:
     problem = _problem(_by_its_values)
     inputs = materialize(problem, CASE)
@@ -58,8 +94,9 @@ def test_a_reference_that_needs_its_values_is_counted_on_the_device() -> None:
 
 
 def test_a_timed_audit_ends_with_the_measurements_made_ahead() -> None:
-    """The FLOPs and the roofline are measured before the first probe and found by the timed
-    one (run in a process of its own, so a hang fails the test instead of the suite)."""
+    """The FLOPs and the roofline, measured in a thread beside the first probes, are found by
+    the timed one (run in a process of its own, so a hang fails the test instead of the
+    suite)."""
     fixtures = Path(__file__).parents[1] / "redteam" / "fixtures"
     script = (
         "import sys; from kernelaudit.engine.audit import audit;"

@@ -109,6 +109,32 @@ def test_every_call_gets_fresh_inputs(worker: Worker) -> None:
         assert torch.equal(outcome.inputs_after[0], x + 1)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "offset"])
+def test_only_inputs_a_call_changed_come_back(worker: Worker, layout: str) -> None:
+    """An input the call left bit for bit as given comes back as None (nothing to judge, no
+    bytes to carry); one it wrote comes back whole; one the contract lets it write comes back
+    whatever happened to it. A NaN left in place is unchanged too."""
+    x = torch.tensor([[1.0, float("nan")], [-0.0, 3.0]])
+    y = torch.ones(2, 2)
+    kept = worker.run(
+        Invocation(calls=(call("add", TensorArg(x, layout), TensorArg(y)),), return_inputs=(1, 2))
+    )
+    assert kept.error == "" and kept.calls[0].inputs_after == (None, None)
+    judged = worker.run(
+        Invocation(
+            calls=(call("add", TensorArg(x, layout), TensorArg(y)),),
+            return_inputs=(1, 2),
+            always_return=(2,),
+        )
+    )
+    (untouched, always) = judged.calls[0].inputs_after
+    assert untouched is None and always is not None and torch.equal(always, y)
+    bumped = run(
+        worker, call("bump_input", TensorArg(torch.arange(4.0), layout)), return_inputs=(1,)
+    )
+    assert torch.equal(bumped.calls[0].inputs_after[0], torch.arange(4.0) + 1)
+
+
 def test_destination_style_returns_the_filled_slots(worker: Worker) -> None:
     x = torch.randn(8)
     slot = OutputSlot((8,), torch.float32)

@@ -242,7 +242,9 @@ class Observation:
         names = self.expected_at(call).names
         mutated = [n.removesuffix(" (after call)") for n in names if n.endswith(" (after call)")]
         declared = len(names) - len(mutated)
-        return tuple(outputs[:declared]) + tuple(after[n] for n in mutated if n in after)
+        # None: the input holds what it was given
+        held = tuple(inputs[n] if after[n] is None else after[n] for n in mutated if n in after)
+        return tuple(outputs[:declared]) + held  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,10 @@ def _audit(
         executor = Executor(problem, worker, device)
         executor.measure_ahead(fitted.probes)
         quiet = [hook for check in checks if (hook := getattr(check, "quiet", None))]
-        probing = probe_all(executor, checks, quiet_last(fitted.probes), progress, quiet)
+        try:
+            probing = probe_all(executor, checks, quiet_last(fitted.probes), progress, quiet)
+        finally:
+            executor.close()
         tell(progress, phase_done(probing, "probing", time.perf_counter() - started - planning))
         shrinking_began = time.perf_counter()
         by_name = {check.name: check for check in checks}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -21,7 +22,7 @@ from kernelaudit.engine.measure import (
 )
 from kernelaudit.errors import CaseUnavailable, ProblemError
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.materialize import materialize
+from kernelaudit.inputs.materialize import materialize, shapes_only
 from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.runner.messages import Call, Invocation
@@ -45,26 +46,51 @@ class Executor:
             "candidate runs": 0.0,
         }
         self._counted: dict[Case, int | None] = {}
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="measure")
+        self._ahead: Future[None] | None = None
 
     def measure_ahead(self, probes: Sequence[Probe]) -> None:
-        """Make, before the first probe, what the timed probes need and nothing else on the
-        device is waiting for: torch's FLOP counter loaded, the FLOPs of every timed case
-        counted on shapes alone, the device's roofline measured (its fastest samples). The
-        worker is starting meanwhile, in its own process, so the first probe waits less.
-        Everything here runs in this thread: the float64 truth switches torch's default dtype
-        for the whole process, so no other thread of the auditor may run torch beside it."""
+        """Start making what the timed probes need, beside the probes that come first: torch's
+        FLOP counter loaded (it imports torch's compiler stack, seconds on a small machine),
+        the FLOPs of every timed case counted on shapes alone, the device's roofline measured
+        (its fastest samples, so work beside it can only lower the floor). The timed probes
+        run last and wait for it (`_wait_ahead`).
+
+        It runs in a thread of its own and touches nothing the probes share: the case's
+        inputs as meta tensors (no values drawn, no code of the problem's run but the
+        reference on shapes), the roofline's own buffers. Nothing here switches torch's
+        process-wide settings; a float64 truth running meanwhile (which switches the default
+        dtype) can change only the dtype of a meta tensor counted, never a count. A case whose
+        shapes need values (the problem's own input generator) is counted on the device
+        when it is timed."""
         timed = [
             step.case or probe.case
             for probe in probes
             for step in probe.plan.sequence()
             if step.timed
         ]
-        if not timed:
-            return
+        if timed:
+            self._ahead = self._pool.submit(self._measure_ahead, list(dict.fromkeys(timed)))
+
+    def _measure_ahead(self, timed: list[Case]) -> None:
         load_measuring()
-        for case in dict.fromkeys(timed):
-            self._counted[case] = count_flops(self.problem, case, materialize(self.problem, case))
+        for case in timed:
+            # shapes alone: `materialize` may run the problem's forward in float64, which
+            # switches torch's default dtype for the whole process
+            inputs = shapes_only(self.problem, case)
+            if inputs is not None:
+                self._counted[case] = count_flops(self.problem, case, inputs)
         measure_roofline(self.device, disk_cache=False)
+
+    def _wait_ahead(self) -> None:
+        """Wait for what `measure_ahead` started; its error, if any, is this probe's."""
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            ahead.result()
+
+    def close(self) -> None:
+        """Wait for anything still running beside the probes (an audit that ended early)."""
+        self._pool.shutdown(wait=True)
 
     def prepare(self, case: Case) -> tuple[dict[str, object], Expected]:
         """The logical inputs of a case and the trusted results for them (memoised: checks
@@ -109,12 +135,14 @@ class Executor:
         tensor_positions = tuple(
             i for i, inp in enumerate(self.problem.inputs) if not isinstance(inp, ScalarInput)
         )
+        writable = set(self.problem.contract.mutates)
+        judged = tuple(i for i in tensor_positions if self.problem.inputs[i].name in writable)
         began = time.perf_counter()
         self.worker.start()  # waits for a worker launched earlier, or restarts a crashed one
         started = time.perf_counter()
         fallback = self.worker.limits.host_memory_bytes or (1 << 40)
         result = self.worker.run(
-            Invocation(calls=tuple(calls), return_inputs=tensor_positions),
+            Invocation(calls=tuple(calls), return_inputs=tensor_positions, always_return=judged),
             reply_limit(self.problem, cases, fallback),
         )
         self.seconds["worker start"] += started - began
@@ -139,6 +167,7 @@ class Executor:
         if not any(step.timed or step.profiled or step.memory for step in steps):
             return found
         began = time.perf_counter()
+        self._wait_ahead()
         inputs = [self._inputs(case) for case in cases]
         self._measure_reference(steps, cases, inputs, found)
         self.seconds["reference timing"] = (

@@ -1,4 +1,5 @@
-"""Value distributions for floating-point inputs: small composable values, drawn seeded on the CPU.
+"""Value distributions for floating-point inputs: small composable values, drawn seeded on the CPU
+(large tensors on several cores, `kernelaudit.inputs.draws`).
 
 A `Distribution` computes float64 values for a tensor of a given dtype (magnitudes may depend on
 the dtype) and `draw_float` rounds them to that dtype, so every value a kernel sees is exactly
@@ -14,6 +15,7 @@ from types import MappingProxyType
 import torch
 
 from kernelaudit.errors import UsageError
+from kernelaudit.inputs import draws
 
 Sampler = Callable[[tuple[int, ...], torch.dtype, torch.Generator], torch.Tensor]
 """(shape, target dtype, generator) -> float64 CPU tensor of that shape."""
@@ -53,13 +55,13 @@ class Distribution:
 
 
 def _normal(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
-    return torch.randn(shape, generator=generator, dtype=torch.float64)
+    return draws.randn(shape, generator)
 
 
 def _uniform(
     shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
 ) -> torch.Tensor:
-    values = torch.rand(shape, generator=generator, dtype=torch.float64)
+    values = draws.rand(shape, generator)
     # Rounding to a short mantissa would turn values near 1 into exactly 1.0; the largest value
     # below 1 in the target dtype keeps the promise of a half-open interval.
     return values.clamp_(max=1.0 - torch.finfo(dtype).eps / 2)
@@ -77,8 +79,8 @@ def _heavy_tailed(
 ) -> torch.Tensor:
     # Student-t with 2 degrees of freedom: z / sqrt(chi2_2 / 2), and chi2_2 / 2 = -ln(1 - u)
     # is exponential. Its variance is infinite, so a few values are far larger than the rest.
-    z = torch.randn(shape, generator=generator, dtype=torch.float64)
-    u = torch.rand(shape, generator=generator, dtype=torch.float64)
+    z = draws.randn(shape, generator)
+    u = draws.rand(shape, generator)
     half_chi2 = (-torch.log1p(-u)).clamp_(min=1e-300)
     return _clip_finite(z / half_chi2.sqrt(), dtype)
 
@@ -96,7 +98,7 @@ def _large_scale(dtype: torch.dtype) -> float:
 
 
 def _large(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
-    values = torch.randn(shape, generator=generator, dtype=torch.float64) * _large_scale(dtype)
+    values = draws.randn(shape, generator) * _large_scale(dtype)
     return _clip_finite(values, dtype)
 
 
@@ -108,16 +110,16 @@ def _tiny(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
     # dtypes with fewer mantissa bits), and every such value is exact in float64 and the dtype.
     k_max = round(1 / info.eps) - 1
     k_min = max(1, round(2.0**-10 / info.eps))
-    u = torch.rand(shape, generator=generator, dtype=torch.float64)
+    u = draws.rand(shape, generator)
     k = (k_min * (k_max / k_min) ** u).floor_().clamp_(k_min, k_max)
     subnormal = k * (tiny * info.eps)
-    normal = tiny * (1 + 15 * torch.rand(shape, generator=generator, dtype=torch.float64))
-    picks = torch.rand(shape, generator=generator, dtype=torch.float64) < 0.5
+    normal = tiny * (1 + 15 * draws.rand(shape, generator))
+    picks = draws.rand(shape, generator) < 0.5
     if picks.numel():
         # At least one subnormal, whatever the size, so a flush-to-zero is always visible.
         forced = int(torch.randint(picks.numel(), (), generator=generator))
         picks.view(-1)[forced] = True
-    signs = torch.randint(2, shape, generator=generator, dtype=torch.int64) * 2 - 1
+    signs = draws.randint(0, 2, shape, generator) * 2 - 1
     return torch.where(picks, subnormal, normal) * signs
 
 
@@ -125,15 +127,15 @@ def _constant_rows(
     shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
 ) -> torch.Tensor:
     if not shape:
-        return torch.randn((), generator=generator, dtype=torch.float64)
-    rows = torch.randn((*shape[:-1], 1), generator=generator, dtype=torch.float64)
+        return draws.randn((), generator)
+    rows = draws.randn((*shape[:-1], 1), generator)
     return rows.expand(shape).contiguous()
 
 
 def _small_integers(
     shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
 ) -> torch.Tensor:
-    return torch.randint(-4, 5, shape, generator=generator, dtype=torch.int64).to(torch.float64)
+    return draws.randint(-4, 5, shape, generator).to(torch.float64)
 
 
 def _scale_outlier_channels(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -154,7 +156,7 @@ def _set_nonfinite(values: torch.Tensor, generator: torch.Generator) -> torch.Te
         return values
     wanted = max(1, round(0.001 * n), min(n, 3))
     flat = values.view(-1)
-    hits = torch.nonzero(torch.rand(n, generator=generator, dtype=torch.float64) < 0.001)
+    hits = torch.nonzero(draws.rand((n,), generator) < 0.001)
     positions = hits.view(-1)
     if positions.numel() < wanted:
         # Small tensors (or an unlucky draw) fall back to an exact draw without replacement;

@@ -181,6 +181,29 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
     return values
 
 
+def shapes_only(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | float] | None:
+    """Every input of `case` as `materialize` gives it, but with tensors on the meta device
+    (shapes and dtypes, no values): drawing nothing and running no code of the problem's, so
+    it can run beside anything. None when a value decides a shape or an argument here (the
+    problem's own input generator)."""
+    if problem.sampler is not None or case.rows is not None:
+        return None
+    config = problem.dtype_configs()[case.dtype_config]
+    sizes = case.size_map()
+    _check_case_names(problem, case)
+    values: dict[str, torch.Tensor | int | float] = {}
+    for inp in problem.inputs:
+        if isinstance(inp, GeneratedInput):
+            return None
+        if isinstance(inp, ScalarInput):
+            values[inp.name] = _scalar(inp, case, sizes, {})  # type: ignore[assignment]
+            continue
+        values[inp.name] = torch.empty(
+            _shape(inp, sizes, case), dtype=config[inp.name], device="meta"
+        )
+    return values
+
+
 def restrict_rows(
     problem: Problem, case: Case, values: Mapping[str, torch.Tensor | int | float]
 ) -> dict[str, torch.Tensor | int | float]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -124,6 +124,7 @@ def run_invocation(
                     alone=alone,
                     noise_s=outcomes[0].seconds if outcomes else 0.0,
                     holding=holding,
+                    always_return=invocation.always_return,
                 )
         except NotOffered as error:
             return result(changed_later=changed_later(held, outcomes), not_run=str(error))
@@ -166,6 +167,7 @@ def run_call(
     alone: tuple[torch.Tensor, ...] = (),
     noise_s: float = 0.0,
     holding: Sequence[torch.Tensor] = (),
+    always_return: Collection[int] = (),
 ) -> tuple[CallOutcome, tuple[torch.Tensor, ...], Placed]:
     """One call on fresh guarded inputs (or on an earlier call's buffers, rewritten). Appends
     the guard breaches it sees to `breaches`.
@@ -174,6 +176,8 @@ def run_call(
     noise_s: how long the noise of a call under noise should last (what a call took alone).
     holding: device tensors the harness holds from earlier calls of the invocation, left out
         of the memory the call is said to keep.
+    always_return: of `return_inputs`, those sent back even when the call left them as they
+        were (`Invocation.always_return`).
 
     Returns what goes back to the auditor, the outputs as they live on the device (held until
     the invocation ends, to see whether later calls change them) and the buffers used.
@@ -195,6 +199,17 @@ def run_call(
         scrub_free_memory(device)
     if (call.noise or call.queued) and cuda and watch.noise is None:
         watch.noise = Noise(device)  # its stream made before the call's streams are counted
+    # copies of what the inputs held, so only those the call changed go back (a call that
+    # measures memory keeps none, and sends every input back)
+    given = (
+        {}
+        if measured
+        else {
+            p: inputs[p].view.clone()
+            for p in return_inputs
+            if p in inputs and p not in always_return
+        }
+    )
     state_before = snapshot(device)
     threads_before = set(threading.enumerate())
     streams_before = watch.streams.created
@@ -242,10 +257,8 @@ def run_call(
         failure = classify(error, device)
         message = f"copying the outputs failed:\n{failure.message}"
         raise CandidateFailure(failure.kind, message) from None
-    inputs_after = tuple(
-        to_cpu(inputs[p].view) if p in inputs else torch.tensor(call.args[p], device="cpu")
-        for p in return_inputs
-    )
+    inputs_after = tuple(_after(p, inputs, given, call) for p in return_inputs)
+    given.clear()
     outcome = CallOutcome(
         outputs=sent,
         inputs_after=inputs_after,
@@ -290,6 +303,32 @@ def run_call(
             raise classify(error, device) from None
         outcome = replace(outcome, kernels=profile)
     return outcome, outputs, buffers
+
+
+def _after(
+    position: int, inputs: dict[int, GuardedTensor], given: dict[int, torch.Tensor], call: Call
+) -> torch.Tensor | None:
+    """What argument `position` holds after the call, on the CPU; None for a tensor that is
+    bit for bit what it was given (`given`)."""
+    if position not in inputs:
+        return torch.tensor(call.args[position], device="cpu")
+    view = inputs[position].view
+    before = given.get(position)
+    if before is not None and same_bytes(before, view):
+        return None
+    return to_cpu(view)
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors of one dtype and shape hold the same bits (NaN payloads and the
+    sign of zero included)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return torch.equal(
+        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
+    )
 
 
 def _timed(

@@ -99,11 +99,14 @@ class Call:
 class Invocation:
     """A sequence of calls run back to back in one worker.
 
-    return_inputs: indices of arguments whose values after each call are sent back.
+    return_inputs: indices of arguments whose values after each call are sent back: those in
+        `always_return` (inputs the contract lets the candidate write, judged as outputs)
+        whatever happened to them, the others only where the call changed a bit of them.
     """
 
     calls: tuple[Call, ...]
     return_inputs: tuple[int, ...] = ()
+    always_return: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,8 +155,10 @@ class CallOutcome:
 
     outputs: tuple[torch.Tensor, ...]
     """The outputs as returned (or the filled slots), copied to the CPU right after the call."""
-    inputs_after: tuple[torch.Tensor, ...] = ()
-    """Values after the call of the arguments named by `Invocation.return_inputs`, in order."""
+    inputs_after: tuple[torch.Tensor | None, ...] = ()
+    """Values after the call of the arguments named by `Invocation.return_inputs`, in order;
+    None for a tensor the call left bit for bit as it was given (never for one named by
+    `Invocation.always_return`)."""
     aliases: tuple[str, ...] = ()
     """Outputs that share storage with an input or with another output ("output 0 ~ input 2")."""
     seconds: float = 0.0

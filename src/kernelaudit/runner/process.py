@@ -254,13 +254,19 @@ class Worker:
             )
         return reply
 
+    close_grace_s: float = 0.0
+    """How long `close` lets the child end by itself before killing it. Nothing the audit
+    needs comes from a child that ends by itself (a GPU process spends about a second tearing
+    CUDA down), so an audit kills it at once; a profiler of the child's own gives it time."""
+
     def close(self) -> None:
         """Stop the child (and anything it started)."""
         if self._proc is None:
             return
         self._close_fds(only_to_child=True)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._proc.wait(timeout=_CLOSE_GRACE_S)
+        if self.close_grace_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=self.close_grace_s)
         self._kill()
 
     # --- the child's life ---

@@ -1,0 +1,79 @@
+"""Large draws on several cores: the same values for a seed whatever the number of threads,
+torch's own values for tensors up to one piece, and the distribution's shape at every size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelaudit.inputs import draws
+from kernelaudit.inputs.distributions import draw_float
+
+
+def _seeded(seed: int) -> torch.Generator:
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(seed)
+    return generator
+
+
+@pytest.fixture
+def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Pieces of 1,000 elements, so a test tensor spans several without being large."""
+    monkeypatch.setattr(draws, "CHUNK", 1000)
+    return 1000
+
+
+@pytest.mark.parametrize("numel", [0, 1, 15, 16, 17, 999, 1000])
+def test_a_tensor_of_one_piece_holds_torchs_own_draws(small_pieces: int, numel: int) -> None:
+    shape = (numel,)
+    assert torch.equal(
+        draws.randn(shape, _seeded(3)),
+        torch.randn(shape, generator=_seeded(3), dtype=torch.float64),
+    )
+    assert torch.equal(
+        draws.rand(shape, _seeded(3)),
+        torch.rand(shape, generator=_seeded(3), dtype=torch.float64),
+    )
+    assert torch.equal(
+        draws.randint(-4, 5, shape, _seeded(3)),
+        torch.randint(-4, 5, shape, generator=_seeded(3), dtype=torch.int64),
+    )
+
+
+def test_the_values_depend_on_the_seed_not_on_the_threads(small_pieces: int) -> None:
+    shape = (7, 1234)  # nine pieces, the last one short
+    before = torch.get_num_threads()
+    drawn = []
+    try:
+        for threads in (1, 2, 4):
+            torch.set_num_threads(threads)
+            drawn.append((draws.randn(shape, _seeded(9)), draws.rand(shape, _seeded(9))))
+    finally:
+        torch.set_num_threads(before)
+    for normal, uniform in drawn[1:]:
+        assert torch.equal(normal, drawn[0][0]) and torch.equal(uniform, drawn[0][1])
+    other = draws.randn(shape, _seeded(10))
+    assert not torch.equal(other, drawn[0][0])
+
+
+def test_the_pieces_are_independent_draws(small_pieces: int) -> None:
+    values = draws.randn((200, small_pieces), _seeded(1))
+    pieces = values.view(200, small_pieces)
+    # no piece repeats another (a generator reused for two pieces would)
+    assert len({tuple(row[:4].tolist()) for row in pieces}) == 200
+    assert abs(float(values.mean())) < 0.01
+    assert abs(float(values.std()) - 1.0) < 0.01
+    uniform = draws.rand((200, small_pieces), _seeded(1))
+    assert float(uniform.min()) >= 0.0 and float(uniform.max()) < 1.0
+    assert abs(float(uniform.mean()) - 0.5) < 0.01
+    integers = draws.randint(-4, 5, (200, small_pieces), _seeded(1))
+    assert set(integers.unique().tolist()) == set(range(-4, 5))
+
+
+@pytest.mark.parametrize("name", ["normal", "offset", "large", "heavy_tailed", "uniform"])
+def test_a_distribution_drawn_in_pieces_keeps_its_shape(small_pieces: int, name: str) -> None:
+    values = draw_float(name, (64, 500), torch.float32, _seeded(2))
+    again = draw_float(name, (64, 500), torch.float32, _seeded(2))
+    assert torch.equal(values, again)
+    assert values.dtype == torch.float32 and bool(torch.isfinite(values).all())
+    assert values.unique().numel() > 30_000  # pieces drawn alike would repeat values
