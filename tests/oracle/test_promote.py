@@ -1,4 +1,5 @@
 import math
+import threading
 
 import pytest
 import torch
@@ -123,6 +124,56 @@ def test_factories_create_float64(construct, x):
     result = run(reference, x)
     assert result.dtype == torch.float64
     assert torch.equal(result, expected(x))
+
+
+@pytest.mark.parametrize("construct", FACTORIES)
+def test_factories_create_float64_in_a_block_of_this_thread_alone(construct, x):
+    reference, expected = FACTORIES[construct]
+    with promoted_to_fp64(process_wide=False):
+        assert torch.get_default_dtype() == torch.float32
+        result = reference(x)
+    assert result.dtype == torch.float64
+    assert torch.equal(result, expected(x))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.arange(3),
+        lambda: torch.tensor([1, 2]),
+        lambda: torch.full((2,), 3),
+        lambda: torch.tensor(True),
+        lambda: torch.as_tensor([4]),
+    ],
+)
+def test_a_block_of_this_thread_alone_keeps_integer_and_bool_factories(make):
+    expected = make()
+    with promoted_to_fp64(process_wide=False):
+        made = make()
+    assert made.dtype == expected.dtype and torch.equal(made, expected)
+
+
+def test_a_block_of_this_thread_alone_leaves_other_threads_as_they_were():
+    """The training check trains the reference in one thread and the candidate in another;
+    the float64 rounding of the one must not reach the other's tensors or settings."""
+    inside, looked = threading.Event(), threading.Event()
+    seen = []
+
+    def other() -> None:
+        inside.wait(10)
+        seen.append((torch.get_default_dtype(), torch.zeros(1).dtype, torch.tensor(0.5).dtype))
+        seen.append(torch.backends.cudnn.allow_tf32)
+        looked.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    tf32 = torch.backends.cudnn.allow_tf32
+    with promoted_to_fp64(process_wide=False):
+        inside.set()
+        assert looked.wait(10)
+        assert torch.zeros(1).dtype == torch.float64
+    thread.join()
+    assert seen == [(torch.float32, torch.float32, torch.float32), tf32]
 
 
 @pytest.mark.parametrize(

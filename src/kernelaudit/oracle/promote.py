@@ -93,7 +93,41 @@ def _promote(value: object) -> object:
     return value
 
 
+_FLOATING_FACTORIES = frozenset(
+    f
+    for f in (
+        torch.empty,
+        torch.empty_strided,
+        torch.zeros,
+        torch.ones,
+        torch.rand,
+        torch.randn,
+        torch.eye,
+        torch.linspace,
+        torch.logspace,
+        torch.hann_window,
+        torch.hamming_window,
+        torch.blackman_window,
+        torch.bartlett_window,
+        torch.kaiser_window,
+    )
+)
+"""Factories whose result is floating in the default dtype when no dtype is named."""
+
+_INFERRING_FACTORIES = frozenset(
+    (torch.tensor, torch.as_tensor, torch.asarray, torch.full, torch.arange, torch.scalar_tensor)
+)
+"""Factories whose result takes its dtype from the data (an integer or a bool stays one),
+and the default dtype for Python floats."""
+
+
 class _Float64Mode(TorchFunctionMode):
+    def __init__(self, factories: bool = False) -> None:
+        super().__init__()
+        self.factories = factories
+        """Whether the mode gives factories that name no dtype float64 itself (otherwise the
+        default dtype does)."""
+
     def __torch_function__(
         self,
         func: Callable[..., Any],
@@ -109,6 +143,15 @@ class _Float64Mode(TorchFunctionMode):
         keep = 1 if args and _writes_first_argument(func) else 0
         args = tuple(args[:keep]) + tuple(_promote(a) for a in args[keep:])
         kwargs = {k: v if k == "out" else _promote(v) for k, v in kwargs.items()}
+        if self.factories and "dtype" not in kwargs and "out" not in kwargs:
+            if func in _FLOATING_FACTORIES:
+                return func(*args, dtype=torch.float64, **kwargs)
+            if func in _INFERRING_FACTORIES:
+                made = func(*args, **kwargs)
+                if isinstance(made, torch.Tensor) and promoted_dtype(made.dtype) != made.dtype:
+                    # a Python float made in the default dtype: made again from the data
+                    return func(*args, dtype=promoted_dtype(made.dtype), **kwargs)
+                return made
         return func(*args, **kwargs)
 
 
@@ -142,7 +185,7 @@ def full_precision_accumulation() -> Iterator[None]:
 
 
 @contextmanager
-def promoted_to_fp64() -> Iterator[None]:
+def promoted_to_fp64(process_wide: bool = True) -> Iterator[None]:
     """Within this block, every floating computation torch is asked for happens in float64.
 
     Covered: dtypes passed to any torch function or tensor method, positionally or as `dtype=`
@@ -152,7 +195,18 @@ def promoted_to_fp64() -> Iterator[None]:
     `.to(other)` and `.type_as(other)` follow a promoted `other`); factories with no dtype,
     through the default dtype. Integer and bool dtypes are untouched. Not covered: writes into
     a low-precision tensor created outside the block, which stay in its precision.
+
+    The default dtype and the matmul precision flags are the whole process's: another thread
+    making a tensor meanwhile gets float64 too. `process_wide=False` touches neither, so
+    other threads may run torch beside it: the factories torch offers are then given float64
+    by the block itself (those that infer their dtype from Python floats are made again from
+    the data), and float64 matmuls never use TF32 anyway. What only the default dtype reaches
+    stays in float32 then: an integer tensor divided, or multiplied by a Python float.
     """
+    if not process_wide:
+        with _Float64Mode(factories=True):
+            yield
+        return
     previous_default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:

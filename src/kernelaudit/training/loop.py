@@ -67,10 +67,11 @@ class Trajectory:
 
 _REFERENCE_RUNS = threading.Lock()
 """Held while the problem's reference runs. An experiment trains the reference's runs and the
-candidate's side by side in two threads, and `promoted_to_fp64` switches torch's default dtype
-(and its matmul precision flags) for the whole process: a reference running at the same time
-in the other thread would pick up float64, and two such blocks would restore each other's
-settings."""
+candidate's side by side in two threads, and a reference may keep state of its own (a cache,
+a counter) that two threads would share. Its float64 runs (`Rounded`) switch nothing of the
+process's (`promoted_to_fp64(process_wide=False)`): the other thread's model, optimizer and
+tensors keep torch's default dtype and precision flags (an AdamW made while the default dtype
+is float64 keeps its step count in float64)."""
 
 
 class Native:
@@ -106,7 +107,7 @@ class Rounded:
     def _rounded(self, args: tuple[object, ...]) -> object:
         native = self.function(*args)
         promoted = [promoted_copy(a) for a in args]
-        with promoted_to_fp64():
+        with promoted_to_fp64(process_wide=False):
             truth = self.function(*promoted)
         self.calls += 1
         if isinstance(native, tuple):
