@@ -7,9 +7,11 @@ candidate failed, 2 a usage error (malformed problem, missing candidate, bad opt
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -363,5 +365,23 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_QUICK_EXIT = frozenset({"check", "demo"})
+"""Commands whose process ends at once when they are done: by then every report is written and
+every process they started is gone, and what is left (tearing down torch's modules and the
+device's context, a second or more) is of no use to anyone waiting for the verdict. Other
+commands end as Python ends (`corpus` may have a Ray cluster to stop)."""
+
+
+def run() -> NoReturn:
+    """The `kernelaudit` command: `main` on the command line's arguments, then the exit."""
+    arguments = sys.argv[1:]
+    code = main(arguments)
+    if arguments and arguments[0] in _QUICK_EXIT:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

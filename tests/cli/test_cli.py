@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,41 @@ def test_a_passing_candidate_exits_0_and_a_failing_one_exits_1(tmp_path: Path) -
     code, document = _check(tmp_path, "scale", "scale_in_half")
     assert code == 1
     assert [r["verdict"] for r in document["reports"]] == ["PASS", "FAIL"]
+
+
+def test_the_command_ends_with_the_verdicts_exit_code_and_every_line_written(
+    tmp_path: Path,
+) -> None:
+    """`kernelaudit check` ends its process as soon as it is done: nothing it prints or writes
+    may be lost on the way, and the exit code is still the verdict's."""
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelaudit.cli",
+            "check",
+            str(PROBLEM),
+            f"{CANDIDATES}::scale",
+            f"{CANDIDATES}::scale_in_half",
+            "--profile",
+            "quick",
+            "--device",
+            "cpu",
+            "--checks",
+            "execution,numerics",
+            "--json",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stdout.rstrip().endswith(f"HTML report: {report.with_suffix('.html')}")
+    document = json.loads(report.read_text())
+    assert [r["verdict"] for r in document["reports"]] == ["PASS", "FAIL"]
+    assert report.with_suffix(".html").read_text().rstrip().endswith("</html>")
 
 
 def test_repro_replays_a_finding_from_the_json_report(
