@@ -77,3 +77,15 @@ def test_a_distribution_drawn_in_pieces_keeps_its_shape(small_pieces: int, name:
     assert torch.equal(values, again)
     assert values.dtype == torch.float32 and bool(torch.isfinite(values).all())
     assert values.unique().numel() > 30_000  # pieces drawn alike would repeat values
+
+
+def test_draws_seeded_through_the_global_generator_follow_its_seed() -> None:
+    """What a benchmark's own generator does (`torch.manual_seed`, then draws): the same seed
+    gives the same values, drawn in pieces or not, and another seed others."""
+    drawn = []
+    for seed in (4, 4, 5):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            drawn.append(draws.randn((3, 5), draws.from_global(), torch.float32))
+    assert drawn[0].dtype == torch.float32
+    assert torch.equal(drawn[0], drawn[1]) and not torch.equal(drawn[0], drawn[2])

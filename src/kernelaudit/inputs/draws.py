@@ -23,16 +23,28 @@ Fill = Callable[[torch.Tensor, torch.Generator], object]
 """Fills a contiguous 1-D tensor in place from a generator."""
 
 
-def randn(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """N(0, 1) in float64: `torch.randn(shape, generator=generator, dtype=torch.float64)` up to
-    `CHUNK` elements."""
-    return _filled(shape, torch.float64, generator, lambda t, g: t.normal_(generator=g))
+def randn(
+    shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """N(0, 1): `torch.randn(shape, generator=generator, dtype=dtype)` up to `CHUNK`
+    elements."""
+    return _filled(shape, dtype, generator, lambda t, g: t.normal_(generator=g))
 
 
-def rand(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """U[0, 1) in float64: `torch.rand(shape, generator=generator, dtype=torch.float64)` up to
-    `CHUNK` elements."""
-    return _filled(shape, torch.float64, generator, lambda t, g: t.uniform_(generator=g))
+def rand(
+    shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """U[0, 1): `torch.rand(shape, generator=generator, dtype=dtype)` up to `CHUNK`
+    elements."""
+    return _filled(shape, dtype, generator, lambda t, g: t.uniform_(generator=g))
+
+
+def from_global() -> torch.Generator:
+    """A CPU generator seeded by one draw of torch's global generator: for draws a caller
+    seeds through the global generator (as benchmarks do), made on several cores."""
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(int(torch.randint(1 << 32, (), dtype=torch.int64)))
+    return generator
 
 
 def randint(

@@ -19,6 +19,7 @@ from kernelaudit.formats.solexecbench.tensor_files import (
     unreadable,
     workload_at,
 )
+from kernelaudit.inputs import draws
 from kernelaudit.problem.spec import dim_size
 from kernelaudit.sourcefile import import_source
 
@@ -83,7 +84,8 @@ def generator(
             if get_inputs:
                 given.update(get_inputs({**axes, **scalars}, "cpu"))
             for name, shape in shapes.items():
-                if name not in given:
+                # a structured input is drawn below, not twice
+                if name not in given and name not in reader.named:
                     given[name] = _random(shape, dtypes[name], axes)
             given.update(draw_structured(reader.named, shapes, dtypes, {**scalars, **given}))
         return given
@@ -110,11 +112,12 @@ def _from_files(reader: DefinitionReader, sizes: Mapping[str, int]) -> dict[str,
 
 
 def _random(shape: tuple[int, ...], dtype: torch.dtype, axes: Mapping[str, int]) -> torch.Tensor:
-    """An input the workload marks random, drawn the plain way a benchmark does."""
+    """An input the workload marks random, drawn the plain way a benchmark does (from the
+    seeded global generator, on several cores)."""
     if dtype == torch.bool:
-        return torch.rand(shape) > 0.5
+        return draws.rand(shape, draws.from_global(), torch.float32) > 0.5
     if dtype.is_floating_point:
-        return torch.randn(shape).to(dtype)
+        return draws.randn(shape, draws.from_global(), torch.float32).to(dtype)
     high = shape[-1] if shape else 2
     return torch.randint(0, max(high, 1), shape, dtype=dtype)
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelaudit.inputs import draws
+
 _DRAWS = frozenset(
     {
         "randn",
@@ -293,8 +295,8 @@ def draw_structured(
     dtypes: Mapping[str, torch.dtype],
     scalars: Mapping[str, object],
 ) -> dict[str, torch.Tensor]:
-    """Values for every structured input, drawn from the global generator (seeded by the
-    caller, as the benchmark's own draws are)."""
+    """Values for every structured input, drawn through the global generator (seeded by the
+    caller, as the benchmark's own draws are; large ones on several cores, `inputs.draws`)."""
     values: dict[str, torch.Tensor] = {}
     for name, structure in structures.items():
         if name in values:
@@ -307,7 +309,8 @@ def draw_structured(
                 dtypes[structure.partner]
             )
         elif structure.kind == "probabilities":
-            values[name] = torch.softmax(torch.randn(shape, dtype=torch.float64), -1).to(dtype)
+            logits = draws.randn(shape, draws.from_global())
+            values[name] = torch.softmax(logits, -1).to(dtype)
         elif structure.kind == "positions":
             values[name] = torch.randint(0, POSITION_LIMIT, shape).to(dtype)
         elif structure.kind == "frequencies":
@@ -316,7 +319,7 @@ def draw_structured(
             values[name] = (ROTARY_BASE**-exponents).to(dtype)
         else:
             rate = float(scalars.get(structure.rate) or 0.0)  # type: ignore[arg-type]
-            values[name] = torch.rand(shape) >= rate
+            values[name] = draws.rand(shape, draws.from_global(), torch.float32) >= rate
     return values
 
 
