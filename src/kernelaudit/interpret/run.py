@@ -14,7 +14,6 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -25,9 +24,8 @@ import torch
 
 from kernelaudit.interpret.records import Interpretation, UnreadableResult
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import child_environment
+from kernelaudit.runner.launch import start_python
 from kernelaudit.runner.messages import Call
-from kernelaudit.runner.sandbox import for_candidate
 
 _STDERR_TAIL_LINES = 3
 
@@ -69,28 +67,17 @@ class InterpretedRun:
             },
             request,
         )
-        environment = child_environment("cpu")
-        # the interpreter runs on host memory: the child has no business with a device
-        environment["CUDA_VISIBLE_DEVICES"] = ""
-        command = [
-            sys.executable,
-            "-m",
-            "kernelaudit.interpret.child",
-            str(request),
-            str(self._result),
-        ]
         self._seen: Interpretation | None = None
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (held until `finish`)
-        command, environment = for_candidate(
-            command, environment, candidate.path, scratch=self._folder.name
-        )
-        self._process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
+        self._process = start_python(
+            ["-m", "kernelaudit.interpret.child", str(request), str(self._result)],
+            "cpu",
+            candidate.path,
+            self._folder.name,
+            # the interpreter runs on host memory: the child has no business with a device
+            environment={"CUDA_VISIBLE_DEVICES": ""},
             stdout=self._stderr,
             stderr=self._stderr,
-            start_new_session=True,
-            env=environment,
         )
 
     def finish(self) -> Interpretation:

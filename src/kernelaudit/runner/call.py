@@ -24,7 +24,7 @@ from kernelaudit.runner.autotuners import (
 from kernelaudit.runner.autotuners import describe as describe_autotuners
 from kernelaudit.runner.contention import Noise, bit_mismatches
 from kernelaudit.runner.failures import NOT_RUN, CandidateFailure, classify
-from kernelaudit.runner.guard import GuardedTensor, prepare, storage_span
+from kernelaudit.runner.guard import GuardedTensor, prepare, same_bits, storage_span
 from kernelaudit.runner.memory import DeviceMemory, kept_since, peak_since, read_memory, start_peak
 from kernelaudit.runner.messages import (
     Call,
@@ -33,6 +33,7 @@ from kernelaudit.runner.messages import (
     Invocation,
     InvocationResult,
     StateChange,
+    TensorArg,
 )
 from kernelaudit.runner.placing import (
     Placed,
@@ -199,17 +200,6 @@ def run_call(
         scrub_free_memory(device)
     if (call.noise or call.queued) and cuda and watch.noise is None:
         watch.noise = Noise(device)  # its stream made before the call's streams are counted
-    # copies of what the inputs held, so only those the call changed go back (a call that
-    # measures memory keeps none, and sends every input back)
-    given = (
-        {}
-        if measured
-        else {
-            p: inputs[p].view.clone()
-            for p in return_inputs
-            if p in inputs and p not in always_return
-        }
-    )
     state_before = snapshot(device)
     threads_before = set(threading.enumerate())
     streams_before = watch.streams.created
@@ -257,8 +247,7 @@ def run_call(
         failure = classify(error, device)
         message = f"copying the outputs failed:\n{failure.message}"
         raise CandidateFailure(failure.kind, message) from None
-    inputs_after = tuple(_after(p, inputs, given, call) for p in return_inputs)
-    given.clear()
+    inputs_after = tuple(_after(p, inputs, call, p not in always_return) for p in return_inputs)
     outcome = CallOutcome(
         outputs=sent,
         inputs_after=inputs_after,
@@ -306,29 +295,18 @@ def run_call(
 
 
 def _after(
-    position: int, inputs: dict[int, GuardedTensor], given: dict[int, torch.Tensor], call: Call
+    position: int, inputs: dict[int, GuardedTensor], call: Call, only_changed: bool
 ) -> torch.Tensor | None:
-    """What argument `position` holds after the call, on the CPU; None for a tensor that is
-    bit for bit what it was given (`given`)."""
+    """What argument `position` holds after the call, on the CPU; with `only_changed`, None
+    for a tensor that holds bit for bit the values the call gave it (`TensorArg.values`, on
+    the CPU already: nothing more is held on the device while the candidate runs)."""
     if position not in inputs:
         return torch.tensor(call.args[position], device="cpu")
-    view = inputs[position].view
-    before = given.get(position)
-    if before is not None and same_bytes(before, view):
+    after = to_cpu(inputs[position].view)
+    given = call.args[position]
+    if only_changed and isinstance(given, TensorArg) and same_bits(after, given.values):
         return None
-    return to_cpu(view)
-
-
-def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors of one dtype and shape hold the same bits (NaN payloads and the
-    sign of zero included)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.numel() == 0:
-        return True
-    return torch.equal(
-        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
-    )
+    return after
 
 
 def _timed(

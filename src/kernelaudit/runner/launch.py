@@ -1,6 +1,7 @@
 """Starting the processes that run a candidate: their environment (`child_environment`), and
-one launcher for every one-shot child (`run_python`): in the candidate's sandbox,
-in a session of its own, killed with everything it started once done or out of time."""
+one launcher for every child (`start_python`, and `run_python` for a one-shot child waited
+for): in the candidate's sandbox, in a session of its own, killed with everything it started
+once done or out of time."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import signal
 import site
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import torch
 
@@ -51,6 +53,39 @@ class ChildExit:
     """Its last three lines of standard error, joined by " / " ("" when silent)."""
 
 
+def start_python(
+    arguments: list[str],
+    device: str,
+    candidate: str | Path,
+    scratch: str | Path,
+    readable: Sequence[str | Path] = (),
+    environment: Mapping[str, str] | None = None,
+    stdout: int | IO[bytes] = subprocess.DEVNULL,
+    stderr: int | IO[bytes] = subprocess.PIPE,
+    cwd: str | Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start `python *arguments`, which runs `candidate`, without waiting for it: in a session
+    of its own, with a candidate's environment (`child_environment`, and `environment` over
+    it) and in its sandbox (`runner.sandbox`: writing only `scratch` and reading `readable`
+    besides the candidate's folder). Whoever starts it kills its process group when done."""
+    command, env = for_candidate(
+        [sys.executable, *arguments],
+        {**child_environment(device), **(environment or {})},
+        candidate,
+        scratch=scratch,
+        readable=readable,
+    )
+    return subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+    )
+
+
 def run_python(
     arguments: list[str],
     device: str,
@@ -59,27 +94,10 @@ def run_python(
     scratch: str | Path,
     readable: Sequence[str | Path] = (),
 ) -> ChildExit:
-    """Run `python *arguments`, which runs `candidate`, in a session of its own with a
-    candidate's environment (`child_environment`) and in its sandbox (`runner.sandbox`:
-    writing only `scratch`, its working folder, and reading `readable` besides the
-    candidate's folder), and kill its whole process group once it is done or past
-    `timeout_s`: a candidate that leaves processes behind takes them with it."""
-    command, env = for_candidate(
-        [sys.executable, *arguments],
-        child_environment(device),
-        candidate,
-        scratch=scratch,
-        readable=readable,
-    )
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env=env,
-        cwd=scratch,
-    )
+    """Run `python *arguments`, which runs `candidate`, as `start_python` starts it, in
+    `scratch` as its working folder, and kill its whole process group once it is done or
+    past `timeout_s`: a candidate that leaves processes behind takes them with it."""
+    process = start_python(arguments, device, candidate, scratch, readable, cwd=scratch)
     try:
         _, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
