@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|sol-samples|demo-quick|safety|profile|sandbox|timing|bench|training|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|sol-samples|references|demo-quick|safety|profile|sandbox|timing|bench|training|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -50,6 +50,18 @@ for step in ${steps[@]}; do
         STOP_AFTER=190 TIMEOUT=120 LIMIT=260 OUT="$out/sol-$profile" PROBLEMS="${PROBLEMS:-build/solexecbench}" \
           bash benchmarks/solexecbench_scale_gpu.sh --profile "$profile" --device cuda 2>&1 | tail -n 2
       done
+      ;;
+    references)
+      # the references that failed as their own candidates: audited again (default profile),
+      # then each failing case replayed with torch's precision defaults on and off
+      rm -rf /tmp/references-work
+      python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
+        --out "$out/references.json" --work /tmp/references-work --profile default \
+        --timeout 150 --stop-after 300 --device cuda \
+        --only L1/066_ L1/073_ L2/036_ L2/057_ 2>&1 | tail -n 12
+      python3 benchmarks/reference_defaults.py /tmp/references-work/reports/*.json \
+        --out "$out/reference-defaults.json" > "$out/reference-defaults.txt" 2>&1
+      echo "reference_defaults exit code $?" | tee -a "$out/reference-defaults.txt"
       ;;
     demo-quick)
       timeout "${DEMO_LIMIT:-600}" python3 -m kernelaudit.cli demo --profile quick \

@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelaudit.checks import REGISTRY, build_checks
+from kernelaudit.checks.base import unavailable
 from kernelaudit.corpus.command import add_parser as add_corpus_parser
 from kernelaudit.demo import find_examples, load_examples
 from kernelaudit.engine.audit import audit_in_turn, limits_for, resolve_device, sm_count
@@ -135,8 +136,8 @@ def _common(parser: argparse.ArgumentParser, default_profile: str = "default") -
     parser.add_argument(
         "--strict",
         action="store_true",
-        help="exit 1 when candidates could not run in their sandbox (bubblewrap), whatever "
-        "the verdicts",
+        help="exit 1 when candidates could not run in their sandbox (bubblewrap) or a chosen "
+        "check could not run here (a race check on a CPU), whatever the verdicts",
     )
     parser.add_argument(
         "--json",
@@ -219,7 +220,7 @@ def _html_path(args: argparse.Namespace) -> Path:
 
 def _check(args: argparse.Namespace, console: Console) -> int:
     checks = [c.strip() for c in args.checks.split(",")] if args.checks else None
-    build_checks(checks)  # reject unknown names before any work starts
+    _refuse_unavailable(checks, args)  # and unknown names, before any work starts
     problem = read_problem(args.problem)
     reason = unrunnable(problem)
     if reason is not None:
@@ -233,9 +234,43 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     if args.trace:
         write_traces([(p, r) for (p, _), r in zip(jobs, reports, strict=True)], args.trace)
         console.print(f"SOL-ExecBench traces: {args.trace}")
-    if not _isolated(reports, args, console):
+    if not (_isolated(reports, args, console) & _covered(reports, args, console)):
         return 1
     return 0 if all(r.verdict == "PASS" for r in reports) else 1
+
+
+def _refuse_unavailable(names: list[str] | None, args: argparse.Namespace) -> None:
+    """A check named in --checks that cannot run on this machine is a usage error: audited
+    anyway it would plan nothing and say nothing, a PASS the audit did not earn."""
+    checks = build_checks(names)
+    if names is None:
+        return
+    device, profile = resolve_device(args.device), profile_named(args.profile)
+    for check in checks:
+        why = unavailable(check, device, profile) if check.name in names else ""
+        if why:
+            raise UsageError(
+                f"--checks names {check.name!r}, which cannot run here ({device}, profile "
+                f"{profile.name!r}): it {why}. Leave it out of --checks, or audit where it can run"
+            )
+
+
+def _covered(reports: list[AuditReport], args: argparse.Namespace, console: Console) -> bool:
+    """Say which chosen checks could not run here; False when `--strict` forbids it."""
+    missing: dict[str, str] = {}
+    for report in reports:
+        missing.update(report.unverified)
+    if not missing:
+        return True
+    reasons: dict[str, list[str]] = {}
+    for name, why in missing.items():
+        reasons.setdefault(why, []).append(name)
+    said = "; ".join(f"{', '.join(names)} ({why})" for why, names in reasons.items())
+    console.print(f"[yellow]not verified on {escape(reports[0].device)}: {escape(said)}[/]")
+    if args.strict:
+        console.print("[red]--strict: exiting 1 because some checks could not run here[/]")
+        return False
+    return True
 
 
 def _isolated(reports: list[AuditReport], args: argparse.Namespace, console: Console) -> bool:
@@ -285,7 +320,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
         if all_met
         else "[bold red]some examples did not behave as expected[/]"
     )
-    if not _isolated(reports, args, console):
+    if not (_isolated(reports, args, console) & _covered(reports, args, console)):
         return 1
     return 0 if all_met else 1
 

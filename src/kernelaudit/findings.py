@@ -150,6 +150,9 @@ class AuditReport:
     """Optional probes the budget left out, counted by check and shape."""
     isolation: str = ""
     """How the candidate's processes were confined: "bubblewrap: ..." or "none (why)"."""
+    unverified: tuple[tuple[str, str], ...] = ()
+    """(check, why) for each chosen check that could not do here what the profile asks of it
+    (a race or a leak shows only on a GPU): what this verdict does not cover."""
 
     @property
     def confined(self) -> bool:
@@ -188,6 +191,7 @@ class AuditReport:
             "budget": dict(self.budget),
             "untried": dict(self.untried),
             "isolation": self.isolation,
+            "unverified": dict(self.unverified),
             "findings": [f.to_json() for f in self.findings],
             "cases": [r.to_json() for r in self.records],
         }
@@ -216,6 +220,7 @@ class AuditReport:
             budget=tuple(data.get("budget", {}).items()),
             untried=tuple(data.get("untried", {}).items()),
             isolation=str(data.get("isolation", "")),
+            unverified=tuple(data.get("unverified", {}).items()),
         )
 
 

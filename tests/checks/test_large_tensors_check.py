@@ -136,15 +136,19 @@ def test_quick_and_default_profiles_never_run_it() -> None:
 
 
 @pytest.mark.slow
-def test_a_thorough_audit_on_the_cpu_says_in_a_note_that_it_needs_a_gpu(
-    finding_of: Callable[[AuditReport, str], Finding],
-) -> None:
+def test_a_thorough_audit_on_the_cpu_says_the_check_could_not_run_for_want_of_a_gpu() -> None:
     problem = FIXTURES / "large_rows.py"
     report = audit(problem, f"{KERNELS}::double", PROFILES["thorough"], "cpu", ["large-tensors"])
-    finding = finding_of(report, "large-tensors")
     assert report.verdict == "PASS"
-    assert finding.severity == "note"
-    assert "needs a GPU" in finding.title
+    assert [f for f in report.findings if f.check == "large-tensors"] == []
+    (why,) = [why for check, why in report.unverified if check == "large-tensors"]
+    assert "needs a CUDA device" in why and "GPU only" in why
+
+
+def test_outside_the_thorough_profile_the_check_is_not_asked_for_and_not_listed() -> None:
+    problem = FIXTURES / "large_rows.py"
+    report = audit(problem, f"{KERNELS}::double", PROFILES["quick"], "cpu", ["large-tensors"])
+    assert "large-tensors" not in dict(report.unverified)
 
 
 @pytest.mark.slow

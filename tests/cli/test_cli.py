@@ -112,6 +112,15 @@ def test_repro_replays_a_finding_from_the_json_report(
         ),
         (["check", str(PROBLEM), f"{CANDIDATES}::scale", "--checks", "numerix"], "numerix"),
         (["repro", "no_report.json", "F1"], "does not exist"),
+        (
+            [
+                "check",
+                str(PROBLEM),
+                f"{CANDIDATES}::scale",
+                *("--device", "cpu", "--checks", "numerics,races"),
+            ],
+            "'races', which cannot run here (cpu",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_an_actionable_message(
@@ -147,3 +156,31 @@ def test_the_json_report_is_strict_json_even_with_nan_evidence(tmp_path: Path) -
         raise AssertionError(f"non-standard JSON constant {constant}")
 
     json.loads((tmp_path / "report.json").read_text(), parse_constant=refuse)
+
+
+def test_checks_that_cannot_run_here_are_named_in_the_report_and_fail_under_strict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "check",
+        str(PROBLEM),
+        f"{CANDIDATES}::scale",
+        *("--profile", "quick", "--device", "cpu", "--json", str(tmp_path / "r.json")),
+        # every check but the slowest end-to-end ones, so the CPU-only ones are among them
+        *("--checks", "execution,numerics,sanitizer"),
+    ]
+    # sanitizer was named: refused on a CPU before any work starts
+    assert main(argv) == 2
+    argv[-1] = "execution,numerics"
+    assert main(argv) == 0  # nothing chosen needs a GPU
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert document["reports"][0]["unverified"] == {}
+    capsys.readouterr()
+    argv = argv[:-2]  # every check: races, memory, kernels and the sanitizer need a GPU
+    assert main([*argv, "--strict"]) == 1
+    out = capsys.readouterr().out
+    assert "not verified on cpu" in out and "--strict: exiting 1" in out
+    report = json.loads((tmp_path / "r.json").read_text())["reports"][0]
+    assert report["verdict"] == "PASS"
+    assert set(report["unverified"]) == {"races", "memory", "kernels", "sanitizer"}
+    assert set(report["unverified"].values()) == {"needs a CUDA device"}

@@ -177,6 +177,16 @@ def test_generator_structure_is_kept_while_plain_draws_stay_adversarial() -> Non
     assert torch.equal(redrawn["attn_weights"], values["attn_weights"])
 
 
+def test_a_mask_the_generator_fills_with_ones_is_not_drawn_as_free_values() -> None:
+    flow = read_problem(_shared("057_residual_coupling_flow_block"))
+    assert isinstance(flow.input("x_mask"), GeneratedInput)  # a float "binary mask" of ones
+    assert isinstance(flow.input("x"), TensorInput)  # drawn by kernelaudit as before
+    values = materialize(flow, _case(flow, batch_size=1, time=5).with_value("x", "large"))
+    assert torch.equal(values["x_mask"], torch.ones_like(values["x_mask"]))
+    moe = read_problem(_shared("080_moe_complete_layer_with_shared_expert_backward"))
+    assert isinstance(moe.input("score_mask"), GeneratedInput)
+
+
 def test_random_inputs_named_for_a_structure_get_it() -> None:
     rope = read_problem(_shared("088_rotary_position_embedding_application"))
     assert isinstance(rope.input("cos"), GeneratedInput)

@@ -8,7 +8,7 @@ findings, shrinks them and reports them; adding a check is one module and one li
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
@@ -22,6 +22,7 @@ from kernelaudit.runner.messages import InvocationResult
 
 if TYPE_CHECKING:  # the oracle imports this module
     from kernelaudit.oracle.compare import Memo
+    from kernelaudit.oracle.conditioning import Nudged
 
 Severity = Literal["fail", "warn", "note"]
 
@@ -201,6 +202,20 @@ class Expected:
     memo: Memo = field(default_factory=dict, compare=False, repr=False)
     """What the oracle learns from the truth and baseline alone (the baseline's error), kept
     with the case so every check that judges it reuses it."""
+    nudge: Callable[[], tuple[Nudged, ...]] | None = field(default=None, compare=False, repr=False)
+    """Computes the case again with every input moved by one rounding (`oracle.conditioning`):
+    the truth and the baseline there, which tell what the precision allows on this case.
+    Asked only when a result would fail on its error."""
+    _nudged: list[tuple[Nudged, ...]] = field(default_factory=list, compare=False, repr=False)
+
+    def nudged(self) -> tuple[Nudged, ...] | None:
+        """The nudged case, one entry per compared result (computed once per case), or None
+        where the case cannot be nudged."""
+        if self.nudge is None:
+            return None
+        if not self._nudged:
+            self._nudged.append(self.nudge())
+        return self._nudged[0]
 
 
 @dataclass(frozen=True)
@@ -289,6 +304,18 @@ class Check(Protocol):
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         """More probes worth running after seeing this observation (usually none)."""
         ...
+
+
+def unavailable(check: object, device: str, profile: Profile) -> str:
+    """Why `check` cannot do here what `profile` asks of it ("" when it can): a race, a leak
+    or a library fallback shows only on a GPU, for one. A check that can be kept from running
+    by the machine says so through an `unavailable(device, profile)` method; the report lists
+    what was not verified (`AuditReport.unverified`)."""
+    method = getattr(check, "unavailable", None)
+    return str(method(device, profile)) if method is not None else ""
+
+
+NEEDS_CUDA = "needs a CUDA device"
 
 
 class Concluding(Protocol):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.base import NEEDS_CUDA, Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.timing import timing_probe
+from kernelaudit.profiles import Profile
 from kernelaudit.timing.measure import format_seconds
 
 FALLBACK_SHARE = 0.9
@@ -24,6 +25,9 @@ class Kernels:
         "on a GPU, the candidate's time is in kernels of its own, not in the reference's or a "
         "library's"
     )
+
+    def unavailable(self, device: str, profile: Profile) -> str:
+        return "" if device.startswith("cuda") else NEEDS_CUDA
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         # the timing check's probe: profiled once, judged by both

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import ConcludingOnly, Failure, note
+from kernelaudit.checks.base import NEEDS_CUDA, ConcludingOnly, Failure, note
 from kernelaudit.checks.execution import headline
 from kernelaudit.checks.numerics import comparison_evidence
 from kernelaudit.errors import ProblemError
@@ -25,6 +25,7 @@ from kernelaudit.inputs.case import dtype_name
 from kernelaudit.large.run import LargeRun, run_large, scalar_value
 from kernelaudit.large.sizing import ELEMENTS, CannotGrow, LargeCase, limit_name, plan_large_case
 from kernelaudit.problem.spec import Problem, ScalarInput
+from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
 
 HEADROOM_BYTES = 1 << 30
@@ -45,18 +46,17 @@ class LargeTensors(ConcludingOnly):
         "rows past the 2^31st element (thorough profile, on a GPU)"
     )
 
+    def unavailable(self, device: str, profile: Profile) -> str:
+        if profile.large_tensors and not device.startswith("cuda"):
+            return f"{NEEDS_CUDA}: a case past {limit_name(ELEMENTS)} elements runs on a GPU only"
+        return ""
+
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
         ctx = self.context
         if ctx is None or ctx.candidate is None or not ctx.profile.large_tensors:
             return []
-        if not ctx.device.startswith("cuda"):
-            return [
-                note(
-                    "not-run:cpu",
-                    f"not run: a case past {limit_name(ELEMENTS)} elements needs a GPU, and this "
-                    "audit ran on the CPU",
-                )
-            ]
+        if self.unavailable(ctx.device, ctx.profile):
+            return []  # the report's list of what was not verified says why
         device = torch.device(ctx.device)
         torch.cuda.empty_cache()  # the auditor's own cached blocks are no use to the child
         free, _ = torch.cuda.mem_get_info(device)

@@ -14,8 +14,17 @@ import itertools
 import statistics
 from typing import Any, ClassVar
 
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
+from kernelaudit.checks.base import (
+    NEEDS_CUDA,
+    Failure,
+    Observation,
+    PlanContext,
+    Probe,
+    RunPlan,
+    Step,
+)
 from kernelaudit.checks.sweep import boundary_cases
+from kernelaudit.profiles import Profile
 
 CALLS = 5
 """Calls on the first workload, back to back: growth on every one of them is a leak."""
@@ -38,6 +47,9 @@ class Memory:
         "no device memory leaks across calls or stays held after a call; the call's peak "
         "next to the reference's (GPU only)"
     )
+
+    def unavailable(self, device: str, profile: Profile) -> str:
+        return "" if device.startswith("cuda") else NEEDS_CUDA
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         if not ctx.device.startswith("cuda"):

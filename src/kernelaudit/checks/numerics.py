@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.base import Expected, Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.sweep import numerics_cases
 from kernelaudit.oracle.compare import Comparison, compare, judging_device
 from kernelaudit.oracle.metrics import row_errors
@@ -38,7 +38,7 @@ def judge_results(
     observation: Observation, call: int, outputs: tuple[torch.Tensor, ...] | None = None
 ) -> list[Failure]:
     """Compare one call's results (or `outputs` in place of the call's own) with the expected
-    ones for that call's case; one failure per failing result."""
+    ones for that call's case (`compare_expected`); one failure per failing result."""
     expected = observation.expected_at(call)
     values = observation.aligned(
         observation.result.calls[call].outputs if outputs is None else outputs, call
@@ -46,17 +46,9 @@ def judge_results(
     if len(values) < len(expected.names):
         return []  # the execution check reports a wrong number of outputs
     failures = []
+    where = judging_device(observation.device)
     for k, name in enumerate(expected.names):
-        comparison = compare(
-            name,
-            values[k],
-            expected.truth[k],
-            expected.baseline[k],
-            expected.dtypes[k],
-            depth=expected.depth,
-            device=judging_device(observation.device),
-            memo=expected.memo,
-        )
+        comparison = compare_expected(expected, k, values[k], where)
         if comparison.passed:
             continue
         rows = _row_evidence(observation, call, name, values[k], expected.truth[k])
@@ -71,6 +63,25 @@ def judge_results(
             )
         )
     return failures
+
+
+def compare_expected(
+    expected: Expected, k: int, values: torch.Tensor, where: torch.device
+) -> Comparison:
+    """Result `k` of a case compared with its truth and baseline; a result failing on its
+    error is judged again with the case's inputs moved by one rounding (`oracle.conditioning`),
+    computed then and kept with the case."""
+    name = expected.names[k]
+    arguments = (name, values, expected.truth[k], expected.baseline[k], expected.dtypes[k])
+    comparison = compare(*arguments, depth=expected.depth, device=where, memo=expected.memo)
+    if comparison.failure == "error":
+        # before failing on its error: does the precision allow better on this case?
+        nudged = expected.nudged()
+        if nudged is not None:
+            comparison = compare(
+                *arguments, depth=expected.depth, device=where, memo=expected.memo, nudged=nudged[k]
+            )
+    return comparison
 
 
 def comparison_evidence(comparison: Comparison) -> tuple[tuple[str, Any], ...]:

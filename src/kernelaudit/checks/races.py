@@ -25,7 +25,15 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
+from kernelaudit.checks.base import (
+    NEEDS_CUDA,
+    Failure,
+    Observation,
+    PlanContext,
+    Probe,
+    RunPlan,
+    Step,
+)
 from kernelaudit.checks.execution import headline
 from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
@@ -33,6 +41,7 @@ from kernelaudit.checks.sweep import boundary_cases
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, distributions_for
 from kernelaudit.problem.spec import TensorInput
+from kernelaudit.profiles import Profile
 
 EXACT = "small_integers"
 """The distribution every float input is drawn from: sums of its values are exact."""
@@ -45,6 +54,9 @@ class Races:
         "unrelated work queued ahead on the caller's stream) agree bit for bit with a call "
         "made alone (GPU only)"
     )
+
+    def unavailable(self, device: str, profile: Profile) -> str:
+        return "" if device.startswith("cuda") else NEEDS_CUDA
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         if not ctx.device.startswith("cuda"):

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import torch
 
 from kernelaudit.checks.base import (
+    NEEDS_CUDA,
     ConcludingOnly,
     Failure,
     PlanContext,
@@ -28,6 +29,7 @@ from kernelaudit.checks.base import (
 )
 from kernelaudit.errors import UsageError
 from kernelaudit.inputs.case import Case
+from kernelaudit.profiles import Profile
 from kernelaudit.sanitizer.attribution import attribute, kernel_base
 from kernelaudit.sanitizer.cases import Arguments
 from kernelaudit.sanitizer.locate import locate
@@ -61,6 +63,18 @@ class Sanitizer(ConcludingOnly):
         self._running: Future[Session] | None = None
         self._stop = threading.Event()
         self._ctx: PlanContext | None = None
+
+    def unavailable(self, device: str, profile: Profile) -> str:
+        if not device.startswith("cuda"):
+            return NEEDS_CUDA
+        if unavailable(device):
+            return "needs a CUDA build of torch (this one is not)"
+        if not locate().found:
+            return (
+                "needs compute-sanitizer, which was not found: install the CUDA toolkit, or "
+                "put its bin/ on PATH or set CUDA_HOME"
+            )
+        return ""
 
     @property
     def _references_later(self) -> bool:
@@ -152,23 +166,9 @@ class _Prepared:
 def _prepare(ctx: PlanContext) -> _Prepared:
     if ctx.candidate is None:
         return _Prepared()
-    why = unavailable(ctx.device)
-    if why:
-        return _Prepared(notes=(_note("unavailable", why),))
     located = locate()
-    if not located.found:
-        places = "; ".join(located.searched)
-        return _Prepared(
-            notes=(
-                _note(
-                    "unavailable",
-                    "compute-sanitizer was not found, so the candidate's kernels were not "
-                    "checked for memory errors; install the CUDA toolkit, or put its bin/ on "
-                    "PATH or set CUDA_HOME",
-                    ("searched", places),
-                ),
-            )
-        )
+    if unavailable(ctx.device) or not located.found:
+        return _Prepared()  # the report's list of what was not verified says why
     cases, built, dropped = prepare(ctx.problem, ctx.profile.sanitizer_cases)
     if not built:
         reason = "; ".join(dropped) or "the problem declares no workload"

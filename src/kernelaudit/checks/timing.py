@@ -55,13 +55,24 @@ class Timing:
                 outcome.timing.median_s, found["flops"], found["bytes"], dtype, found["roofline"]
             )
             if place.beats_floor:
+                # a GPU's roofline is its fastest sample of a device the audit has to itself; a
+                # CPU's is measured on cores other processes share, so under load it can sit
+                # above what the same kernel reaches a moment later: not a floor to fail on
+                on_cpu = torch.device(observation.device).type == "cpu"
                 failures.append(
                     Failure(
                         key="beats-floor",
                         title=f"timed at {format_seconds(outcome.timing.median_s)} per call, "
                         f"below the physical floor of {format_seconds(place.floor_s)}: "
-                        f"{place.text}",
+                        f"{place.text}"
+                        + (
+                            " (on a CPU the measured roofline depends on what else the host "
+                            "runs, so this is a note, not a failure)"
+                            if on_cpu
+                            else ""
+                        ),
                         evidence=_times(observation, place),
+                        severity="note" if on_cpu else "fail",
                     )
                 )
         profile = outcome.kernels

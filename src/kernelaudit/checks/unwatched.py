@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe, note
 from kernelaudit.checks.execution import headline
-from kernelaudit.checks.numerics import comparison_evidence
+from kernelaudit.checks.numerics import compare_expected, comparison_evidence
 from kernelaudit.engine.calls import call_for, reply_limit
 from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.case import Case
@@ -128,7 +128,7 @@ def _judged(
     setting: tuple[tuple[str, Any], ...],
 ) -> list[Failure]:
     # imported here: the oracle imports the checks package
-    from kernelaudit.oracle.compare import compare, judging_device
+    from kernelaudit.oracle.compare import judging_device
     from kernelaudit.oracle.truth import expected
 
     config = ctx.problem.dtype_configs()[case.dtype_config]
@@ -149,17 +149,8 @@ def _judged(
                 )
             ]
         for k, name in enumerate(expect.names):
-            comparison = compare(
-                name,
-                values[k],
-                expect.truth[k],
-                expect.baseline[k],
-                expect.dtypes[k],
-                depth=expect.depth,
-                # on the device, the baseline's metrics kept for the second call's judging
-                device=judging_device(ctx.device),
-                memo=expect.memo,
-            )
+            # on the device, the baseline's metrics kept for the second call's judging
+            comparison = compare_expected(expect, k, values[k], judging_device(ctx.device))
             if comparison.passed:
                 continue
             failures.append(

@@ -19,7 +19,9 @@ from typing import Literal
 import torch
 
 from kernelaudit.inputs.case import dtype_name
+from kernelaudit.oracle.conditioning import Nudged
 from kernelaudit.oracle.metrics import ErrorMetrics, error_metrics
+from kernelaudit.oracle.reasons import bit_exact_reason, error_reason, listing, nonfinite_reason
 from kernelaudit.oracle.rule import METRICS, RATIO_LIMIT, SHOWN_MISMATCHES, budget, noise_floor
 
 _SCAN_ELEMENTS = 1 << 22
@@ -38,6 +40,12 @@ class MetricResult:
     error_ratio: float
     budget: float
     ratio_limit: float
+    sensitivity: float = 0.0
+    """How far the truth moves when the inputs move by one rounding (0: not measured); the
+    floor and the budget are at least that and `ratio_limit` times that."""
+    nearby: float = 0.0
+    """The baseline's error on the case with its inputs moved by one rounding (0: not
+    measured); the floor is at least that."""
 
     @property
     def passed(self) -> bool:
@@ -102,6 +110,7 @@ def compare(
     depth: int = 1,
     device: str | torch.device | None = None,
     memo: Memo | None = None,
+    nudged: Nudged | None = None,
 ) -> Comparison:
     """Judge a candidate's result `values` against the fp64 `truth` and the native `baseline`.
 
@@ -109,7 +118,10 @@ def compare(
     `noise_floor`). The arithmetic runs on `device` (where `truth` is when None): on a GPU the
     three tensors are moved there once and only the figures come back. `memo` keeps what the
     truth and baseline alone decide, by `name`, for later comparisons against the same ones.
-    Never raises on a bad result: a wrong shape or dtype is a failed comparison.
+    `nudged` is this result on the case with every input moved by one rounding
+    (`oracle.conditioning`): where given, the result is judged against how far the truth moved
+    and the baseline's error there too, as against the baseline's error here. Never raises on a
+    bad result: a wrong shape or dtype is a failed comparison.
     """
     kind: Literal["floating", "exact"] = "exact" if is_exact(dtype) else "floating"
     if tuple(values.shape) != tuple(truth.shape):
@@ -120,15 +132,15 @@ def compare(
         return Comparison(name, kind, passed=False, reason=reason, failure="dtype")
     where = torch.device(device) if device is not None else truth.device
     judge = _COMPARISONS[kind]
+    arguments = (name, values, truth, baseline, dtype, ratio_limit, depth)
     try:
-        return judge(name, values, truth, baseline, dtype, ratio_limit, depth, where, memo)
+        return judge(*arguments, where, memo, nudged)
     except torch.cuda.OutOfMemoryError:
         if where.type != "cuda":
             raise
         # the device is full (the candidate's worker holds most of it): judge on the host
         torch.cuda.empty_cache()
-        cpu = torch.device("cpu")
-        return judge(name, values, truth, baseline, dtype, ratio_limit, depth, cpu, memo)
+        return judge(*arguments, torch.device("cpu"), memo, nudged)
 
 
 def judging_device(device: str) -> torch.device:
@@ -153,8 +165,9 @@ def _compare_exact(
     depth: int,
     where: torch.device,
     memo: Memo | None,
+    nudged: Nudged | None,
 ) -> Comparison:
-    del depth, memo  # exact results have no rounding noise, and nothing worth keeping
+    del depth, memo, nudged  # exact results have no rounding noise, and nothing worth keeping
     values, truth = values.to(where), truth.to(where)
     differ = values != truth
     count, baseline_count = torch.stack(
@@ -169,7 +182,7 @@ def _compare_exact(
         return Comparison(name, "exact", passed=True, metrics=metrics)
     shown = _mismatches(differ, values, truth)
     reason = (
-        f"{count} of {values.numel()} elements of {name} differ from the truth ({_listing(shown)})"
+        f"{count} of {values.numel()} elements of {name} differ from the truth ({listing(shown)})"
     )
     if baseline_count:
         reason += f"; the baseline differs at {baseline_count} too, so rounding decides this result"
@@ -194,9 +207,12 @@ def _compare_floating(
     depth: int,
     where: torch.device,
     memo: Memo | None,
+    nudged: Nudged | None,
 ) -> Comparison:
     if dtype.is_complex:
         values, truth, baseline = (_interleaved(t) for t in (values, truth, baseline))
+        if nudged is not None:
+            nudged = Nudged(_interleaved(nudged.truth), _interleaved(nudged.baseline))
         dtype = dtype.to_real()
     candidate = values.to(where, torch.float64)
     truth = truth.to(where, torch.float64)
@@ -217,7 +233,10 @@ def _compare_floating(
         del reference
         if memo is not None:
             memo[name] = judged
-    results = tuple(_judge(m, measured, judged.error, dtype, ratio_limit, depth) for m in METRICS)
+    nearby = _nearby(nudged, compared_truth, dtype, depth, where)
+    results = tuple(
+        _judge(m, measured, judged.error, nearby, dtype, ratio_limit, depth) for m in METRICS
+    )
     exact = (
         _bit_exact_mismatches(candidate, compared_truth, compared, dtype)
         if judged.bit_exact
@@ -235,6 +254,9 @@ def _compare_floating(
             (f"{r.metric}_error_ratio", r.error_ratio),
             (f"{r.metric}_budget", r.budget),
         ]
+        if nearby is not None:
+            summary.append((f"{r.metric}_sensitivity", r.sensitivity))
+            summary.append((f"{r.metric}_nearby", r.nearby))
     summary += [("worst_row_index", measured.worst_row_index), ("compared", measured.compared)]
     summary += [(key, count) for key, count, _ in pattern]
     if exact is not None:
@@ -244,12 +266,12 @@ def _compare_floating(
     reason, failure = "", ""
     shown: tuple[Mismatch, ...] = ()
     if failing:
-        reason, failure, shown = _nonfinite_reason(name, failing), failing[0][0], failing[0][2]
+        reason, failure, shown = nonfinite_reason(name, failing), failing[0][0], failing[0][2]
     elif failed:
-        reason, failure = _error_reason(name, failed, measured, worst, dtype), "error"
+        reason, failure = error_reason(name, failed, measured, worst, dtype), "error"
     elif exact is not None and exact_count:
         shown = _mismatches(exact, candidate, truth)
-        reason, failure = _bit_exact_reason(name, exact_count, shown), "bit-exact"
+        reason, failure = bit_exact_reason(name, exact_count, shown), "bit-exact"
     return Comparison(
         name=name,
         kind="floating",
@@ -272,24 +294,49 @@ _COMPARISONS: dict[str, Callable[..., Comparison]] = {
 }
 
 
+def _nearby(
+    nudged: Nudged | None,
+    truth: torch.Tensor,
+    dtype: torch.dtype,
+    depth: int,
+    where: torch.device,
+) -> tuple[ErrorMetrics, ErrorMetrics] | None:
+    """The truth's move and the baseline's error on the nudged case, as metrics."""
+    if nudged is None or nudged.truth.shape != truth.shape:
+        return None
+    moved = nudged.truth.to(where, torch.float64)
+    overflow = torch.isfinite(moved) & (moved.abs() > torch.finfo(dtype).max)
+    moved_truth = moved.masked_fill(overflow, math.nan)
+    sensitivity = error_metrics(moved, truth, dtype, depth)
+    nearby = error_metrics(nudged.baseline.to(where, torch.float64), moved_truth, dtype, depth)
+    return sensitivity, nearby
+
+
 def _judge(
     metric: str,
     candidate: ErrorMetrics,
     baseline: ErrorMetrics,
+    nudged: tuple[ErrorMetrics, ErrorMetrics] | None,
     dtype: torch.dtype,
     ratio_limit: float,
     depth: int,
 ) -> MetricResult:
-    floor = noise_floor(metric, dtype, depth)
     c, b = getattr(candidate, metric), getattr(baseline, metric)
+    s, n = (getattr(m, metric) for m in nudged) if nudged is not None else (0.0, 0.0)
+    # nan (nothing finite to compare) never raises a floor: max keeps its first argument
+    floor = max(noise_floor(metric, dtype, depth), s, n)
     return MetricResult(
         metric=metric,
         candidate=c,
         baseline=b,
         floor=floor,
         error_ratio=c / max(b, floor),
-        budget=budget(metric, dtype, ratio_limit, depth),
+        # how far the truth itself moves widens the budget; the baseline's error, here or
+        # nearby, never does: a poor reference does not excuse a poor candidate
+        budget=max(budget(metric, dtype, ratio_limit, depth), ratio_limit * s),
         ratio_limit=ratio_limit,
+        sensitivity=s,
+        nearby=n,
     )
 
 
@@ -374,78 +421,3 @@ def _unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
         flat, position = divmod(flat, size) if size else (flat, 0)
         index.append(position)
     return tuple(reversed(index))
-
-
-def _number(x: float) -> str:
-    return f"{x:.3g}"
-
-
-def _value(x: Value) -> str:
-    # enough digits to tell neighbouring float32 values apart
-    return f"{x:.9g}" if isinstance(x, float) else str(x)
-
-
-def _listing(shown: tuple[Mismatch, ...]) -> str:
-    first = "; ".join(
-        f"{m.index}: {_value(m.candidate)} instead of {_value(m.expected)}" for m in shown
-    )
-    return f"first at {first}"
-
-
-_NONFINITE_WORDS = {
-    "nan-where-finite": "NaN where the truth is finite",
-    "inf-where-finite": "inf where the truth is finite and representable",
-    "wrong-where-nan": "not NaN where the truth is NaN",
-    "wrong-where-inf": "not the same infinity where the truth is infinite",
-    "wrong-where-overflow": "neither an infinity nor the largest finite value of the same sign "
-    "where the truth overflows the dtype",
-}
-
-
-def _nonfinite_reason(name: str, failing: list[tuple[str, int, tuple[Mismatch, ...]]]) -> str:
-    parts = [
-        f"{count} {_NONFINITE_WORDS[key]} ({_listing(shown)})" for key, count, shown in failing
-    ]
-    return f"{name} has " + "; ".join(parts)
-
-
-def _error_reason(
-    name: str,
-    failed: list[MetricResult],
-    measured: ErrorMetrics,
-    worst: tuple[int, ...],
-    dtype: torch.dtype,
-) -> str:
-    r = max(failed, key=lambda m: max(m.error_ratio / m.ratio_limit, m.candidate / m.budget))
-    where = ""
-    if r.metric == "worst_row":
-        where = f" (row {measured.worst_row_index})"
-    elif r.metric == "componentwise":
-        where = (
-            f" (at {worst}: {_value(measured.worst_element_value)} instead of "
-            f"{_value(measured.worst_element_truth)})"
-        )
-    head = f"{name}: {r.metric} error {_number(r.candidate)}{where}"
-    if r.error_ratio > r.ratio_limit:
-        if r.baseline >= r.floor:
-            text = f"{head} is {r.error_ratio:.3g}x the baseline's {_number(r.baseline)}"
-        else:
-            text = (
-                f"{head} is {r.error_ratio:.3g}x the noise floor {_number(r.floor)} "
-                f"(the baseline's error is {_number(r.baseline)}; limit {r.ratio_limit:g}x)"
-            )
-        text += f" (limit {r.ratio_limit:g}x)" if r.baseline >= r.floor else ""
-        if r.candidate > r.budget:
-            text += f" and above the {dtype_name(dtype)} budget {_number(r.budget)}"
-        return text
-    return (
-        f"{head} is above the {dtype_name(dtype)} budget {_number(r.budget)}, more than half "
-        f"the significant bits lost, whatever the baseline's {_number(r.baseline)}"
-    )
-
-
-def _bit_exact_reason(name: str, count: int, shown: tuple[Mismatch, ...]) -> str:
-    return (
-        f"{name} differs from the truth at {count} element(s) ({_listing(shown)}), though the "
-        f"truth is exactly representable and the baseline reproduces it bit for bit"
-    )

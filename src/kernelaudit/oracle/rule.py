@@ -110,6 +110,18 @@ CONSTANTS: tuple[Constant, ...] = (
         "about 0.1 almost any error.)",
     ),
     Constant(
+        "nudged case: s_m, n_m",
+        "err_m(truth nudged, truth), err_m(baseline nudged, truth nudged)",
+        "Asked only when a result fails on its error: every floating input element is moved "
+        "by about one unit in the last place (signs from a fixed seed) and the truth and the "
+        "baseline computed again. floor_m becomes at least s_m and n_m, budget_m at least "
+        "RATIO_LIMIT * s_m. Where a case cancels down to rounding residue (a softmax backward "
+        "with a constant upstream gradient) the truth is only defined to within s_m; where "
+        "its structure makes the baseline exact (a constant row's zero variance), n_m is the "
+        "error a correct kernel makes on a case just like it. The baseline's error never "
+        "widens the budget, nearby or not. Well-conditioned cases change nothing.",
+    ),
+    Constant(
         "SHOWN_MISMATCHES",
         f"{SHOWN_MISMATCHES}",
         "How many mismatching positions a failure lists, in row-major order.",

@@ -11,6 +11,7 @@ from kernelaudit.checks.base import Expected
 from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.oracle.compare import is_exact
+from kernelaudit.oracle.conditioning import Nudged, nudged
 from kernelaudit.oracle.promote import (
     full_precision_accumulation,
     promoted_copy,
@@ -21,6 +22,7 @@ from kernelaudit.problem.spec import Dim, Problem, ScalarInput, dim_axes, dim_si
 
 _TRUTH_RUN = "with every floating tensor and dtype promoted to float64, to compute the truth"
 _BASELINE_RUN = "at the inputs' own dtypes, to compute the baseline"
+_NUDGED_RUN = "on inputs nudged by one rounding, to measure what the precision allows"
 
 
 def expected(
@@ -36,7 +38,8 @@ def expected(
     the declared outputs in order, then every input the contract lets the candidate mutate, as
     it is after the call. Floating truth is float64 (complex128); integer and bool results keep
     the declared dtype. A reference that fails, or returns what the problem does not declare,
-    raises ProblemError.
+    raises ProblemError. The truth on nudged inputs (`oracle.conditioning`) is computed only if
+    a comparison asks for it (`Expected.nudged_truth`).
 
     The two runs do not share the device: the float64 copies (each made from its native copy,
     one input at a time) are freed before the native copies of the baseline are made, so the
@@ -50,29 +53,69 @@ def expected(
         _promoted_on(inputs[spec.name], dtype_config.get(spec.name), device)
         for spec in problem.inputs
     ]
-    truth_returned = _call_reference(problem, promoted, promoted_to_fp64, _TRUTH_RUN)
-    truth = _outputs(problem, truth_returned, sizes, dtypes, _TRUTH_RUN, to_truth=True)
-    truth += tuple(_on_cpu(t, t.dtype) for t in _tensors(promoted, mutated))
-    del promoted, truth_returned
+    truth = _truth(problem, promoted, sizes, dtypes, mutated, _TRUTH_RUN)
+    del promoted
 
     native = [
         native_copy(inputs[spec.name], dtype_config.get(spec.name), device)
         for spec in problem.inputs
     ]
-    baseline_returned = _call_reference(problem, native, full_precision_accumulation, _BASELINE_RUN)
-    baseline = _outputs(problem, baseline_returned, sizes, dtypes, _BASELINE_RUN, to_truth=False)
-    baseline += tuple(_on_cpu(t, t.dtype) for t in _tensors(native, mutated))
+    baseline = _baseline(problem, native, sizes, dtypes, mutated, _BASELINE_RUN)
 
     names = tuple(out.name for out in problem.outputs)
     names += tuple(f"{name} (after call)" for name in problem.contract.mutates)
+    declared = dtypes
     dtypes += tuple(t.dtype for t in _tensors(native, mutated))
+
+    def nudge() -> tuple[Nudged, ...]:
+        shaken = [
+            nudged(native_copy(inputs[spec.name], dtype_config.get(spec.name), device), position)
+            for position, spec in enumerate(problem.inputs)
+        ]
+        promoted = [promoted_copy(value) for value in shaken]
+        truth = _truth(problem, promoted, sizes, declared, mutated, _NUDGED_RUN)
+        del promoted
+        baseline = _baseline(problem, shaken, sizes, declared, mutated, _NUDGED_RUN)
+        return tuple(Nudged(t, b) for t, b in zip(truth, baseline, strict=True))
+
     return Expected(
         names=names,
         truth=truth,
         baseline=baseline,
         dtypes=dtypes,
         depth=reduction_depth(problem, sizes),
+        nudge=nudge,
     )
+
+
+def _truth(
+    problem: Problem,
+    promoted: list[object],
+    sizes: Mapping[str, int],
+    dtypes: tuple[torch.dtype, ...],
+    mutated: list[int],
+    how: str,
+) -> tuple[torch.Tensor, ...]:
+    """The reference's float64 results on `promoted` inputs, on the CPU: the declared outputs,
+    then the mutated inputs as the call left them."""
+    returned = _call_reference(problem, promoted, promoted_to_fp64, how)
+    truth = _outputs(problem, returned, sizes, dtypes, how, to_truth=True)
+    return truth + tuple(_on_cpu(t, t.dtype) for t in _tensors(promoted, mutated))
+
+
+def _baseline(
+    problem: Problem,
+    native: list[object],
+    sizes: Mapping[str, int],
+    dtypes: tuple[torch.dtype, ...],
+    mutated: list[int],
+    how: str,
+) -> tuple[torch.Tensor, ...]:
+    """The reference's results at the native dtypes of `native` (float32 accumulation), on the
+    CPU: the declared outputs, then the mutated inputs as the call left them."""
+    returned = _call_reference(problem, native, full_precision_accumulation, how)
+    baseline = _outputs(problem, returned, sizes, dtypes, how, to_truth=False)
+    return baseline + tuple(_on_cpu(t, t.dtype) for t in _tensors(native, mutated))
 
 
 def native_copy(value: object, dtype: torch.dtype | None, device: str) -> object:

@@ -61,6 +61,8 @@ _DROPOUT_RATE = re.compile(r"drop\w*(p|prob|rate)$|^p_drop\w*|^attention_dropout
 _POSITIONS = re.compile(r"(^|_)(ids|pos|positions?|timesteps?)$")
 _POSITIONS_DESCRIBED = re.compile(r"\b(position|timestep)s?\s+(ids?|indices|values)\b", re.I)
 _FREQUENCIES = re.compile(r"^(inv_freqs?|freqs|frequencies)$")
+_MASK = re.compile(r"(^|_)mask(_|$)")
+_FILLS = frozenset({"ones", "ones_like", "full", "full_like"})
 
 KEPT_FROM_GENERATOR = frozenset({"positions", "frequencies"})
 """Kinds a generator that produces the input already draws in their range (it knows the grid or
@@ -90,6 +92,8 @@ def generator_structure(source: str, entry: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for name, value in flow.returned().items():
         why = flow.structure(value)
+        if not why and _MASK.search(name) and flow.constant_fill(value):
+            why = "a mask the generator fills with one value (drawn freely, it would not mask)"
         if why:
             found[name] = why
     return found
@@ -185,6 +189,20 @@ class _Flow:
             return self._tensor_expr(node.value, seen)
         if isinstance(node, ast.Attribute):
             return node.attr in ("T", "mT") and self._tensor_expr(node.value, seen)
+        return False
+
+    def constant_fill(self, node: ast.expr, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether `node` is a tensor filled with one value (`ones`, `full`), cast or not."""
+        if isinstance(node, ast.Name):
+            values = self.assigned.get(node.id, [])
+            if node.id in seen or node.id in self.edited or not values:
+                return False
+            return all(self.constant_fill(v, seen | {node.id}) for v in values)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in _FILLS:
+                return True
+            if node.func.attr in _KEEPS:
+                return self.constant_fill(node.func.value, seen)
         return False
 
     def structure(self, node: ast.expr, seen: frozenset[str] = frozenset()) -> str:
