@@ -234,6 +234,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     if args.trace:
         write_traces([(p, r) for (p, _), r in zip(jobs, reports, strict=True)], args.trace)
         console.print(f"SOL-ExecBench traces: {args.trace}")
+    # both always speak (`&`, not `and`): each says what the run did not guarantee
     if not (_isolated(reports, args, console) & _covered(reports, args, console)):
         return 1
     return 0 if all(r.verdict == "PASS" for r in reports) else 1
@@ -320,6 +321,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
         if all_met
         else "[bold red]some examples did not behave as expected[/]"
     )
+    # both always speak (`&`, not `and`): each says what the run did not guarantee
     if not (_isolated(reports, args, console) & _covered(reports, args, console)):
         return 1
     return 0 if all_met else 1

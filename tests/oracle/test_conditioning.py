@@ -183,3 +183,15 @@ def test_a_numerics_judgement_passes_a_correct_kernel_on_an_ill_conditioned_case
     wrong = (outputs[0] + 1e-3 * inputs["y"],)
     failures = judge_results(observation, call=0, outputs=wrong)  # type: ignore[arg-type]
     assert [f.key for f in failures] == ["error:dx"]
+
+
+def test_a_reference_that_refuses_the_nudged_inputs_leaves_the_judgement_as_it_was():
+    def whole_numbers_only(g, y):
+        if not torch.equal(y, y.round()):
+            raise ValueError("y must hold whole numbers")
+        return softmax_backward(g, y)
+
+    p = Problem(**{**problem().__dict__, "reference": whole_numbers_only})
+    inputs = {"g": torch.ones(ROWS, COLS), "y": torch.full((ROWS, COLS), 3.0)}
+    case = expected(p, inputs, {"g": torch.float32, "y": torch.float32}, "cpu")
+    assert case.nudged() is None and case.nudged() is None  # asked once, kept

@@ -202,11 +202,15 @@ class Expected:
     memo: Memo = field(default_factory=dict, compare=False, repr=False)
     """What the oracle learns from the truth and baseline alone (the baseline's error), kept
     with the case so every check that judges it reuses it."""
-    nudge: Callable[[], tuple[Nudged, ...]] | None = field(default=None, compare=False, repr=False)
+    nudge: Callable[[], tuple[Nudged, ...] | None] | None = field(
+        default=None, compare=False, repr=False
+    )
     """Computes the case again with every input moved by one rounding (`oracle.conditioning`):
-    the truth and the baseline there, which tell what the precision allows on this case.
-    Asked only when a result would fail on its error."""
-    _nudged: list[tuple[Nudged, ...]] = field(default_factory=list, compare=False, repr=False)
+    the truth and the baseline there, which tell what the precision allows on this case; None
+    where the reference cannot run it. Asked only when a result would fail on its error."""
+    _nudged: list[tuple[Nudged, ...] | None] = field(
+        default_factory=list, compare=False, repr=False
+    )
 
     def nudged(self) -> tuple[Nudged, ...] | None:
         """The nudged case, one entry per compared result (computed once per case), or None
@@ -313,6 +317,16 @@ def unavailable(check: object, device: str, profile: Profile) -> str:
     what was not verified (`AuditReport.unverified`)."""
     method = getattr(check, "unavailable", None)
     return str(method(device, profile)) if method is not None else ""
+
+
+def unverified(check: object, device: str, profile: Profile) -> str:
+    """What `check` leaves unverified here ("" when nothing): why it cannot run, or, for a
+    check that runs only in part on this machine, through an `unverified(device, profile)`
+    method, what it does not look at."""
+    method = getattr(check, "unverified", None)
+    if method is not None:
+        return str(method(device, profile))
+    return unavailable(check, device, profile)
 
 
 NEEDS_CUDA = "needs a CUDA device"

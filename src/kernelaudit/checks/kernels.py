@@ -3,14 +3,18 @@ those the reference launches on the same case. A candidate whose device time is 
 all) in kernels the reference launches too is a library or reference fallback: it ships
 nothing of its own. A candidate that launches no kernel at all on a device computes on the host
 or answers from a cache. Both fail unless the problem allows library calls (then a warning).
-Only on a GPU: a CPU run has no device kernels to list."""
+
+On a CPU there are no device kernels to list, but Triton's interpreter runs a Triton candidate's
+kernels there: a candidate that defines Triton kernels and launches none of them in a call
+computes that call with something else (torch, the host), which fails the same way
+(`runner.watch.InterpretedLaunches` counts them in the worker)."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
 from kernelaudit.checks.base import NEEDS_CUDA, Failure, Observation, PlanContext, Probe
-from kernelaudit.checks.timing import timing_probe
+from kernelaudit.checks.timing import Timing, timing_probe
 from kernelaudit.profiles import Profile
 from kernelaudit.timing.measure import format_seconds
 
@@ -26,16 +30,23 @@ class Kernels:
         "library's"
     )
 
-    def unavailable(self, device: str, profile: Profile) -> str:
-        return "" if device.startswith("cuda") else NEEDS_CUDA
+    def unverified(self, device: str, profile: Profile) -> str:
+        if device.startswith("cuda"):
+            return ""
+        return f"{NEEDS_CUDA} (on a CPU only whether a Triton candidate launches its kernels)"
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         # the timing check's probe: profiled once, judged by both
         return [timing_probe(ctx)] if ctx.device.startswith("cuda") else []
 
     def judge(self, observation: Observation) -> list[Failure]:
+        if observation.result.error:
+            return []
+        interpreted = _launched_none(observation)
+        if interpreted is not None:
+            return [interpreted]
         reference = observation.measurements.get("reference kernels")
-        if observation.result.error or reference is None or reference.calls == 0:
+        if reference is None or reference.calls == 0:
             return []
         failures: list[Failure] = []
         for outcome in observation.result.calls:
@@ -78,6 +89,26 @@ class Kernels:
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         return []
+
+
+def _launched_none(observation: Observation) -> Failure | None:
+    """A call that launched none of the Triton kernels the candidate defines, counted through
+    Triton's interpreter (on a CPU), judged where the GPU's profile is: on the timing probe's
+    run at the first workload (a kernel may hand a tiny boundary case to torch)."""
+    if observation.probe.check != Timing.name:
+        return None
+    for call, outcome in enumerate(observation.result.calls):
+        if outcome.interpreted_launches == 0:
+            library = observation.problem.contract.library_calls
+            return Failure(
+                key="no-triton-launch",
+                title="defines Triton kernels but launched none of them in a call at the "
+                "first workload: the results come from something else (torch operations, "
+                "the host)",
+                evidence=(("call", call), ("calls", len(observation.result.calls))),
+                severity="warn" if library else "fail",
+            )
+    return None
 
 
 def _short(name: str) -> str:

@@ -14,7 +14,7 @@ import torch
 
 import kernelaudit
 from kernelaudit.checks import build_checks
-from kernelaudit.checks.base import Check, PlanContext, Probe, unavailable
+from kernelaudit.checks.base import Check, PlanContext, Probe, unverified
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.engine.budget import fit, unavailable_summary, untried_summary
@@ -234,8 +234,8 @@ def _audit(
     )
     findings = [replace(f, id=f"{finding_prefix}F{i}") for i, f in enumerate(findings, start=1)]
     verdict = "FAIL" if any(f.severity == "fail" for f in findings) else "PASS"
-    unverified = tuple(
-        (check.name, why) for check in checks if (why := unavailable(check, device, profile))
+    missing = tuple(
+        (check.name, why) for check in checks if (why := unverified(check, device, profile))
     )
     return AuditReport(
         problem=problem.name,
@@ -251,7 +251,7 @@ def _audit(
         seconds=time.perf_counter() - started,
         environment=environment(device),
         isolation=isolation().describe(),
-        unverified=unverified,
+        unverified=missing,
         phases=tuple((name, round(t, 3)) for name, t in phases.items()),
         interpretation=problem.notes,
         candidate_source=candidate.source,

@@ -38,8 +38,8 @@ def expected(
     the declared outputs in order, then every input the contract lets the candidate mutate, as
     it is after the call. Floating truth is float64 (complex128); integer and bool results keep
     the declared dtype. A reference that fails, or returns what the problem does not declare,
-    raises ProblemError. The truth on nudged inputs (`oracle.conditioning`) is computed only if
-    a comparison asks for it (`Expected.nudged_truth`).
+    raises ProblemError. The case with its inputs nudged by one rounding (`oracle.conditioning`)
+    is computed only if a comparison asks for it (`Expected.nudged`).
 
     The two runs do not share the device: the float64 copies (each made from its native copy,
     one input at a time) are freed before the native copies of the baseline are made, so the
@@ -67,15 +67,22 @@ def expected(
     declared = dtypes
     dtypes += tuple(t.dtype for t in _tensors(native, mutated))
 
-    def nudge() -> tuple[Nudged, ...]:
+    def nudge() -> tuple[Nudged, ...] | None:
+        # nudged on the host, then on the device as above: float64 copies first and alone
         shaken = [
-            nudged(native_copy(inputs[spec.name], dtype_config.get(spec.name), device), position)
+            nudged(native_copy(inputs[spec.name], dtype_config.get(spec.name), "cpu"), position)
             for position, spec in enumerate(problem.inputs)
         ]
-        promoted = [promoted_copy(value) for value in shaken]
-        truth = _truth(problem, promoted, sizes, declared, mutated, _NUDGED_RUN)
-        del promoted
-        baseline = _baseline(problem, shaken, sizes, declared, mutated, _NUDGED_RUN)
+        try:
+            promoted = [_promoted_on(value, None, device) for value in shaken]
+            truth = _truth(problem, promoted, sizes, declared, mutated, _NUDGED_RUN)
+            del promoted
+            on_device = [native_copy(value, None, device) for value in shaken]
+            baseline = _baseline(problem, on_device, sizes, declared, mutated, _NUDGED_RUN)
+        except (ProblemError, torch.cuda.OutOfMemoryError):
+            # a reference that refuses inputs off its structure, or no room for a second
+            # case: the result is judged as it was
+            return None
         return tuple(Nudged(t, b) for t, b in zip(truth, baseline, strict=True))
 
     return Expected(

@@ -47,6 +47,7 @@ from kernelaudit.runner.poison import PoisonMode, fill_poison
 from kernelaudit.runner.state import snapshot
 from kernelaudit.runner.threaded import concurrent_calls
 from kernelaudit.runner.watch import (
+    InterpretedLaunches,
     StreamCount,
     changed,
     describe_output,
@@ -70,6 +71,7 @@ class Watch:
 
     import_changes: tuple[StateChange, ...] = ()
     streams: StreamCount = field(default_factory=StreamCount)
+    launches: InterpretedLaunches = field(default_factory=InterpretedLaunches)
     folder: str = ""
     """The candidate's folder: autotuners are looked for in the modules loaded from it."""
     memory_at_load: DeviceMemory | None = None
@@ -203,6 +205,7 @@ def run_call(
     state_before = snapshot(device)
     threads_before = set(threading.enumerate())
     streams_before = watch.streams.created
+    launches_before = watch.launches.launched
     mode = PoisonMode(call.poison, call.sentinel)
     guarded_all = [*inputs.values(), *slots]
     noise_kernels = watch.noise.launch(noise_s) if call.noise and watch.noise is not None else 0
@@ -258,6 +261,9 @@ def run_call(
         deferred=deferred,
         threads=threads_started(threads_before),
         streams=watch.streams.created - streams_before,
+        interpreted_launches=(
+            watch.launches.launched - launches_before if watch.launches.defined > 0 else -1
+        ),
         state_changes=state_before.changes_to(snapshot(device)),
         noise_kernels=noise_kernels,
     )

@@ -171,6 +171,9 @@ class CallOutcome:
     """Threads started during the call and still alive after it (and the settle time)."""
     streams: int = 0
     """Device streams created during the call."""
+    interpreted_launches: int = -1
+    """Triton kernel launches through Triton's interpreter during the call (a CPU worker);
+    -1 where they are not counted (the candidate defines no Triton kernel, or a GPU)."""
     state_changes: tuple[StateChange, ...] = ()
     """Process-wide state the call changed."""
     timing: Any = None

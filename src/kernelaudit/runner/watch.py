@@ -5,6 +5,9 @@ output that inherits it shows)."""
 
 from __future__ import annotations
 
+import inspect
+import os
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -99,6 +102,87 @@ class StreamCount:
             return original(cls, *args, **kwargs)
 
         stream.__new__ = counting_new  # type: ignore[method-assign]
+
+
+class InterpretedLaunches:
+    """Triton kernels run through Triton's interpreter (a CPU worker): how many the candidate
+    can reach (named by its function or by the functions of its own it calls), and how many
+    launches have been made since `install`. A Triton candidate whose call launches none of
+    its kernels computes with something else (torch, the host); on a GPU the profiler says so,
+    on a CPU this count does. -1: not counted (no Triton kernel within reach, or Triton
+    compiles instead of interpreting)."""
+
+    def __init__(self) -> None:
+        self.defined = -1
+        self.launched = 0
+
+    def install(self, candidate: object) -> None:
+        """Called once the candidate is imported: Triton is imported only if it was."""
+        module = sys.modules.get("triton.runtime.interpreter")
+        if module is None or os.environ.get("TRITON_INTERPRET") != "1":
+            return
+        kind = module.InterpretedFunction
+        self.defined = len(_kernels_within_reach(candidate, kind)) or -1
+        if self.defined < 0:
+            return
+        original = kind.run
+        count = self
+
+        def counting_run(function: Any, *args: Any, **kwargs: Any) -> Any:
+            if not kwargs.get("warmup"):
+                count.launched += 1
+            return original(function, *args, **kwargs)
+
+        kind.run = counting_run
+
+
+_LIBRARIES = ("torch", "triton", "numpy", "kernelaudit")
+_REACH = 256
+"""The most functions followed from a candidate when looking for its kernels."""
+
+
+def _kernels_within_reach(candidate: object, kind: type) -> set[int]:
+    """The ids of the `kind` objects (interpreted Triton kernels, possibly inside autotuners
+    and heuristics) that `candidate` names, directly or through functions of its own (not a
+    library's) that it names, in their code, nested code and closures."""
+    found: set[int] = set()
+    seen: set[int] = set()
+    pending = [inspect.unwrap(candidate)] if callable(candidate) else []
+    while pending and len(seen) < _REACH:
+        function = pending.pop()
+        if id(function) in seen or not inspect.isfunction(function):
+            continue
+        seen.add(id(function))
+        names: set[str] = set()
+        codes = [function.__code__]
+        while codes:
+            code = codes.pop()
+            names.update(code.co_names)
+            codes += [c for c in code.co_consts if inspect.iscode(c)]
+        named = [function.__globals__.get(n) for n in names]
+        named += [cell.cell_contents for cell in function.__closure__ or () if _filled(cell)]
+        for thing in named:
+            inner = thing
+            for _ in range(4):  # an autotuner around heuristics around the kernel
+                if isinstance(inner, kind):
+                    found.add(id(inner))
+                    break
+                inner = getattr(inner, "fn", None)
+            if inspect.isfunction(thing) and not _in_library(thing.__module__ or ""):
+                pending.append(thing)
+    return found
+
+
+def _in_library(module: str) -> bool:
+    return module.split(".", 1)[0] in _LIBRARIES
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True
 
 
 def threads_started(before: set[threading.Thread]) -> tuple[str, ...]:

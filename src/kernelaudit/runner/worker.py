@@ -109,6 +109,7 @@ def main(argv: Sequence[str]) -> int:
         _send(writer, ("exception", describe(error)))
         return 0
     watch.import_changes = pristine.changes_to(snapshot(device))
+    watch.launches.install(candidate)
     watch.folder = str(Path(path).resolve().parent)
     if device.type == "cuda":
         prepare(device)

@@ -1,0 +1,41 @@
+"""On a CPU, a Triton candidate that launches none of its kernels is caught as the GPU's
+profiler catches a fallback: through the launches Triton's interpreter makes."""
+
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.engine.audit import audit
+from kernelaudit.profiles import PROFILES
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PROBLEM = FIXTURES / "large_rows.py"
+CANDIDATES = FIXTURES / "double_launches.py"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    ("candidate", "verdict"),
+    [
+        ("launches", "PASS"),
+        ("launches_through_a_helper", "PASS"),
+        ("hands_it_to_torch", "FAIL"),
+        ("plain_torch", "PASS"),  # no Triton kernel within reach: nothing to launch
+    ],
+)
+def test_a_triton_candidate_that_launches_none_of_its_kernels_fails_on_a_cpu(
+    candidate: str, verdict: str
+) -> None:
+    report = audit(
+        PROBLEM, f"{CANDIDATES}::{candidate}", PROFILES["quick"], "cpu", ["kernels", "timing"]
+    )
+    found = [f for f in report.findings if f.check == "kernels"]
+    assert report.verdict == verdict, [f.title for f in report.findings]
+    if verdict == "FAIL":
+        assert [f.key for f in found] == ["no-triton-launch"]
+        assert "launched none of them" in found[0].title
+    else:
+        assert found == []
+    # on a CPU the check still says what it could not look at
+    assert "only whether a Triton candidate launches" in dict(report.unverified)["kernels"]
