@@ -5,9 +5,10 @@ nothing of its own. A candidate that launches no kernel at all on a device compu
 or answers from a cache. Both fail unless the problem allows library calls (then a warning).
 
 On a CPU there are no device kernels to list, but Triton's interpreter runs a Triton candidate's
-kernels there: a candidate that defines Triton kernels and launches none of them in a call
-computes that call with something else (torch, the host), which fails the same way
-(`runner.watch.InterpretedLaunches` counts them in the worker)."""
+kernels there: a candidate that can reach Triton kernels (its function names them, or functions
+of its own that it calls do) and launches none of them in a call computes that call with
+something else (torch, the host), which fails the same way (`runner.watch.InterpretedLaunches`
+counts them in the worker)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,10 @@ class Kernels:
     def unverified(self, device: str, profile: Profile) -> str:
         if device.startswith("cuda"):
             return ""
-        return f"{NEEDS_CUDA} (on a CPU only whether a Triton candidate launches its kernels)"
+        return (
+            f"{NEEDS_CUDA} for the rest: on a CPU only whether a Triton candidate launches its "
+            "kernels is seen"
+        )
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         # the timing check's probe: profiled once, judged by both
@@ -92,9 +96,9 @@ class Kernels:
 
 
 def _launched_none(observation: Observation) -> Failure | None:
-    """A call that launched none of the Triton kernels the candidate defines, counted through
-    Triton's interpreter (on a CPU), judged where the GPU's profile is: on the timing probe's
-    run at the first workload (a kernel may hand a tiny boundary case to torch)."""
+    """A call that launched none of the Triton kernels within the candidate's reach, counted
+    through Triton's interpreter (on a CPU), judged where the GPU's profile is: on the timing
+    probe's run at the first workload (a kernel may hand a tiny boundary case to torch)."""
     if observation.probe.check != Timing.name:
         return None
     for call, outcome in enumerate(observation.result.calls):
@@ -102,7 +106,7 @@ def _launched_none(observation: Observation) -> Failure | None:
             library = observation.problem.contract.library_calls
             return Failure(
                 key="no-triton-launch",
-                title="defines Triton kernels but launched none of them in a call at the "
+                title="can reach Triton kernels but launched none of them in a call at the "
                 "first workload: the results come from something else (torch operations, "
                 "the host)",
                 evidence=(("call", call), ("calls", len(observation.result.calls))),

@@ -7,12 +7,17 @@ Three sequences, each call judged against the truth of its own inputs:
 - A, B, A on fresh inputs: a result that lags one call, or is cached by shape, shows at B;
 - a long warm-up on the same inputs, then a call on new ones: behaviour that changes after a
   number of calls (a call counter, a cache warmed on the way) shows at the end.
-A candidate whose first call already fails is left to the numerics check."""
+A candidate whose first call already fails numerics is left to the numerics check for its
+values, but a later call on other inputs that returns the first call's very bits (and they are
+not one constant) still shows a result that does not follow its inputs: a cache is confirmed
+whatever the kernel's accuracy."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import ClassVar
+
+import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
 from kernelaudit.checks.labels import output_name
@@ -53,10 +58,11 @@ class Replay:
         result = observation.result
         if observation.probe.check != self.name or result.error or not result.calls:
             return []
-        if judge_results(observation, 0):
-            return []  # wrong from the first call: a numerics failure, not a replay
         steps = observation.probe.plan.sequence()
         sequence = _sequence(steps)
+        if judge_results(observation, 0):
+            # wrong from the first call: its values are the numerics check's, not a replay's
+            return _repeated(observation, steps, sequence)
         failures = []
         for call in range(1, len(result.calls)):
             if not steps[call].keep:
@@ -87,6 +93,38 @@ def _sequence(steps: tuple[Step, ...]) -> str:
     if any(not step.keep for step in steps):
         return "warm-up"
     return "a-b-a"
+
+
+def _repeated(observation: Observation, steps: tuple[Step, ...], sequence: str) -> list[Failure]:
+    """A call on other inputs whose results are bit for bit the first call's, where the truth
+    of the two differs and the first call's results are not one constant (a kernel that ignores
+    its inputs altogether is the numerics check's)."""
+    calls = observation.result.calls
+    first = calls[0].outputs
+    if not any(t.numel() > 1 and bool((t != t.flatten()[0]).any()) for t in first):
+        return []
+    for call in range(1, len(calls)):
+        outputs = calls[call].outputs
+        if steps[call].case is None or not steps[call].keep or len(outputs) != len(first):
+            continue
+        same = all(
+            a.shape == b.shape and torch.equal(a, b) for a, b in zip(outputs, first, strict=True)
+        )
+        truths = zip(
+            observation.expected_at(call).truth, observation.expected_at(0).truth, strict=True
+        )
+        if same and any(not torch.equal(a, b) for a, b in truths):
+            described = _SEQUENCES[sequence].format(n=len(steps) - 2)
+            return [
+                Failure(
+                    key=f"{sequence}:repeated",
+                    title=f"call {call + 1} of {len(steps)} ({described}) returned bit for bit "
+                    "what call 1 returned on other inputs: its results do not follow its "
+                    "inputs (a cache), besides the first call being wrong",
+                    evidence=(("sequence", described), ("call", call)),
+                )
+            ]
+    return []
 
 
 def _drift(observation: Observation, steps: tuple[Step, ...]) -> list[Failure]:

@@ -1,0 +1,33 @@
+"""A cache is confirmed even when the candidate is wrong from its first call: a call on other
+inputs that returns the first call's very bits does not follow its inputs."""
+
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.engine.audit import audit
+from kernelaudit.profiles import PROFILES
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PROBLEM = FIXTURES / "row_scale.py"
+CANDIDATES = FIXTURES / "row_scale_kernels.py"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    ("candidate", "cached"),
+    [("off_by_a_percent", False), ("off_by_a_percent_and_cached", True)],
+)
+def test_a_cache_shows_even_when_the_first_call_is_already_wrong(candidate: str, cached: bool):
+    report = audit(
+        PROBLEM, f"{CANDIDATES}::{candidate}", PROFILES["quick"], "cpu", ["numerics", "replay"]
+    )
+    assert report.verdict == "FAIL"
+    assert any(f.check == "numerics" for f in report.failures)  # wrong from the first call
+    replay = [f for f in report.failures if f.check == "replay"]
+    if cached:
+        assert [f.key for f in replay] == ["same-buffers:repeated"]
+        assert "what call 1 returned on other inputs" in replay[0].title
+    else:
+        assert replay == []
