@@ -27,7 +27,10 @@ def test_a_cache_shows_even_when_the_first_call_is_already_wrong(candidate: str,
     assert any(f.check == "numerics" for f in report.failures)  # wrong from the first call
     replay = [f for f in report.failures if f.check == "replay"]
     if cached:
-        assert [f.key for f in replay] == ["same-buffers:repeated"]
-        assert "what call 1 returned on other inputs" in replay[0].title
+        keys = {f.key for f in replay}
+        # reused buffers always hit an address-keyed cache; fresh tensors may land on the
+        # freed addresses too, so other sequences can show it as well
+        assert "same-buffers:repeated" in keys and all(k.endswith(":repeated") for k in keys)
+        assert all("what call 1 returned on other inputs" in f.title for f in replay)
     else:
         assert replay == []
