@@ -22,12 +22,14 @@ from pathlib import Path
 
 import torch
 
+from kernelaudit.checks.numerics import compare_expected
 from kernelaudit.findings import read_reports
 from kernelaudit.formats import read_problem
 from kernelaudit.inputs.materialize import materialize
-from kernelaudit.oracle.compare import compare
+from kernelaudit.oracle.compare import judging_device
 from kernelaudit.oracle.truth import expected, native_copy
 from kernelaudit.problem.backward import backward_problem
+from kernelaudit.runner.guard import same_bits
 
 _SETTINGS = ("torch defaults", "no reduced-precision reductions", "and no TF32")
 
@@ -92,15 +94,8 @@ def investigate(report_path: Path, device: str) -> list[dict]:
                 first, second = _runs(problem, inputs, config, step, device)
                 verdicts = []
                 for k, name in enumerate(truth.names[: len(first)]):
-                    c = compare(
-                        name,
-                        first[k],
-                        truth.truth[k],
-                        truth.baseline[k],
-                        truth.dtypes[k],
-                        depth=truth.depth,
-                        nudged=truth.nudged_truth()[k],
-                    )
+                    # judged as an audit judges it: the nudged case asked for before a failure
+                    c = compare_expected(truth, k, first[k], judging_device(device))
                     nan = int(first[k].isnan().sum()) if first[k].is_floating_point() else 0
                     verdicts.append(
                         {
@@ -108,7 +103,7 @@ def investigate(report_path: Path, device: str) -> list[dict]:
                             "passed": c.passed,
                             "reason": c.reason[:300],
                             "nan": nan,
-                            "same in a second run": bool(torch.equal(first[k], second[k])),
+                            "same in a second run": same_bits(first[k], second[k]),
                         }
                     )
                 record["runs"][setting] = verdicts

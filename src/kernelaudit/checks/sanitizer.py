@@ -65,16 +65,15 @@ class Sanitizer(ConcludingOnly):
         self._ctx: PlanContext | None = None
 
     def unavailable(self, device: str, profile: Profile) -> str:
-        if not device.startswith("cuda"):
-            return NEEDS_CUDA
-        if unavailable(device):
-            return "needs a CUDA build of torch (this one is not)"
-        if not locate().found:
-            return (
-                "needs compute-sanitizer, which was not found: install the CUDA toolkit, or "
-                "put its bin/ on PATH or set CUDA_HOME"
+        why = unavailable(device)
+        located = locate() if not why else None
+        if located is not None and not located.found:
+            why = (
+                f"needs compute-sanitizer, which was not found (searched: "
+                f"{'; '.join(located.searched)}): install the CUDA toolkit, or put its bin/ on "
+                "PATH or set CUDA_HOME"
             )
-        return ""
+        return why
 
     @property
     def _references_later(self) -> bool:
@@ -166,9 +165,11 @@ class _Prepared:
 def _prepare(ctx: PlanContext) -> _Prepared:
     if ctx.candidate is None:
         return _Prepared()
-    located = locate()
-    if unavailable(ctx.device) or not located.found:
+    if unavailable(ctx.device):
         return _Prepared()  # the report's list of what was not verified says why
+    located = locate()
+    if not located.found:
+        return _Prepared()  # as above
     cases, built, dropped = prepare(ctx.problem, ctx.profile.sanitizer_cases)
     if not built:
         reason = "; ".join(dropped) or "the problem declares no workload"
@@ -179,17 +180,11 @@ def _prepare(ctx: PlanContext) -> _Prepared:
 
 
 def unavailable(device: str) -> str:
-    """Why compute-sanitizer cannot run here ("" when it can)."""
+    """Why compute-sanitizer cannot run on `device` ("" when it can, compute-sanitizer found)."""
     if not device.startswith("cuda"):
-        return (
-            f"the sanitizer check needs a CUDA device and compute-sanitizer; this audit ran on "
-            f"{device}, so the candidate's kernels were not checked for memory errors"
-        )
+        return NEEDS_CUDA
     if torch.version.cuda is None:
-        return (
-            "the sanitizer check runs NVIDIA's compute-sanitizer, and this torch is not built "
-            "for CUDA; the candidate's kernels were not checked for memory errors"
-        )
+        return "needs a CUDA build of torch (this one is not)"
     return ""
 
 

@@ -233,9 +233,9 @@ def _compare_floating(
         del reference
         if memo is not None:
             memo[name] = judged
-    nearby = _nearby(nudged, compared_truth, dtype, depth, where)
+    nudge = _nudged_metrics(nudged, compared_truth, dtype, depth, where)
     results = tuple(
-        _judge(m, measured, judged.error, nearby, dtype, ratio_limit, depth) for m in METRICS
+        _judge(m, measured, judged.error, nudge, dtype, ratio_limit, depth) for m in METRICS
     )
     exact = (
         _bit_exact_mismatches(candidate, compared_truth, compared, dtype)
@@ -254,7 +254,7 @@ def _compare_floating(
             (f"{r.metric}_error_ratio", r.error_ratio),
             (f"{r.metric}_budget", r.budget),
         ]
-        if nearby is not None:
+        if nudge is not None:
             summary.append((f"{r.metric}_sensitivity", r.sensitivity))
             summary.append((f"{r.metric}_nearby", r.nearby))
     summary += [("worst_row_index", measured.worst_row_index), ("compared", measured.compared)]
@@ -294,14 +294,14 @@ _COMPARISONS: dict[str, Callable[..., Comparison]] = {
 }
 
 
-def _nearby(
+def _nudged_metrics(
     nudged: Nudged | None,
     truth: torch.Tensor,
     dtype: torch.dtype,
     depth: int,
     where: torch.device,
 ) -> tuple[ErrorMetrics, ErrorMetrics] | None:
-    """The truth's move and the baseline's error on the nudged case, as metrics."""
+    """How far the truth moved, and the baseline's error on the nudged case, as metrics."""
     if nudged is None or nudged.truth.shape != truth.shape:
         return None
     moved = nudged.truth.to(where, torch.float64)
