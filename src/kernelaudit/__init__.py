@@ -1,5 +1,6 @@
 """kernelaudit: audit GPU kernels against fp64 truth before they ship."""
 
+from kernelaudit.problem.domain import Domain
 from kernelaudit.problem.spec import (
     Axis,
     Contract,
@@ -18,6 +19,7 @@ from kernelaudit.problem.spec import (
 __all__ = [
     "Axis",
     "Contract",
+    "Domain",
     "Forward",
     "GeneratedInput",
     "IndexInput",

@@ -31,6 +31,7 @@ from kernelaudit.findings import AuditReport, read_reports, write_reports
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.trace import write_traces
 from kernelaudit.problem.backward import autograd_signature, backward_problem
+from kernelaudit.problem.domain import assuming, parse_assumption
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import PROFILES, profile_named, profile_with_budget
 from kernelaudit.report.html import write_html
@@ -88,6 +89,15 @@ def _parser() -> argparse.ArgumentParser:
         "--checks",
         help="comma-separated checks to run (default: all): "
         + ", ".join(cls.name for cls in REGISTRY),
+    )
+    check.add_argument(
+        "--assume",
+        action="append",
+        default=[],
+        metavar="INPUT=PROPERTIES",
+        help="what the kernel's callers guarantee about one input, so the audit draws nothing "
+        "outside it (repeatable): finite, positive, range:LOW:HIGH, contiguous, min_kept:N "
+        "(masks), comma-separated, e.g. --assume logits=finite,contiguous. Reports list it",
     )
     check.add_argument(
         "--trace",
@@ -221,11 +231,14 @@ def _html_path(args: argparse.Namespace) -> Path:
 def _check(args: argparse.Namespace, console: Console) -> int:
     checks = [c.strip() for c in args.checks.split(",")] if args.checks else None
     _refuse_unavailable(checks, args)  # and unknown names, before any work starts
-    problem = read_problem(args.problem)
+    assumed = [parse_assumption(text) for text in args.assume]  # refused before any work
+    problem = assuming(read_problem(args.problem), [(n, d.describe()) for n, d in assumed])
     reason = unrunnable(problem)
     if reason is not None:
         raise UsageError(f"problem {problem.name!r} cannot run on this machine: {reason}")
     jobs = [read_candidate(spec, problem) for spec in args.candidates]
+    # a reader may refine the problem for its candidate: the assumptions hold there too
+    jobs = [(assuming(p, problem.assumed), ref) for p, ref in jobs]
     reports = _audit_all(jobs, args, console, checks)
     console.print(verdict_table(reports))
     for report in reports:
@@ -258,14 +271,14 @@ def _refuse_unavailable(names: list[str] | None, args: argparse.Namespace) -> No
 
 def _covered(reports: list[AuditReport], args: argparse.Namespace, console: Console) -> bool:
     """Say which chosen checks could not run here; False when `--strict` forbids it."""
-    missing: dict[str, str] = {}
-    for report in reports:
-        missing.update(report.unverified)
-    if not missing:
-        return True
     reasons: dict[str, list[str]] = {}
-    for name, why in missing.items():
-        reasons.setdefault(why, []).append(name)
+    for report in reports:
+        for name, why in report.unverified:
+            named = reasons.setdefault(why, [])
+            if name not in named:
+                named.append(name)
+    if not reasons:
+        return True
     said = "; ".join(f"{', '.join(names)} ({why})" for why, names in reasons.items())
     console.print(f"[yellow]not verified on {escape(reports[0].device)}: {escape(said)}[/]")
     if args.strict:
@@ -344,9 +357,10 @@ def _repro(args: argparse.Namespace, console: Console) -> int:
     failing = False
     for report in matches:
         finding = report.finding(args.finding)
-        problem = read_problem(report.problem_path)
+        problem = assuming(read_problem(report.problem_path), report.assumed)
         if report.candidate_source:
             problem, candidate = read_candidate(report.candidate_source, problem)
+            problem = assuming(problem, report.assumed)
         else:
             candidate = CandidateRef(report.candidate_path, report.candidate_function)
         if finding.probe is None:

@@ -75,7 +75,8 @@ class Profile:
     """Calls the races check makes behind unrelated work still queued on the caller's stream,
     the inputs' values last in the queue."""
     large_tensors: bool = False
-    """Whether the large-tensors check runs its case past 2^31 elements (on a GPU only)."""
+    """Whether the large-tensors check runs its case past 2^31 elements (on a GPU only, where
+    the device's free memory allows it: one call, only the rows around the limit judged)."""
     sanitizer_tools: tuple[str, ...] = ("memcheck", "initcheck", "synccheck")
     """compute-sanitizer tools the sanitizer check runs on a CUDA device, in this order
     (racecheck is set apart, by `sanitizer_racecheck`)."""
@@ -122,15 +123,18 @@ _ALL_FLOATS = (
     "constant_rows",
     "small_integers",
     "nonfinite",
+    "zero_rows",
+    "neg_inf_rows",
+    "peaked",
 )
-_ALL_INDICES = ("uniform", "zipf", "hot", "sorted", "boundary")
+_ALL_INDICES = ("uniform", "zipf", "hot", "sorted", "boundary", "argmax")
 _ALL_MASKS = ("random", "masked_rows", "all_kept")
 _ALL_LAYOUTS = ("transposed", "permuted", "strided", "offset", "expanded")
 
 PROFILES: dict[str, Profile] = {
     "quick": Profile(
         name="quick",
-        float_distributions=("normal", "offset", "small_integers", "large"),
+        float_distributions=("normal", "offset", "small_integers", "large", "zero_rows"),
         index_distributions=("uniform", "zipf", "hot"),
         mask_distributions=("random", "masked_rows"),
         vary_weights=False,
@@ -167,6 +171,7 @@ PROFILES: dict[str, Profile] = {
         repeats=3,
         shrink_budget=24,
         timeout_s=120.0,
+        large_tensors=True,
     ),
     "thorough": Profile(
         name="thorough",

@@ -120,6 +120,19 @@ def test_autograd_op_is_audited_through_its_backward(
     assert {f.key.split(":")[-1] for f in _failing(low, "gradients")} == {"grad_w"}
 
 
+def test_an_autograd_backward_that_writes_into_its_upstream_gradient_fails_mutation(
+    tiny_audit: Callable[..., AuditReport],
+) -> None:
+    checks = ["gradients", "mutation"]
+    report = tiny_audit(LINEAR, "backward_candidates.py::linear_clearing_its_upstream", checks)
+    assert report.verdict == "FAIL"
+    (finding,) = [f for f in report.failures if f.check == "mutation"]
+    assert finding.key.startswith("mutated:grad")
+    assert not [f for f in report.failures if f.check == "gradients"]  # its gradients are right
+    good = tiny_audit(LINEAR, "backward_candidates.py::linear", checks)
+    assert good.verdict == "PASS"
+
+
 def test_autograd_op_without_a_backward_fails(tiny_audit: Callable[..., AuditReport]) -> None:
     report = tiny_audit(LINEAR, "backward_candidates.py::linear_without_backward", ["gradients"])
     assert report.verdict == "FAIL"

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelaudit import Axis, Contract, IndexInput, Output, Problem, TensorInput
+from kernelaudit import (
+    Axis,
+    Contract,
+    IndexInput,
+    Output,
+    Problem,
+    Sampler,
+    ScalarInput,
+    TensorInput,
+)
 from kernelaudit.checks.base import PlanContext
 from kernelaudit.checks.large_tensors import HEADROOM_BYTES, LargeTensors, examine
 from kernelaudit.engine.audit import audit
@@ -110,6 +119,18 @@ def test_growth_keeps_to_the_axis_multiple_and_reports_an_axis_too_small() -> No
         plan_large_case(ROWS, ())
 
 
+def test_an_argument_only_the_problems_generator_gives_is_a_reason_not_a_failure() -> None:
+    # SOL-ExecBench's generators return scalars too (a routing scale, say); asking for one at
+    # 2^31 elements would draw the whole case on the host
+    scaled = replace(
+        ROWS,
+        inputs=(*ROWS.inputs, ScalarInput("scale", None)),
+        sampler=Sampler(lambda sizes, seed: {"scale": 2.0}, default_for=("scale",)),
+    )
+    with pytest.raises(CannotGrow, match="argument 'scale' takes its value from the problem's"):
+        plan_large_case(scaled, ("rows",))
+
+
 def test_where_memory_does_not_allow_a_note_says_what_is_needed_and_what_is_free() -> None:
     free = 3 << 30
     (note,) = examine(ROWS, CandidateRef(KERNELS, "double"), "cuda", free, 10.0)
@@ -130,22 +151,22 @@ def _check_after_plan(profile: str, device: str) -> LargeTensors:
     return check
 
 
-def test_quick_and_default_profiles_never_run_it() -> None:
+def test_the_quick_profile_never_runs_it() -> None:
     assert _check_after_plan("quick", "cuda").conclude([]) == []
-    assert _check_after_plan("default", "cuda").conclude([]) == []
 
 
 @pytest.mark.slow
-def test_a_thorough_audit_on_the_cpu_says_the_check_could_not_run_for_want_of_a_gpu() -> None:
+@pytest.mark.parametrize("profile", ["default", "thorough"])
+def test_an_audit_on_the_cpu_says_the_check_could_not_run_for_want_of_a_gpu(profile) -> None:
     problem = FIXTURES / "large_rows.py"
-    report = audit(problem, f"{KERNELS}::double", PROFILES["thorough"], "cpu", ["large-tensors"])
+    report = audit(problem, f"{KERNELS}::double", PROFILES[profile], "cpu", ["large-tensors"])
     assert report.verdict == "PASS"
     assert [f for f in report.findings if f.check == "large-tensors"] == []
     (why,) = [why for check, why in report.unverified if check == "large-tensors"]
     assert "needs a CUDA device" in why and "GPU only" in why
 
 
-def test_outside_the_thorough_profile_the_check_is_not_asked_for_and_not_listed() -> None:
+def test_outside_the_profiles_that_run_it_the_check_is_not_asked_for_and_not_listed() -> None:
     problem = FIXTURES / "large_rows.py"
     report = audit(problem, f"{KERNELS}::double", PROFILES["quick"], "cpu", ["large-tensors"])
     assert "large-tensors" not in dict(report.unverified)
@@ -191,16 +212,15 @@ def test_a_destination_style_candidate_that_leaves_rows_unwritten_fails() -> Non
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("profile", ["default", "thorough"])
 @pytest.mark.parametrize(
     ("candidate", "verdict"), [("double_int32_offsets", "FAIL"), ("double_int64_offsets", "PASS")]
 )
 def test_a_triton_kernel_with_int32_offsets_fails_past_2_to_the_31_and_its_int64_twin_passes(
-    candidate: str, verdict: str, finding_of: Callable[[AuditReport, str], Finding]
+    candidate: str, verdict: str, profile: str, finding_of: Callable[[AuditReport, str], Finding]
 ) -> None:
     problem = FIXTURES / "large_rows.py"
-    report = audit(
-        problem, f"{KERNELS}::{candidate}", PROFILES["thorough"], "cuda", ["large-tensors"]
-    )
+    report = audit(problem, f"{KERNELS}::{candidate}", PROFILES[profile], "cuda", ["large-tensors"])
     finding = finding_of(report, "large-tensors")
     assert report.verdict == verdict, finding.title
     assert "rows=524,292" in finding.title  # 2^31 / 4096 columns + 4 rows past the limit

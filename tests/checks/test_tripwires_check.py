@@ -33,6 +33,24 @@ def test_an_honest_file_trips_nothing(tiny_audit: Callable[..., AuditReport]) ->
     report = tiny_audit("row_scale", HONEST, ["tripwires"])
     assert report.verdict == "PASS"
     assert [f for f in report.findings if f.check == "tripwires"] == []
+    assert "tripwires" not in dict(report.unverified)
+
+
+def test_a_file_the_scan_cannot_read_is_listed_as_unverified(
+    tiny_audit: Callable[..., AuditReport], tmp_path: Path
+) -> None:
+    # it imports and runs; only the scan cannot walk its deepest expression
+    deep = " + ".join(["x * 0"] * 800)
+    path = tmp_path / "deep_scale.py"
+    path.write_text(
+        "import torch\n\n\n"
+        "def scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:\n"
+        f"    return x * w + ({deep})\n"
+    )
+    report = tiny_audit("row_scale", f"{path}::scale", ["numerics", "tripwires"])
+    assert report.verdict == "PASS"
+    why = dict(report.unverified)["tripwires"]
+    assert "deep_scale.py (an expression nested too deeply to walk)" in why
 
 
 def test_a_cache_keyed_on_addresses_is_a_warning_without_runtime_evidence(

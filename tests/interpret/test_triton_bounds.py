@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelaudit.checks.base import PlanContext
-from kernelaudit.checks.triton_bounds import interpreted_cases
+from kernelaudit.checks.base import PlanContext, unverified
+from kernelaudit.checks.triton_bounds import TritonBounds, interpreted_cases
 from kernelaudit.engine.audit import audit
 from kernelaudit.engine.calls import call_for
 from kernelaudit.inputs.materialize import materialize
@@ -68,6 +68,9 @@ def runs() -> Iterator[dict[str, InterpretedRun]]:
         "scale_into": run("scale_into", into),
         "softmax": softmax_run(),
         "launches_then_hangs": run("launches_then_hangs", scale_of(3), timeout_s=HANG_LIMIT_S),
+        "hangs_before_launching": run(
+            "hangs_before_launching", scale_of(3), timeout_s=HANG_LIMIT_S
+        ),
     }
     yield started
     for started_run in started.values():
@@ -189,6 +192,28 @@ def test_a_hung_candidate_is_stopped_at_the_time_limit(runs: dict[str, Interpret
     assert f"still going after {HANG_LIMIT_S:.0f} s" in found.error
     # started with the others: it cannot take much longer than its limit from now
     assert time.monotonic() - began < HANG_LIMIT_S + 2.0
+
+
+def test_a_run_stopped_before_any_launch_is_a_note_and_an_unverified_check(
+    runs: dict[str, InterpretedRun],
+) -> None:
+    check = TritonBounds()
+    check._run = runs["hangs_before_launching"]
+    (note,) = check.conclude([])
+    assert note.severity == "note" and note.key == "not-watched:timeout"
+    assert "could not watch every call" in note.title
+    why = unverified(check, "cpu", PROFILES["quick"])
+    assert why.startswith("the interpreted run stopped before any kernel launched")
+    assert f"still going after {HANG_LIMIT_S:.0f} s" in why
+
+
+def test_a_run_that_watched_its_calls_leaves_nothing_unverified(
+    runs: dict[str, InterpretedRun],
+) -> None:
+    check = TritonBounds()
+    check._run = runs["scale"]
+    assert check.conclude([]) == []
+    assert unverified(check, "cpu", PROFILES["quick"]) == ""
 
 
 def test_index_inputs_are_drawn_at_their_first_and_last_ids() -> None:

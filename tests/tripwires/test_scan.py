@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelaudit.errors import UsageError
-from kernelaudit.tripwires import RULES, c_source, python_names, scan_candidate
+from kernelaudit.tripwires import RULES, c_source, python_names, scan, scan_candidate
 from tripwires.scanning import expect, found, line, write
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -822,9 +822,21 @@ def test_modules_outside_the_candidates_folder_are_not_read(tmp_path: Path) -> N
 # --- files that cannot be read --------------------------------------------------------------------
 
 
-def test_a_syntax_error_yields_no_tripwires_and_does_not_raise(tmp_path: Path) -> None:
+def test_a_syntax_error_yields_no_tripwires_and_says_the_file_went_unread(tmp_path: Path) -> None:
     path = write(tmp_path, "import gc\ngc.get_objects()\ndef candidate(x:\n    return x\n")
     assert scan_candidate(path) == ()
+    ((where, why),) = scan(path).unread
+    assert where == str(path.resolve()) and why.startswith("SyntaxError at line 3")
+
+
+def test_an_expression_too_deep_for_the_scan_is_reported_not_skipped(tmp_path: Path) -> None:
+    # Python compiles it; walking its tree one node per level runs out of stack
+    body = " + ".join(["x"] * 1000)
+    source = f"import gc\ndef candidate(x):\n    gc.get_objects()\n    return {body}\n"
+    path = write(tmp_path, source)
+    compile(path.read_text(), str(path), "exec")
+    scanned = scan(path, "candidate")
+    assert scanned.unread == ((str(path.resolve()), "an expression nested too deeply to walk"),)
 
 
 def test_a_local_module_with_a_syntax_error_is_skipped(tmp_path: Path) -> None:
@@ -833,8 +845,9 @@ def test_a_local_module_with_a_syntax_error_is_skipped(tmp_path: Path) -> None:
     write(folder, "def broken(:\n    pass\n", name="broken.py")
     with (folder / "candidate.py").open("a") as file:
         file.write("\nimport broken  # noqa: E402\n")
-    found = scan_candidate(folder / "candidate.py", "candidate")
-    assert {Path(t.path).name for t in found} == {"timing.py", "launch.py"}
+    scanned = scan(folder / "candidate.py", "candidate")
+    assert {Path(t.path).name for t in scanned.tripwires} == {"timing.py", "launch.py"}
+    assert [Path(path).name for path, _ in scanned.unread] == ["broken.py"]
 
 
 @pytest.mark.parametrize("name", ["missing.py", "."])

@@ -199,6 +199,10 @@ class Expected:
     depth: int = 1
     """How many terms each result may sum: the product of the sizes of the axes the inputs have
     and the outputs do not (the reduced axes). The oracle's noise floor grows with it."""
+    undefined_where_nan: bool = False
+    """Whether the case draws whole rows a reference may leave undefined (zero rows, rows of
+    -inf: `inputs.distributions.UNDEFINED_WHERE_NAN`): where the truth is NaN, any result is
+    accepted."""
     memo: Memo = field(default_factory=dict, compare=False, repr=False)
     """What the oracle learns from the truth and baseline alone (the baseline's error), kept
     with the case so every check that judges it reuses it."""

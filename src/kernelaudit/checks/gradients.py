@@ -117,6 +117,8 @@ def gradient_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
                 ranked.setdefault(case, rank)
     first = problem.workloads[0]
     for u in upstream:
+        if u.domain.contiguous:
+            continue  # its callers always pass it contiguous
         shape = resolve_shape(u.shape, first.as_dict())
         for layout in UPSTREAM_LAYOUTS:
             if layout in problem.contract.layouts and geometry(layout, shape) is not None:

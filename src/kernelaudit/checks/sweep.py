@@ -6,8 +6,16 @@ from __future__ import annotations
 from kernelaudit.checks.base import PlanContext
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import case_elements, cost_model
+from kernelaudit.inputs.distributions import ACTIVATIONS_ONLY, PEAKED
+from kernelaudit.inputs.indices import ARGMAX
 from kernelaudit.inputs.layouts import geometry
-from kernelaudit.inputs.materialize import GENERATOR, default_distribution, distributions_for
+from kernelaudit.inputs.masks import FULLY_MASKED
+from kernelaudit.inputs.materialize import (
+    GENERATOR,
+    argmax_source,
+    default_distribution,
+    distributions_for,
+)
 from kernelaudit.inputs.shapes import shape_cases
 from kernelaudit.problem.spec import (
     GeneratedInput,
@@ -22,12 +30,16 @@ from kernelaudit.problem.spec import (
 
 def _profile_names(ctx: PlanContext, inp: TensorInput | IndexInput | MaskInput) -> tuple[str, ...]:
     if isinstance(inp, TensorInput):
-        wanted = ctx.profile.float_distributions
+        wanted = tuple(d for d in ctx.profile.float_distributions if inp.domain.admits(d))
+        if inp.role != "activation":
+            wanted = tuple(name for name in wanted if name not in ACTIVATIONS_ONLY)
     elif isinstance(inp, IndexInput):
         wanted = ctx.profile.index_distributions
     else:
         wanted = ctx.profile.mask_distributions
-    valid = distributions_for(inp)
+        if inp.domain.min_kept:  # its callers never mask a whole row
+            wanted = tuple(name for name in wanted if name != FULLY_MASKED)
+    valid = distributions_for(inp, ctx.problem)
     return tuple(name for name in wanted if name in valid)
 
 
@@ -66,9 +78,27 @@ def value_variants(ctx: PlanContext) -> list[tuple[tuple[str, str], ...]]:
         for name in _profile_names(ctx, inp):
             if name != default:
                 variants.append(((inp.name, name),))
+    variants += _confident_labels(ctx)
     joint = _generator_variant(ctx.problem)
     if joint:
         variants.append(joint)
+    return variants
+
+
+def _confident_labels(ctx: PlanContext) -> list[tuple[tuple[str, str], ...]]:
+    """Peaked rows with the ids at each row's argmax, together: the confident, correct
+    predictions of a trained model, where a cross-entropy is almost zero and rounding its
+    row's maximum loses all of it. Neither draw alone makes that case."""
+    profile = ctx.profile
+    if PEAKED not in profile.float_distributions or ARGMAX not in profile.index_distributions:
+        return []
+    variants = []
+    for inp in ctx.problem.inputs:
+        if not isinstance(inp, IndexInput):
+            continue
+        source = argmax_source(ctx.problem, inp)
+        if source is not None:
+            variants.append(((source.name, PEAKED), (inp.name, ARGMAX)))
     return variants
 
 
@@ -194,6 +224,8 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
     first_sizes, first_label = shapes[0]
     allowed = [layout for layout in profile.layouts if layout in problem.contract.layouts]
     for inp in problem.tensor_inputs:
+        if problem.domain(inp.name).contiguous:
+            continue  # its callers always pass it contiguous
         shape = resolve_shape(inp.shape, first_sizes)
         for layout in allowed:
             if layout == "expanded" and inp.name in problem.contract.mutates:

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe
+from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.tripwires import Tripwire, scan_candidate
+from kernelaudit.tripwires import Tripwire, scan
 
 
 class Tripwires(ConcludingOnly):
@@ -25,11 +26,20 @@ class Tripwires(ConcludingOnly):
     def __init__(self) -> None:
         super().__init__()
         self.found: tuple[Tripwire, ...] = ()
+        self.unread: tuple[tuple[str, str], ...] = ()
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         if ctx.candidate is not None:
-            self.found = scan_candidate(*_scanned(ctx.candidate))
+            scanned = scan(*_scanned(ctx.candidate))
+            self.found, self.unread = scanned.tripwires, scanned.unread
         return []
+
+    def unverified(self, device: str, profile: Profile) -> str:
+        """The files the scan reached and could not read: nothing in them was checked."""
+        if not self.unread:
+            return ""
+        files = "; ".join(f"{Path(path).name} ({why})" for path, why in self.unread)
+        return f"the static scan could not read {files}: constructs there were not checked"
 
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
         failing = {check for check, failure in found if failure.severity == "fail"}

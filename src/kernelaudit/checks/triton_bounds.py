@@ -28,8 +28,13 @@ from kernelaudit.inputs.shapes import shape_cases
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
 from kernelaudit.problem.spec import IndexInput, Problem, resolve_shape
+from kernelaudit.profiles import Profile
 
 _VERBS = {"load": "reads", "store": "writes", "atomic": "updates atomically"}
+
+_STOPPED = ("unsupported", "timeout", "crash")
+"""Why an interpreted run can end without having watched anything, the candidate's fault or
+not: a note says so even when no kernel had launched yet."""
 
 _HOW = (
     "the candidate ran under Triton's interpreter on the CPU, its tensors between guard bands; "
@@ -50,6 +55,12 @@ class TritonBounds(ConcludingOnly):
         super().__init__()
         self._cases: list[Case] = []
         self._run: InterpretedRun | None = None
+        self._unwatched = ""
+
+    def unverified(self, device: str, profile: Profile) -> str:
+        """Why the interpreted run checked no access at all, once it has ended: it timed out,
+        crashed or met an interpreter it cannot watch before any kernel launched."""
+        return self._unwatched
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         candidate = ctx.candidate
@@ -79,6 +90,9 @@ class TritonBounds(ConcludingOnly):
             return []
         seen = self._run.finish()
         self._run = None
+        if seen.error and seen.cause in _STOPPED and not seen.launched:
+            stopped = "the interpreted run stopped before any kernel launched"
+            self._unwatched = f"{stopped}: {seen.error}"
         failures = [
             _failure(group, self._cases, seen.dropped) for group in _grouped(seen.out_of_bounds)
         ]
@@ -216,7 +230,7 @@ def _stopped(seen: Interpretation, found: Sequence[tuple[str, Failure]]) -> Fail
     exception the execution check already reports as a failure."""
     if not seen.error or seen.cause == "no-triton":
         return None
-    if seen.cause != "unsupported" and not seen.launched:
+    if seen.cause not in _STOPPED and not seen.launched:
         return None
     execution_failed = any(
         check == "execution" and failure.severity == "fail" for check, failure in found

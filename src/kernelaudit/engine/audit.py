@@ -252,6 +252,7 @@ def _audit(
         environment=environment(device),
         isolation=isolation().describe(),
         unverified=missing,
+        assumed=problem.assumed,
         phases=tuple((name, round(t, 3)) for name, t in phases.items()),
         interpretation=problem.notes,
         candidate_source=candidate.source,
@@ -286,7 +287,7 @@ def _backward_pass(
     derived = backward_problem(problem)
     differentiated = replace(candidate, autograd=autograd_signature(problem))
     derived_ctx = replace(ctx, problem=derived, candidate=differentiated)
-    judges = [check for check in checks if check.name in ("execution", Gradients.name)]
+    judges = [check for check in checks if check.name in _BACKWARD_JUDGES]
     limits = limits_for(ctx.profile, ctx.device)
     with Worker(differentiated, ctx.device, limits=limits) as worker:
         executor = Executor(derived, worker, ctx.device)
@@ -301,6 +302,11 @@ def _backward_pass(
     return _Backward(
         findings, probing.records, time.perf_counter() - began, fitted.untried, unavailable
     )
+
+
+_BACKWARD_JUDGES = ("execution", Gradients.name, "bounds", "mutation")
+"""The checks that judge the backward pass's probes: its gradients, and what the candidate's
+backward does besides (an exception, a write past a tensor, an input it overwrites)."""
 
 
 @dataclass(frozen=True)

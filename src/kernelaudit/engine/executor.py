@@ -22,6 +22,7 @@ from kernelaudit.engine.measure import (
 )
 from kernelaudit.errors import CaseUnavailable, ProblemError
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.distributions import UNDEFINED_WHERE_NAN
 from kernelaudit.inputs.materialize import materialize, shapes_only
 from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import Problem, ScalarInput
@@ -110,7 +111,7 @@ class Executor:
         inputs = materialize(self.problem, case)
         config = self.problem.dtype_configs()[case.dtype_config]
         try:
-            return inputs, expected(self.problem, inputs, config, self.device)
+            expect = expected(self.problem, inputs, config, self.device)
         except ProblemError as error:
             if at_a_workload(self.problem, case) or device_fault(error):
                 raise
@@ -121,6 +122,9 @@ class Executor:
                 f"the reference cannot run at {case.describe()}: {error.message}",
                 "the reference cannot run at these sizes",
             ) from error
+        if any(drawn in UNDEFINED_WHERE_NAN for _, drawn in case.values):
+            expect = replace(expect, undefined_where_nan=True)
+        return inputs, expect
 
     def observe(self, probe: Probe) -> Observation:
         steps = probe.plan.sequence()

@@ -8,6 +8,7 @@ representable and the same seed gives the same bits on every machine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -169,6 +170,68 @@ def _set_nonfinite(values: torch.Tensor, generator: torch.Generator) -> torch.Te
     return values
 
 
+_ROW_SHARE = 4
+"""The row draws change about one row in this many (at least one)."""
+
+PEAKED = "peaked"
+
+PEAK_MARGIN = 5.0
+"""A peaked row's maximum is ln(row length) + PEAK_MARGIN: the other values (N(0, 1), whose
+exponentials average e^0.5) then hold about 1.65 e^-5, some 1.1%, of a softmax's mass, as in a
+trained model's confident predictions. Confident enough that rounding the row's log-sum-exp
+to 16 bits loses most of the loss, and not so extreme that float32 arithmetic loses it too
+(1 - p at the maximum, a few float32 ulps of 1 against 1.1%)."""
+
+
+def _chosen_rows(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Which rows (slices along the last dimension; the whole tensor when it has one
+    dimension or none) a row draw changes: about one in `_ROW_SHARE`, at least one, spread."""
+    rows = values.numel() // max(1, values.shape[-1]) if values.dim() else 1
+    chosen = draws.rand((rows,), generator) * _ROW_SHARE < 1
+    if rows and not bool(chosen.any()):
+        chosen[int(torch.randint(rows, (), generator=generator))] = True
+    return chosen
+
+
+def _fill_rows(value: float) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor]:
+    def fill(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        if values.numel() == 0:
+            return values
+        chosen = _chosen_rows(values, generator)
+        if values.dim() < 2:
+            return values.fill_(value) if bool(chosen.all()) else values
+        values.view(-1, values.shape[-1])[chosen] = value
+        return values
+
+    return fill
+
+
+def peak(width: int) -> float:
+    """The value a peaked row of `width` values holds at its maximum."""
+    return math.log(max(1, width)) + PEAK_MARGIN
+
+
+def _peak_rows(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    if values.numel() == 0:
+        return values
+    width = values.shape[-1] if values.dim() else 1
+    rows = values.reshape(-1, width)
+    at = torch.randint(width, (rows.shape[0], 1), generator=generator)
+    rows.scatter_(1, at, peak(width))
+    return rows.view(values.shape)
+
+
+ACTIVATIONS_ONLY = frozenset({"neg_inf_rows", "peaked"})
+"""Draws a sweep gives only inputs of role "activation": rows of -inf are what a mask leaves in
+scores and logits, and peaked rows are confident logits; in a weight or an upstream gradient
+the first only tests inf - inf and the second nothing a weight is."""
+
+UNDEFINED_WHERE_NAN = frozenset({"zero_rows", "neg_inf_rows"})
+"""Draws of whole rows a reference may leave undefined (a softmax of a row of -inf, a norm
+without epsilon of a zero row): where the fp64 truth of such a case is NaN, the candidate's
+value is not judged. Where the truth is defined, it must be met."""
+
+
 _NORMAL = Distribution(
     name="normal",
     summary="N(0, 1): what benchmarks already use; the baseline the others depart from.",
@@ -248,6 +311,34 @@ _DISTRIBUTIONS = (
             "N(0, 1) with ~0.1% (at least one; NaN, +inf and -inf each at least once when "
             "there is room) non-finite: they must propagate where the reference propagates "
             "them and stay out of results that do not depend on them."
+        ),
+    ),
+    _NORMAL.map(
+        _fill_rows(0.0),
+        name="zero_rows",
+        summary=(
+            "N(0, 1) with about a quarter of the rows (at least one) all zero: padding, "
+            "cleared activations, a feature map after ReLU. A normalisation that forgets its "
+            "epsilon divides by zero there."
+        ),
+    ),
+    _NORMAL.map(
+        _fill_rows(float("-inf")),
+        name="neg_inf_rows",
+        summary=(
+            "N(0, 1) with about a quarter of the rows (at least one) all -inf: what a causal "
+            "or padding mask leaves before a softmax, log-sum-exp or cross-entropy. Where the "
+            "reference's truth is NaN on such a row, any value is accepted there."
+        ),
+    ),
+    _NORMAL.map(
+        _peak_rows,
+        name=PEAKED,
+        summary=(
+            "N(0, 1) with one value per row at ln(row length) + 5, far above the rest: the "
+            "confident logits of a trained model, where a softmax is nearly one-hot (1% of "
+            "the mass off the maximum) and the rounding of the row's maximum decides the "
+            "result (with ids at each row's argmax, a cross-entropy of almost zero)."
         ),
     ),
     _NORMAL.map(

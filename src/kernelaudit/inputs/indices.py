@@ -36,8 +36,17 @@ INDEX_DISTRIBUTIONS: Mapping[str, str] = MappingProxyType(
             "Half the positions hold 0 or bound-1, the rest uniform: the first and last rows, "
             "where off-by-one indexing reads or writes out of bounds."
         ),
+        "argmax": (
+            "Each id the position of the largest value in its row of the floating input the "
+            "ids index (the input shaped like the ids plus the bound's axis): labels a "
+            "trained model predicts right, where a cross-entropy is almost zero and its "
+            "rounding shows. Only for ids that have such an input."
+        ),
     }
 )
+
+ARGMAX = "argmax"
+"""The index draw taken from another input's values (`argmax_source`), not from a generator."""
 
 
 def _uniform(shape: tuple[int, ...], bound: int, generator: torch.Generator) -> torch.Tensor:
@@ -87,6 +96,11 @@ def draw_index(
     name: str, shape: tuple[int, ...], bound: int, dtype: torch.dtype, generator: torch.Generator
 ) -> torch.Tensor:
     """Ids in [0, bound) of distribution `name`, on the CPU, exactly `dtype`."""
+    if name == ARGMAX:
+        raise UsageError(
+            f"index distribution {name!r} takes its ids from another input's values; "
+            "draw it through kernelaudit.inputs.materialize"
+        )
     draw = _DRAWS.get(name)
     if draw is None:
         known = ", ".join(INDEX_DISTRIBUTIONS)

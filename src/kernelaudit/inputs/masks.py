@@ -8,6 +8,7 @@ from types import MappingProxyType
 import torch
 
 from kernelaudit.errors import UsageError
+from kernelaudit.problem.domain import keep_at_least
 
 KEEP_PROBABILITY = 0.75
 MASKED_ROW_FRACTION = 0.25
@@ -56,6 +57,9 @@ def _all_kept(rows: int, length: int, generator: torch.Generator) -> torch.Tenso
 
 _DRAWS = {"random": _random_keep, "masked_rows": _masked_rows_keep, "all_kept": _all_kept}
 
+FULLY_MASKED = "masked_rows"
+"""The draw with rows that keep nothing: not made for a mask whose callers keep some."""
+
 
 def draw_mask(
     name: str,
@@ -63,8 +67,10 @@ def draw_mask(
     kind: str,
     dtype: torch.dtype,
     generator: torch.Generator,
+    min_kept: int = 0,
 ) -> torch.Tensor:
-    """A mask of distribution `name`, on the CPU, exactly `dtype`.
+    """A mask of distribution `name`, on the CPU, exactly `dtype`, keeping at least `min_kept`
+    elements of every row (rows short of it keep their first positions too).
 
     kind "bool": True keeps an element. kind "additive": 0 keeps, -inf masks.
     """
@@ -85,7 +91,7 @@ def draw_mask(
     rows = 1
     for size in shape[:-1]:
         rows *= size
-    keep = draw(rows, length, generator).view(shape)
+    keep = keep_at_least(draw(rows, length, generator), min_kept).view(shape)
     if kind == "bool":
         return keep.to(dtype)
     return torch.zeros(shape, dtype=dtype).masked_fill_(~keep, float("-inf"))

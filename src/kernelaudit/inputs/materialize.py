@@ -12,9 +12,10 @@ import torch
 from kernelaudit.errors import CaseUnavailable, ProblemError, UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.distributions import FLOAT_DISTRIBUTIONS, default_float, draw_float
-from kernelaudit.inputs.indices import INDEX_DISTRIBUTIONS, draw_index
+from kernelaudit.inputs.indices import ARGMAX, INDEX_DISTRIBUTIONS, draw_index
 from kernelaudit.inputs.layouts import expand_dim
 from kernelaudit.inputs.masks import MASK_DISTRIBUTIONS, draw_mask
+from kernelaudit.problem.domain import within
 from kernelaudit.problem.spec import (
     LAYOUTS,
     GeneratedInput,
@@ -51,7 +52,8 @@ def distributions_for(inp: Input, problem: Problem | None = None) -> tuple[str, 
     if isinstance(inp, TensorInput):
         return (*FLOAT_DISTRIBUTIONS, *generator)
     if isinstance(inp, IndexInput):
-        return (*INDEX_DISTRIBUTIONS, *generator)
+        paired = problem is None or argmax_source(problem, inp) is not None
+        return (*(d for d in INDEX_DISTRIBUTIONS if d != ARGMAX or paired), *generator)
     if isinstance(inp, MaskInput):
         return (*MASK_DISTRIBUTIONS, *generator)
     if isinstance(inp, GeneratedInput):
@@ -72,6 +74,19 @@ def default_distribution(
     if isinstance(inp, IndexInput):
         return "uniform"
     return "random"
+
+
+def argmax_source(problem: Problem, inp: IndexInput) -> TensorInput | None:
+    """The floating input whose rows `inp`'s ids point into: shaped like the ids with the
+    bound's axis last (logits [rows, vocab] for targets [rows] in [0, vocab)); None when the
+    problem has none, or more than one."""
+    wanted = (*inp.shape, inp.bound)
+    sources = [
+        i
+        for i in problem.inputs
+        if isinstance(i, TensorInput) and i.role != "saved" and tuple(i.shape) == wanted
+    ]
+    return sources[0] if len(sources) == 1 else None
 
 
 def _axis_size(sizes: dict[str, int], axis: str, inp: Input, case: Case) -> int:
@@ -108,10 +123,10 @@ def _draw(
     bound: int,
 ) -> torch.Tensor:
     if isinstance(inp, TensorInput):
-        return draw_float(distribution, shape, dtype, generator)
+        return within(draw_float(distribution, shape, dtype, generator), inp.domain)
     if isinstance(inp, IndexInput):
         return draw_index(distribution, shape, bound, dtype, generator)
-    return draw_mask(distribution, shape, inp.kind, dtype, generator)
+    return draw_mask(distribution, shape, inp.kind, dtype, generator, inp.domain.min_kept)
 
 
 def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | float]:
@@ -134,6 +149,7 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
     _check_case_names(problem, case)
     values: dict[str, torch.Tensor | int | float] = {}
     generated = _generated(problem, case, sizes)
+    at_argmax: list[IndexInput] = []
     for inp in problem.inputs:
         if isinstance(inp, ScalarInput):
             values[inp.name] = _scalar(inp, case, sizes, generated)
@@ -145,11 +161,20 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
                 f"input {inp.name!r} cannot take distribution {distribution!r}; "
                 f"choose one of: {', '.join(valid)}"
             )
+        if isinstance(inp, TensorInput) and not inp.domain.admits(distribution):
+            raise UsageError(
+                f"input {inp.name!r} is declared {inp.domain.describe()}, and distribution "
+                f"{distribution!r} draws NaN or infinities; choose another one"
+            )
         shape = _shape(inp, sizes, case)
         dtype = config[inp.name]
         layout = case.layout_of(inp.name)
         if distribution == GENERATOR:
             values[inp.name] = _from_generator(problem, inp, generated, shape, dtype, layout)
+            continue
+        if distribution == ARGMAX:
+            assert isinstance(inp, IndexInput)
+            at_argmax.append(inp)  # once every floating input is drawn
             continue
         assert not isinstance(inp, GeneratedInput)
         generator = input_generator(case.seed, inp.name)
@@ -167,6 +192,8 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
         narrow = (*shape[:d], 1, *shape[d + 1 :])
         drawn = _draw(inp, distribution, narrow, dtype, generator, bound)
         values[inp.name] = drawn.expand(shape).contiguous()
+    for inp in at_argmax:
+        values[inp.name] = _at_argmax(problem, inp, values, config[inp.name], case)
     if problem.forward is not None:
         try:
             values.update(forward_values(problem, values))
@@ -356,8 +383,34 @@ def _from_generator(
             fix="make the generator and the declared shape agree",
         )
     value = value.detach().to(device="cpu", dtype=dtype).contiguous()
-    # A stride-0 presentation shows one slice to the candidate, so the logical values must be
-    # that slice repeated; the generator's first slice stands for the rest.
+    # the generator's first slice stands for the rest where the layout broadcasts
+    return _as_presented(value, shape, layout)
+
+
+def _at_argmax(
+    problem: Problem,
+    inp: IndexInput,
+    values: Mapping[str, object],
+    dtype: torch.dtype,
+    case: Case,
+) -> torch.Tensor:
+    """The ids of `inp` at the argmax of each row of its source input's values as drawn."""
+    source = argmax_source(problem, inp)
+    if source is None:
+        raise UsageError(
+            f"input {inp.name!r} cannot take distribution {ARGMAX!r}: no single floating input "
+            f"of problem {problem.name!r} has the shape of the ids with {inp.bound!r} last; "
+            "choose another index distribution"
+        )
+    rows = values[source.name]
+    assert isinstance(rows, torch.Tensor)
+    ids = rows.double().argmax(dim=-1).to(dtype)
+    return _as_presented(ids, tuple(ids.shape), case.layout_of(inp.name))
+
+
+def _as_presented(value: torch.Tensor, shape: tuple[int, ...], layout: str) -> torch.Tensor:
+    """Logical values that a stride-0 presentation (`broadcast`, `expanded`) shows as they
+    are: its first slice repeated where it broadcasts."""
     if layout == "broadcast" and value.numel() > 1:
         return value.reshape(-1)[:1].reshape((1,) * len(shape)).expand(shape).contiguous()
     d = expand_dim(shape) if layout == "expanded" else None

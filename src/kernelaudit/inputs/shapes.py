@@ -8,7 +8,7 @@ never costs much more than the workload it departs from.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from kernelaudit.problem.spec import Axis, Problem
 
@@ -181,3 +181,25 @@ def held_back_sizes(problem: Problem) -> list[tuple[dict[str, int], str]]:
         if key not in listed and all(key != tuple(sorted(s.items())) for s, _ in found):
             found.append((sizes, f"held-back shape near {workload.name}"))
     return found
+
+
+FAR_FACTOR = 4
+"""How many times longer than at its workload the far-past shape makes one axis."""
+
+
+def far_past_sizes(
+    problem: Problem, sizes: Mapping[str, int], label: str, axes: tuple[str, ...]
+) -> tuple[dict[str, int], str] | None:
+    """`sizes` (a workload's) with the first of `axes` that admits it `FAR_FACTOR` times as long:
+    a size well past every listed one, where a kernel that switches strategy past some size,
+    overflows a small counter or indexes a fixed-size table goes wrong. None when no axis can
+    grow that far."""
+    declared = {axis.name: axis for axis in problem.axes}
+    for name in axes:
+        if name not in sizes:
+            continue
+        axis = declared.get(name, Axis(name))
+        grown = _admitted_near(axis, sizes[name] * FAR_FACTOR, "down")
+        if grown and grown[0] > sizes[name]:
+            return {**sizes, name: grown[0]}, f"{label}, {name} x{FAR_FACTOR}"
+    return None

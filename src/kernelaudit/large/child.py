@@ -100,10 +100,17 @@ def _drawn(spec: dict[str, Any], device: torch.device, seed: int) -> object:
     dtype = getattr(torch, spec["dtype"])
     tensor = torch.empty(spec["shape"], dtype=dtype, device=device)
     if kind == "float":
-        return tensor.normal_(generator=generator)
+        tensor.normal_(generator=generator)
+        if spec.get("positive"):
+            tensor.abs_().clamp_(min=torch.finfo(dtype).tiny)
+        if spec.get("low") is not None or spec.get("high") is not None:
+            tensor.clamp_(min=spec.get("low"), max=spec.get("high"))
+        return tensor
     if kind == "index":
         return tensor.random_(0, max(int(spec["bound"]), 1), generator=generator)
     tensor.random_(0, 2, generator=generator)
+    if spec.get("min_kept") and tensor.dim():
+        tensor[..., : int(spec["min_kept"])] = 1  # every row keeps what its callers keep
     if kind == "additive":
         # 0 and 1 become log(1) = 0 (kept) and log(0) = -inf (masked), in place: no second
         # tensor of this size

@@ -79,11 +79,14 @@ def request_for(
         }
         if isinstance(inp, TensorInput):
             spec["kind"] = "float"
+            # the callers' guarantees, kept on the device too (`problem.domain`)
+            spec.update(positive=inp.domain.positive, low=inp.domain.low, high=inp.domain.high)
         elif isinstance(inp, IndexInput):
             spec["kind"] = "index"
             spec["bound"] = dim_size(inp.bound, sizes)
         elif isinstance(inp, MaskInput):
             spec["kind"] = "additive" if inp.kind == "additive" else "mask"
+            spec["min_kept"] = inp.domain.min_kept
         inputs.append(spec)
     outputs = [
         {

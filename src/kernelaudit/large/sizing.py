@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from kernelaudit.inputs.batch import axis_position
-from kernelaudit.problem.spec import Dim, GeneratedInput, Problem, resolve_shape
+from kernelaudit.problem.spec import Dim, GeneratedInput, Problem, ScalarInput, resolve_shape
 
 ELEMENTS = 1 << 31
 """The element count past which a signed 32-bit offset wraps."""
@@ -108,6 +108,14 @@ def plan_large_case(problem: Problem, axes: tuple[str, ...], elements: int = ELE
         raise CannotGrow(
             f"input {generated[0]!r} comes only from the problem's own generator, which cannot "
             "be asked for tensors of this size on the device"
+        )
+    from_generator = problem.sampler.default_for if problem.sampler is not None else ()
+    scalars = [i.name for i in problem.inputs if isinstance(i, ScalarInput)]
+    if any(name in from_generator for name in scalars):
+        named = next(name for name in scalars if name in from_generator)
+        raise CannotGrow(
+            f"argument {named!r} takes its value from the problem's own generator, which "
+            "cannot be asked for a case of this size"
         )
     options: list[LargeCase] = []
     reasons: list[str] = []

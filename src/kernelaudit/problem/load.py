@@ -18,6 +18,7 @@ from kernelaudit.errors import ProblemError, UsageError
 from kernelaudit.inputs.batch import structural_reason
 from kernelaudit.problem import spec
 from kernelaudit.problem.backward import ROLES, validate_backward, validate_scalar
+from kernelaudit.problem.domain import Domain, domain_errors
 from kernelaudit.problem.spec import (
     LAYOUTS,
     Axis,
@@ -40,6 +41,7 @@ _DECLARATIONS = {
     cls.__name__: cls
     for cls in (
         Problem,
+        Domain,
         Axis,
         TensorInput,
         IndexInput,
@@ -275,6 +277,10 @@ def _validate_inputs(v: _Validator, axes: list[str]) -> dict[str, spec.Input]:
                 )
             if len(inp.dtypes) > 1:
                 multi.add(len(inp.dtypes))
+        if isinstance(inp, (TensorInput, IndexInput, MaskInput)):
+            kind = {TensorInput: "float", IndexInput: "index", MaskInput: "mask"}[type(inp)]
+            for field_name, message, fix in domain_errors(inp.domain, kind):
+                v.fail(f"{where}.{field_name}", message, fix, inp.name)
         if isinstance(inp, GeneratedInput) and v.problem.sampler is None:
             v.fail(
                 where,

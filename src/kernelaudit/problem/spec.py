@@ -16,6 +16,8 @@ from typing import Literal
 
 import torch
 
+from kernelaudit.problem.domain import Domain
+
 Dim = str | int
 """One entry of a symbolic shape: an axis name, an integer literal, or an expression over axis
 names with integers, `+`, `-`, `*`, `//` and parentheses ("batch * seq", "width // patch"),
@@ -75,6 +77,8 @@ class TensorInput:
     shape: tuple[Dim, ...]
     dtypes: tuple[torch.dtype, ...] = (torch.float32,)
     role: Literal["activation", "weight", "upstream", "saved"] = "activation"
+    domain: Domain = field(default_factory=Domain)
+    """What its callers guarantee (finite, positive, a range, contiguous): `problem.domain`."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", _tuple(self.shape))
@@ -89,6 +93,8 @@ class IndexInput:
     shape: tuple[Dim, ...]
     bound: str
     dtype: torch.dtype = torch.int64
+    domain: Domain = field(default_factory=Domain)
+    """What its callers guarantee (contiguous): `problem.domain`."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", _tuple(self.shape))
@@ -103,6 +109,9 @@ class MaskInput:
     shape: tuple[Dim, ...]
     kind: Literal["bool", "additive"] = "bool"
     dtype: torch.dtype = torch.bool
+    domain: Domain = field(default_factory=Domain)
+    """What its callers guarantee (at least `min_kept` kept per row, contiguous):
+    `problem.domain`."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", _tuple(self.shape))
@@ -331,6 +340,20 @@ class Problem:
 
     def input(self, name: str) -> Input:
         return next(i for i in self.inputs if i.name == name)
+
+    def domain(self, name: str) -> Domain:
+        """What the callers guarantee about input `name` (nothing, for a scalar)."""
+        return getattr(self.input(name), "domain", Domain())
+
+    @property
+    def assumed(self) -> tuple[tuple[str, str], ...]:
+        """(input, guarantees) for every input whose domain promises something: what an audit
+        of this problem takes for granted, in its report."""
+        return tuple(
+            (i.name, i.domain.describe())
+            for i in self.inputs
+            if isinstance(i, (TensorInput, IndexInput, MaskInput)) and i.domain.promises
+        )
 
     @property
     def tensor_inputs(self) -> tuple[TensorInput | IndexInput | MaskInput | GeneratedInput, ...]:

@@ -91,11 +91,14 @@ def print_findings(
     """The worst findings of one report, each with its numbers and reproducer."""
     shown = [f for f in report.findings if f.severity == "fail"][:limit]
     notes = [f for f in report.findings if f.severity != "fail"]
-    if not shown and not notes and not report.interpretation:
+    if not shown and not notes and not report.interpretation and not report.assumed:
         return
     console.print(f"\n[bold]{escape(report.candidate)}[/] on [bold]{escape(report.problem)}[/]")
     for line in report.interpretation:
         console.print(f"  [cyan]format[/] {escape(line)}", highlight=False)
+    if report.assumed:
+        said = "; ".join(f"{name} {what}" for name, what in report.assumed)
+        console.print(f"  [cyan]assumed[/] {escape(said)}", highlight=False)
     for finding in shown:
         _print_finding(console, finding, report_path)
     hidden = len(report.failures) - len(shown)

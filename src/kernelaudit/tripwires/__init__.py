@@ -2,6 +2,6 @@
 it uses) that can game a benchmark, each reported as a warning with its file and line."""
 
 from kernelaudit.tripwires.rules import RULES, Rule, Tripwire
-from kernelaudit.tripwires.scan import scan_candidate
+from kernelaudit.tripwires.scan import Scanned, scan, scan_candidate
 
-__all__ = ["RULES", "Rule", "Tripwire", "scan_candidate"]
+__all__ = ["RULES", "Rule", "Scanned", "Tripwire", "scan", "scan_candidate"]

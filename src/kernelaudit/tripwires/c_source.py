@@ -202,6 +202,8 @@ class SourceFiles:
     def __init__(self, root: Path):
         self.root = root
         self.scanned: dict[Path, tuple[Tripwire, ...]] = {}
+        self.unread: dict[Path, str] = {}
+        """Files the scan could not read, and why."""
 
     def locate(self, path: Path) -> Path | None:
         """The file at `path` when it lies under the candidate's folder."""
@@ -220,7 +222,8 @@ class SourceFiles:
         self.scanned[path] = ()
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        except OSError as error:
+            self.unread[path] = f"{type(error).__name__}: {error.strerror or error}"
             return ()
         lines = physical_lines(text)
         flat = "\n".join(lines)

@@ -54,17 +54,21 @@ if TYPE_CHECKING:
     from kernelaudit.tripwires.scan import Scan
 
 
-def read_python(path: Path, scan: Scan) -> Reading | None:
-    """The reading of a Python file; None for one that cannot be read or parsed."""
+def read_python(path: Path, scan: Scan) -> Reading | str:
+    """The reading of a Python file, or why it could not be read or parsed."""
     try:
         file = parse_python(path)
-    except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, OSError):
-        return None
+    except SyntaxError as error:
+        return f"{type(error).__name__} at line {error.lineno}: {error.msg}"
+    except RecursionError:
+        return "an expression nested too deeply to parse"
+    except (ValueError, UnicodeDecodeError, OSError) as error:
+        return f"{type(error).__name__}: {error}"
     reader = PythonReader(file, scan)
     try:
         reader.visit(file.tree)
     except RecursionError:
-        return None
+        return "an expression nested too deeply to walk"
     return reader.reading
 
 

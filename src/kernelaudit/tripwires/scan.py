@@ -14,6 +14,7 @@ check of `Tripwire.confirmed_by` fails too.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernelaudit.errors import UsageError
@@ -26,6 +27,15 @@ from kernelaudit.tripwires.rules import Tripwire
 _EVERY_SYMBOL = "*"
 
 
+@dataclass(frozen=True)
+class Scanned:
+    """What a scan found, and the files it could not read (whose constructs went unchecked)."""
+
+    tripwires: tuple[Tripwire, ...]
+    unread: tuple[tuple[str, str], ...] = ()
+    """(path, why) of every file the scan reached but could not read or parse."""
+
+
 def scan_candidate(path: str | Path, function: str | None = None) -> tuple[Tripwire, ...]:
     """The tripwires of a candidate file, sorted by (path, line, rule).
 
@@ -33,8 +43,13 @@ def scan_candidate(path: str | Path, function: str | None = None) -> tuple[Tripw
     the file and of the local modules it imports, and the functions and classes reachable from
     `function` by name. Without it (or when the name is not defined statically in the file),
     everything in the file and its local modules counts. A file that does not parse yields no
-    tripwires: the worker reports its syntax error.
+    tripwires (`scan` says which and why).
     """
+    return scan(path, function).tripwires
+
+
+def scan(path: str | Path, function: str | None = None) -> Scanned:
+    """`scan_candidate`'s tripwires, with the files it could not read."""
     file = Path(path).expanduser()
     if not file.is_file():
         what = "is a directory" if file.is_dir() else "does not exist"
@@ -42,7 +57,10 @@ def scan_candidate(path: str | Path, function: str | None = None) -> tuple[Tripw
             f"candidate file {file.resolve()} {what}; name the .py file that defines the kernel."
         )
     file = file.resolve()
-    return Scan(file).run(function)
+    reading = Scan(file)
+    found = reading.run(function)
+    unread = {**reading.unread, **reading.sources.unread}
+    return Scanned(found, tuple(sorted((str(p), why) for p, why in unread.items())))
 
 
 class Scan:
@@ -52,6 +70,7 @@ class Scan:
         self.candidate = candidate
         self.root = candidate.parent
         self.readings: dict[Path, Reading | None] = {}
+        self.unread: dict[Path, str] = {}
         self.sources = SourceFiles(self.root)
 
     def run(self, function: str | None) -> tuple[Tripwire, ...]:
@@ -97,7 +116,12 @@ class Scan:
 
     def read(self, path: Path) -> Reading | None:
         if path not in self.readings:
-            self.readings[path] = read_python(path, self)
+            reading = read_python(path, self)
+            if isinstance(reading, str):
+                self.unread[path] = reading
+                self.readings[path] = None
+            else:
+                self.readings[path] = reading
         return self.readings[path]
 
     def find(self, dotted: str) -> Path | None:

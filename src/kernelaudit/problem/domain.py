@@ -1,0 +1,205 @@
+"""What a kernel's callers guarantee about one input, stated by the user: the audit draws only
+inside it and every report lists it as assumed. The default promises nothing, so the audit stays
+adversarial wherever nobody said otherwise.
+
+A finding on inputs no caller can produce (NaN in activations a model never has, a stride an
+index tensor never gets) is fair, but a user had to be able to say so. A `Domain` says it, on the
+input of a native problem (`TensorInput(..., domain=Domain(finite=True))`) or for any format
+from the command line (`--assume logits=finite`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from kernelaudit.errors import UsageError
+
+if TYPE_CHECKING:
+    from kernelaudit.problem.spec import Problem
+
+NONFINITE_DRAWS = frozenset({"nonfinite", "neg_inf_rows"})
+"""Float draws that put NaN or infinities in an input: not made for a finite one."""
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values and layouts an input's callers guarantee.
+
+    finite: no NaN or infinity (floating inputs): the draws that make them are skipped.
+    positive: every value above zero (floating inputs): draws are folded to their magnitudes,
+        zeros raised to the dtype's smallest normal number.
+    low, high: every value within [low, high] (floating inputs): draws are clamped to it, so
+        the range's ends are tried too.
+    contiguous: the input always arrives contiguous: no other layout is tried for it.
+    min_kept: masks: every row keeps at least this many elements (1: no fully masked row).
+    """
+
+    finite: bool = False
+    positive: bool = False
+    low: float | None = None
+    high: float | None = None
+    contiguous: bool = False
+    min_kept: int = 0
+
+    @property
+    def promises(self) -> bool:
+        return self != Domain()
+
+    def describe(self) -> str:
+        """The guarantees as `--assume` writes them ("finite,range:0:1,contiguous"), which
+        `parse_assumption` reads back; "" for none."""
+        said = [word for word in ("finite", "positive") if getattr(self, word)]
+        if self.low is not None or self.high is not None:
+            low = "" if self.low is None else repr(float(self.low))
+            high = "" if self.high is None else repr(float(self.high))
+            said.append(f"range:{low}:{high}")
+        if self.contiguous:
+            said.append("contiguous")
+        if self.min_kept:
+            said.append(f"min_kept:{self.min_kept}")
+        return ",".join(said)
+
+    def admits(self, draw: str) -> bool:
+        """Whether a float draw of that name can lie inside this domain."""
+        return not (self.finite and draw in NONFINITE_DRAWS)
+
+
+def domain_errors(domain: object, kind: str) -> list[tuple[str, str, str]]:
+    """(field, what is wrong, how to fix it) for a domain declared on an input of `kind`
+    ("float", "index" or "mask")."""
+    if not isinstance(domain, Domain):
+        return [("domain", f"{domain!r} is not a Domain", "write Domain(finite=True, ...)")]
+    errors = []
+    values = domain.finite or domain.positive or domain.low is not None or domain.high is not None
+    if values and kind != "float":
+        errors.append(
+            (
+                "domain",
+                "finite, positive, low and high describe floating values",
+                "state them on a TensorInput; an index input's range is its bound",
+            )
+        )
+    if domain.min_kept and kind != "mask":
+        errors.append(("domain.min_kept", "min_kept describes masks", "state it on a MaskInput"))
+    if domain.min_kept < 0:
+        errors.append(("domain.min_kept", f"{domain.min_kept} is negative", "give 0 or more"))
+    for name in ("low", "high"):
+        bound = getattr(domain, name)
+        if bound is not None and (
+            isinstance(bound, bool) or not isinstance(bound, (int, float)) or math.isnan(bound)
+        ):
+            errors.append((f"domain.{name}", f"{bound!r} is not a number", "give a number"))
+            return errors
+    if domain.low is not None and domain.high is not None and domain.low > domain.high:
+        errors.append(("domain", f"low {domain.low} is above high {domain.high}", "swap them"))
+    if domain.positive and domain.high is not None and domain.high <= 0:
+        errors.append(
+            ("domain", f"positive with high {domain.high}", "drop positive or raise high")
+        )
+    return errors
+
+
+def within(values: torch.Tensor, domain: Domain) -> torch.Tensor:
+    """Drawn floating `values` moved inside `domain` (magnitudes for positive, clamped to
+    [low, high] with both ends rounded inward to the dtype); the values as they were when it
+    states no range."""
+    dtype = values.dtype
+    if domain.positive:
+        values = values.abs()
+        values = values.masked_fill(values == 0, torch.finfo(dtype).tiny)
+    if domain.low is not None:
+        values = torch.maximum(values, _inward(domain.low, dtype, up=True))
+    if domain.high is not None:
+        values = torch.minimum(values, _inward(domain.high, dtype, up=False))
+    return values
+
+
+def _inward(bound: float, dtype: torch.dtype, up: bool) -> torch.Tensor:
+    """`bound` in `dtype`, moved one step inward where rounding took it outside."""
+    rounded = torch.tensor(bound, dtype=torch.float64).to(dtype)
+    outside = float(rounded) < bound if up else float(rounded) > bound
+    if outside:
+        toward = torch.tensor(math.inf if up else -math.inf, dtype=dtype)
+        rounded = torch.nextafter(rounded, toward)
+    return rounded
+
+
+def keep_at_least(keep: torch.Tensor, count: int) -> torch.Tensor:
+    """A boolean keep-mask (rows along the last dimension) with at least `count` elements kept
+    per row: rows short of it keep their first positions too."""
+    if count <= 0 or keep.numel() == 0:
+        return keep
+    length = keep.shape[-1] if keep.dim() else 1
+    rows = keep.reshape(-1, length).clone()
+    short = rows.sum(dim=1) < min(count, length)
+    rows[short, : min(count, length)] = True
+    return rows.view(keep.shape)
+
+
+def parse_assumption(text: str) -> tuple[str, Domain]:
+    """`--assume NAME=PROPERTY[,PROPERTY...]`: "logits=finite", "x=positive,contiguous",
+    "scale=range:0:1", "mask=min_kept:1"."""
+    name, equals, said = text.partition("=")
+    if not equals or not name.strip() or not said.strip():
+        raise UsageError(
+            f"--assume {text!r}: write INPUT=PROPERTY[,PROPERTY...], e.g. logits=finite or "
+            "ids=contiguous"
+        )
+    known = {f.name for f in fields(Domain)}
+    settings: dict[str, object] = {}
+    for item in said.split(","):
+        word, _, rest = item.strip().partition(":")
+        try:
+            if word in ("finite", "positive", "contiguous") and not rest:
+                settings[word] = True
+            elif word == "range":
+                low, _, high = rest.partition(":")
+                settings["low"] = float(low) if low.strip() else None
+                settings["high"] = float(high) if high.strip() else None
+            elif word == "min_kept":
+                settings["min_kept"] = int(rest)
+            else:
+                raise ValueError(word)
+        except ValueError:
+            raise UsageError(
+                f"--assume {text!r}: {item.strip()!r} is not a property; use finite, positive, "
+                "contiguous, range:LOW:HIGH (either end may be empty) or min_kept:N"
+            ) from None
+    assert set(settings) <= known
+    return name.strip(), Domain(**settings)  # type: ignore[arg-type]
+
+
+def assuming(problem: Problem, assumptions: Iterable[tuple[str, str]]) -> Problem:
+    """`problem` with the domains of `assumptions` ((input, properties) as `--assume` writes
+    them, or as a report's `assumed` keeps them) in place of its inputs' own."""
+    stated = dict(assumptions)
+    if not stated:
+        return problem
+    names = {i.name: i for i in problem.inputs}
+    inputs = []
+    for name, said in stated.items():
+        inp = names.get(name)
+        if inp is None or not hasattr(inp, "domain"):
+            drawn = ", ".join(n for n, i in names.items() if hasattr(i, "domain"))
+            raise UsageError(
+                f"--assume {name}={said}: problem {problem.name!r} has no tensor input "
+                f"{name!r}; name one of: {drawn}"
+            )
+    for inp in problem.inputs:
+        if inp.name not in stated:
+            inputs.append(inp)
+            continue
+        _, domain = parse_assumption(f"{inp.name}={stated[inp.name]}")
+        kind = type(inp).__name__
+        kinds = {"TensorInput": "float", "IndexInput": "index", "MaskInput": "mask"}
+        errors = domain_errors(domain, kinds.get(kind, ""))
+        if errors:
+            _, message, fix = errors[0]
+            raise UsageError(f"--assume {inp.name}={stated[inp.name]}: {message}; {fix}")
+        inputs.append(replace(inp, domain=domain))
+    return replace(problem, inputs=tuple(inputs))

@@ -1,0 +1,75 @@
+"""Input domains: the draws a stated guarantee leaves, and how a problem states one."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelaudit.errors import ProblemError
+from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.materialize import materialize
+from kernelaudit.problem.domain import Domain, assuming, parse_assumption
+from kernelaudit.problem.load import load_problem
+from kernelaudit.problem.spec import MaskInput, Output, Problem, TensorInput
+
+SIZES = (("rows", 64), ("cols", 48))
+
+
+def _problem(*inputs) -> Problem:
+    return Problem(
+        name="domains",
+        reference=lambda *args: args[0],
+        axes=("rows", "cols"),
+        inputs=inputs,
+        outputs=(Output("y", ("rows", "cols"), dtype="x"),),
+        workloads=(dict(SIZES),),
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("draw", ["normal", "large", "tiny", "heavy_tailed", "zero_rows"])
+def test_positive_and_ranged_inputs_are_drawn_inside_their_domain(dtype, draw):
+    problem = _problem(
+        TensorInput("x", ("rows", "cols"), (dtype,), domain=Domain(positive=True)),
+        TensorInput("s", ("rows", "cols"), (dtype,), domain=Domain(low=0.1, high=0.9)),
+    )
+    values = materialize(problem, Case(SIZES, values=(("x", draw), ("s", draw))))
+    x, s = values["x"].double(), values["s"].double()
+    assert bool((x > 0).all())
+    assert bool((s >= 0.1).all()) and bool((s <= 0.9).all())
+    if draw in ("large", "heavy_tailed"):
+        # the ends of the range are drawn too
+        assert float(s.min()) == pytest.approx(0.1, rel=1e-2)
+        assert float(s.max()) == pytest.approx(0.9, rel=1e-2)
+
+
+def test_a_mask_keeps_its_stated_minimum_in_every_row():
+    problem = _problem(
+        TensorInput("x", ("rows", "cols")),
+        MaskInput("keep", ("rows", "cols"), domain=Domain(min_kept=3)),
+    )
+    keep = materialize(problem, Case(SIZES, values=(("keep", "random"),)))["keep"]
+    assert int(keep.sum(dim=-1).min()) >= 3
+
+
+def test_a_stated_domain_reads_back_from_its_description():
+    stated = Domain(finite=True, positive=True, low=0.5, high=4.0, contiguous=True)
+    assert parse_assumption(f"x={stated.describe()}") == ("x", stated)
+    problem = assuming(_problem(TensorInput("x", ("rows", "cols"))), [("x", stated.describe())])
+    assert problem.domain("x") == stated
+    assert problem.assumed == (("x", stated.describe()),)
+
+
+def test_a_problem_file_with_a_domain_that_cannot_hold_names_the_field(tmp_path: Path):
+    file = tmp_path / "bad_domain.py"
+    file.write_text(
+        "from kernelaudit import Domain, Output, Problem, TensorInput\n"
+        "problem = Problem(\n"
+        "    name='bad', reference=lambda x: x, axes=('n',),\n"
+        "    inputs=(TensorInput('x', ('n',), domain=Domain(low=2.0, high=1.0)),),\n"
+        "    outputs=(Output('y', ('n',), dtype='x'),), workloads=({'n': 4},),\n"
+        ")\n"
+    )
+    with pytest.raises(ProblemError) as raised:
+        load_problem(file)
+    assert "domain" in str(raised.value) and "low 2.0 is above high 1.0" in str(raised.value)
