@@ -153,6 +153,9 @@ class AuditReport:
     unverified: tuple[tuple[str, str], ...] = ()
     """(check, why) for each chosen check that could not do here what the profile asks of it
     (a race or a leak shows only on a GPU): what this verdict does not cover."""
+    coverage: tuple[tuple[str, str], ...] = ()
+    """(check, what it did) for every chosen check: "ran", "ran in part: why", "could not run
+    here: why" or "not applicable: why" (`checks.base.coverage`)."""
     assumed: tuple[tuple[str, str], ...] = ()
     """(input, guarantees) the problem or the command line stated for its callers
     (`problem.domain`): values and layouts outside them were not tried."""
@@ -195,6 +198,7 @@ class AuditReport:
             "untried": dict(self.untried),
             "isolation": self.isolation,
             "unverified": dict(self.unverified),
+            "coverage": dict(self.coverage),
             "assumed": dict(self.assumed),
             "findings": [f.to_json() for f in self.findings],
             "cases": [r.to_json() for r in self.records],
@@ -225,6 +229,7 @@ class AuditReport:
             untried=tuple(data.get("untried", {}).items()),
             isolation=str(data.get("isolation", "")),
             unverified=tuple(data.get("unverified", {}).items()),
+            coverage=tuple(data.get("coverage", {}).items()),
             assumed=tuple(data.get("assumed", {}).items()),
         )
 

@@ -36,6 +36,30 @@ def test_an_honest_file_trips_nothing(tiny_audit: Callable[..., AuditReport]) ->
     assert "tripwires" not in dict(report.unverified)
 
 
+def test_on_a_cpu_a_side_stream_the_scan_saw_is_an_unverified_risk(
+    tiny_audit: Callable[..., AuditReport], tmp_path: Path
+) -> None:
+    path = tmp_path / "stream_scale.py"
+    path.write_text(
+        "import torch\n\n\n"
+        "def scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:\n"
+        "    if not x.is_cuda:\n"
+        "        return x * w\n"
+        "    side = torch.cuda.Stream(x.device)\n"
+        "    with torch.cuda.stream(side):\n"
+        "        return x * w\n"
+    )
+    report = tiny_audit("row_scale", f"{path}::scale", ["numerics", "tripwires"])
+    assert report.verdict == "PASS"  # a warning: nothing at run time confirmed it
+    found = [f for f in report.findings if f.check == "tripwires"]
+    assert {(f.severity, f.key.split(":")[0]) for f in found} == {("warn", "streams")}
+    why = dict(report.unverified)["tripwires"]
+    assert why == (
+        "streams at stream_scale.py:7, streams at stream_scale.py:8: only a run on a GPU can "
+        "confirm or rule out"
+    )
+
+
 def test_a_file_the_scan_cannot_read_is_listed_as_unverified(
     tiny_audit: Callable[..., AuditReport], tmp_path: Path
 ) -> None:

@@ -19,3 +19,35 @@ def test_on_a_cpu_the_gpu_only_checks_are_listed_as_not_verified_and_nothing_els
     assert set(missing) == {"races", "memory", "kernels", "sanitizer"}
     assert all(why.startswith("needs a CUDA device") for why in missing.values())
     assert report.to_json()["unverified"] == missing
+
+
+def test_every_chosen_check_says_what_it_did():
+    checks = [
+        "numerics",
+        "races",
+        "kernels",
+        "gradients",
+        "training",
+        "large-tensors",
+        "triton-bounds",
+        "autotune",
+    ]
+    report = audit(PROBLEM, f"{CANDIDATES}::scale", PROFILES["default"], "cpu", checks)
+    said = dict(report.coverage)
+    assert set(said) == {"execution", *checks}  # every chosen check (execution always runs)
+    assert said["numerics"] == "ran"
+    assert said["races"] == "could not run here: needs a CUDA device"
+    assert said["large-tensors"].startswith("could not run here: needs a CUDA device")
+    assert said["kernels"].startswith("ran in part: needs a CUDA device for the rest")
+    assert said["gradients"].startswith("not applicable: the problem takes no upstream gradient")
+    assert said["training"].startswith("not applicable: the problem plugs into no slot")
+    assert said["triton-bounds"] == "not applicable: the candidate launched no Triton kernel"
+    assert said["autotune"] == (
+        "not applicable: the candidate reaches no autotuner with several configurations"
+    )
+    assert report.to_json()["coverage"] == said
+    quick = audit(PROBLEM, f"{CANDIDATES}::scale", PROFILES["quick"], "cpu", ["large-tensors"])
+    said = dict(quick.coverage)
+    assert said["large-tensors"] == (
+        "not applicable: the quick profile makes no case past 2^31 elements"
+    )

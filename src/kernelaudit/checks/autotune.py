@@ -31,6 +31,12 @@ class Autotune:
 
     def __init__(self) -> None:
         self._cases: list[Case] = []
+        self._tuned = False
+
+    def not_applicable(self, ctx: PlanContext) -> str:
+        if self._tuned:
+            return ""
+        return "the candidate reaches no autotuner with several configurations"
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         self._cases = boundary_cases(ctx, 2 * len(ctx.problem.axes))
@@ -41,6 +47,7 @@ class Autotune:
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         if observation.probe.check != self.name or _forced(observation) is not None:
             return []
+        self._tuned |= any(len(configs) > 1 for _, configs in observation.result.autotuners)
         return [
             Probe(self.name, case, RunPlan(steps=(Step(autotune=(name, index)),)))
             for name, configs in observation.result.autotuners

@@ -333,6 +333,21 @@ def unverified(check: object, device: str, profile: Profile) -> str:
     return unavailable(check, device, profile)
 
 
+def coverage(check: object, ctx: PlanContext) -> str:
+    """What `check` did in an audit that has ended: "ran", "ran in part: why" (some of it
+    cannot be seen here), "could not run here: why", or "not applicable: why" (the problem or
+    the candidate gives it nothing to look at, through a `not_applicable(ctx)` method)."""
+    why = unavailable(check, ctx.device, ctx.profile)
+    if why:
+        return f"could not run here: {why}"
+    why = unverified(check, ctx.device, ctx.profile)
+    if why:
+        return f"ran in part: {why}"
+    method = getattr(check, "not_applicable", None)
+    why = str(method(ctx)) if method is not None else ""
+    return f"not applicable: {why}" if why else "ran"
+
+
 NEEDS_CUDA = "needs a CUDA device"
 
 

@@ -32,6 +32,11 @@ class BatchInvariance:
         "the contract says batch_invariant, within the error budget otherwise"
     )
 
+    def not_applicable(self, ctx: PlanContext) -> str:
+        if batch_axes(ctx.problem):
+            return ""
+        return "the problem has no batch axis (rows computed independently of each other)"
+
     def plan(self, ctx: PlanContext) -> list[Probe]:
         profile = ctx.profile
         configs = len(ctx.problem.dtype_configs())

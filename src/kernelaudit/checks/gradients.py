@@ -49,6 +49,14 @@ class Gradients:
         "and all-ones upstream gradients, deep accumulation and every argument mode"
     )
 
+    def not_applicable(self, ctx: PlanContext) -> str:
+        if has_upstream(ctx.problem) or ctx.problem.contract.gradients:
+            return ""  # a backward, or an autograd op whose derived backward is audited
+        return (
+            "the problem takes no upstream gradient and declares no autograd backward "
+            "(Contract(gradients=...))"
+        )
+
     def plan(self, ctx: PlanContext) -> list[Probe]:
         if not has_upstream(ctx.problem):
             return []  # a forward op: the engine audits its derived backward separately

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import NEEDS_CUDA, ConcludingOnly, Failure, note
+from kernelaudit.checks.base import NEEDS_CUDA, ConcludingOnly, Failure, PlanContext, note
 from kernelaudit.checks.execution import headline
 from kernelaudit.checks.numerics import comparison_evidence
 from kernelaudit.errors import ProblemError
@@ -45,6 +45,11 @@ class LargeTensors(ConcludingOnly):
         "a case whose largest tensor holds more than 2^31 elements matches the truth in the "
         "rows past the 2^31st element (thorough profile, on a GPU)"
     )
+
+    def not_applicable(self, ctx: PlanContext) -> str:
+        if ctx.profile.large_tensors:
+            return ""
+        return f"the {ctx.profile.name} profile makes no case past 2^31 elements"
 
     def unavailable(self, device: str, profile: Profile) -> str:
         if profile.large_tensors and not device.startswith("cuda"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kernelaudit.checks.base import ConcludingOnly, Failure
+from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext
 
 if TYPE_CHECKING:
     from kernelaudit.training.envelope import Judgement
@@ -31,6 +31,11 @@ class Training(ConcludingOnly):
         "a candidate plugged into a small language model trains like the reference under SGD "
         "and AdamW, within the envelope of one-ulp perturbations"
     )
+
+    def not_applicable(self, ctx: PlanContext) -> str:
+        if ctx.problem.slot:
+            return ""
+        return "the problem plugs into no slot of the training model (Problem(slot=...))"
 
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
         ctx = self.context

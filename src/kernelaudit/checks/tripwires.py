@@ -13,7 +13,7 @@ from typing import ClassVar
 from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.tripwires import Tripwire, scan
+from kernelaudit.tripwires import RULES, Tripwire, scan
 
 
 class Tripwires(ConcludingOnly):
@@ -35,11 +35,17 @@ class Tripwires(ConcludingOnly):
         return []
 
     def unverified(self, device: str, profile: Profile) -> str:
-        """The files the scan reached and could not read: nothing in them was checked."""
-        if not self.unread:
-            return ""
-        files = "; ".join(f"{Path(path).name} ({why})" for path, why in self.unread)
-        return f"the static scan could not read {files}: constructs there were not checked"
+        """The files the scan reached and could not read (nothing in them was checked), and on
+        a CPU the constructs only a GPU run can confirm or rule out (a side stream)."""
+        said = []
+        if self.unread:
+            files = "; ".join(f"{Path(path).name} ({why})" for path, why in self.unread)
+            said.append(f"the static scan could not read {files}: nothing there was checked")
+        unshown = [w for w in self.found if RULES[w.rule].gpu_only]
+        if unshown and not device.startswith("cuda"):
+            where = ", ".join(f"{w.rule} at {Path(w.path).name}:{w.line}" for w in unshown)
+            said.append(f"{where}: only a run on a GPU can confirm or rule out")
+        return "; ".join(said)
 
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
         failing = {check for check, failure in found if failure.severity == "fail"}

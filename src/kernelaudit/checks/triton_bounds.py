@@ -56,6 +56,12 @@ class TritonBounds(ConcludingOnly):
         self._cases: list[Case] = []
         self._run: InterpretedRun | None = None
         self._unwatched = ""
+        self._idle = ""
+
+    def not_applicable(self, ctx: PlanContext) -> str:
+        if ctx.candidate is not None and ctx.candidate.autograd is not None:
+            return "an autograd op's kernels are not run under the interpreter"
+        return self._idle
 
     def unverified(self, device: str, profile: Profile) -> str:
         """Why the interpreted run checked no access at all, once it has ended: it timed out,
@@ -75,6 +81,7 @@ class TritonBounds(ConcludingOnly):
             self._cases.append(case)
             calls.append(call_for(ctx.problem, case, inputs))
         if not calls:
+            self._idle = "the problem can make no input at the interpreted sizes"
             return []
         self._run = InterpretedRun(
             candidate,
@@ -90,6 +97,8 @@ class TritonBounds(ConcludingOnly):
             return []
         seen = self._run.finish()
         self._run = None
+        if not seen.launched and (not seen.error or seen.cause == "no-triton"):
+            self._idle = "the candidate launched no Triton kernel"
         if seen.error and seen.cause in _STOPPED and not seen.launched:
             stopped = "the interpreted run stopped before any kernel launched"
             self._unwatched = f"{stopped}: {seen.error}"

@@ -14,7 +14,7 @@ import torch
 
 import kernelaudit
 from kernelaudit.checks import build_checks
-from kernelaudit.checks.base import Check, PlanContext, Probe, unverified
+from kernelaudit.checks.base import Check, PlanContext, Probe, coverage, unverified
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.engine.budget import fit, unavailable_summary, untried_summary
@@ -252,6 +252,7 @@ def _audit(
         environment=environment(device),
         isolation=isolation().describe(),
         unverified=missing,
+        coverage=tuple((check.name, coverage(check, ctx)) for check in checks),
         assumed=problem.assumed,
         phases=tuple((name, round(t, 3)) for name, t in phases.items()),
         interpretation=problem.notes,

@@ -5,6 +5,8 @@ once done or out of time."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import site
@@ -57,17 +59,19 @@ def start_python(
     arguments: list[str],
     device: str,
     candidate: str | Path,
-    scratch: str | Path,
+    scratch: str | Path | None,
     readable: Sequence[str | Path] = (),
     environment: Mapping[str, str] | None = None,
     stdout: int | IO[bytes] = subprocess.DEVNULL,
     stderr: int | IO[bytes] = subprocess.PIPE,
     cwd: str | Path | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start `python *arguments`, which runs `candidate`, without waiting for it: in a session
     of its own, with a candidate's environment (`child_environment`, and `environment` over
-    it) and in its sandbox (`runner.sandbox`: writing only `scratch` and reading `readable`
-    besides the candidate's folder). Whoever starts it kills its process group when done."""
+    it) and in its sandbox (`runner.sandbox`: writing only `scratch`, when given, and reading
+    `readable` besides the candidate's folder), keeping open the file descriptors `pass_fds`.
+    Whoever starts it kills its process group when done."""
     command, env = for_candidate(
         [sys.executable, *arguments],
         {**child_environment(device), **(environment or {})},
@@ -83,7 +87,61 @@ def start_python(
         start_new_session=True,
         env=env,
         cwd=cwd,
+        pass_fds=tuple(pass_fds),
     )
+
+
+@dataclass(frozen=True)
+class Piped:
+    """A child started by `start_piped`, and the auditor's ends of its two pipes."""
+
+    process: subprocess.Popen[bytes]
+    to_child: int
+    """Written by the auditor, not blocking (a child that stops reading cannot hang it)."""
+    from_child: int
+
+
+PIPE_BYTES = 1 << 20
+"""The pipes' buffer, where Linux allows it: large tensors move in fewer steps."""
+
+
+def start_piped(
+    module: str, arguments: list[str], device: str, candidate: str | Path, log: IO[bytes]
+) -> Piped:
+    """Start `python -m module READ_FD WRITE_FD *arguments` as `start_python` does, talking to
+    the auditor over two private pipes (their numbers come first in its arguments), its
+    output and errors to `log`: how every long-lived child that runs a candidate starts (the
+    worker, the training check's slot)."""
+    child_reads, parent_writes = os.pipe()
+    parent_reads, child_writes = os.pipe()
+    for fd in (parent_writes, parent_reads):
+        _widen(fd)
+    try:
+        process = start_python(
+            ["-m", module, str(child_reads), str(child_writes), *arguments],
+            device,
+            candidate,
+            None,
+            stdout=log,
+            stderr=log,
+            pass_fds=(child_reads, child_writes),
+        )
+    except BaseException:
+        os.close(parent_writes)
+        os.close(parent_reads)
+        raise
+    finally:
+        os.close(child_reads)
+        os.close(child_writes)
+    os.set_blocking(parent_writes, False)
+    return Piped(process, parent_writes, parent_reads)
+
+
+def _widen(fd: int) -> None:
+    setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setpipe is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, setpipe, PIPE_BYTES)
 
 
 def run_python(

@@ -9,12 +9,10 @@ only the child down. The two sides exchange messages over two private pipes in t
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import select
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -26,15 +24,14 @@ import torch
 
 from kernelaudit.errors import UsageError
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import child_environment
+from kernelaudit.runner.launch import PIPE_BYTES, start_piped
 from kernelaudit.runner.messages import Invocation, InvocationResult
-from kernelaudit.runner.sandbox import for_candidate, isolation
+from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.wire import TooLarge, decode, encode
 
 _POLL_S = 0.05
 _STDERR_TAIL_BYTES = 4000
 _CLOSE_GRACE_S = 2.0
-_PIPE_BYTES = 1 << 20
 _LOAD_REPLY_BYTES = 1 << 20
 """The most a worker's answer to loading the candidate may take: "ready", or why it failed."""
 
@@ -272,44 +269,20 @@ class Worker:
     # --- the child's life ---
 
     def _spawn(self) -> None:
-        child_reads, parent_writes = os.pipe()
-        parent_reads, child_writes = os.pipe()
-        for fd in (parent_writes, parent_reads):
-            _widen(fd)
         # Held open for the child's whole life: crash messages quote its end.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        try:
-            command, env = for_candidate(
-                [
-                    sys.executable,
-                    "-m",
-                    "kernelaudit.runner.worker",
-                    str(child_reads),
-                    str(child_writes),
-                    self.device,
-                    str(self.limits.gpu_memory_bytes),
-                    str(Path(self.candidate.path).resolve()),
-                    self.candidate.function,
-                    self.candidate.autograd_argument(),
-                ],
-                child_environment(self.device),
-                self.candidate.path,
-            )
-            self._proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=self._stderr,
-                stderr=self._stderr,
-                pass_fds=(child_reads, child_writes),
-                start_new_session=True,
-                env=env,
-            )
-        finally:
-            os.close(child_reads)
-            os.close(child_writes)
-        self._to_child = parent_writes
-        self._from_child = parent_reads
-        os.set_blocking(self._to_child, False)
+        arguments = [
+            self.device,
+            str(self.limits.gpu_memory_bytes),
+            str(Path(self.candidate.path).resolve()),
+            self.candidate.function,
+            self.candidate.autograd_argument(),
+        ]
+        child = start_piped(
+            "kernelaudit.runner.worker", arguments, self.device, self.candidate.path, self._stderr
+        )
+        self._proc = child.process
+        self._to_child, self._from_child = child.to_child, child.from_child
 
     def _kill(self) -> None:
         """Kill the child's whole process group and forget it."""
@@ -357,7 +330,7 @@ class Worker:
             while view:
                 self._wait_for(self._to_child, deadline, writing=True)
                 try:
-                    written = os.write(self._to_child, view[:_PIPE_BYTES])
+                    written = os.write(self._to_child, view[:PIPE_BYTES])
                 except BlockingIOError:
                     continue
                 except OSError as error:
@@ -474,12 +447,3 @@ def _ready(fd: int, writing: bool, wait: float) -> bool:
     if writing:
         return bool(select.select([], [fd], [], wait)[1])
     return bool(select.select([fd], [], [], wait)[0])
-
-
-def _widen(fd: int) -> None:
-    """Enlarge a pipe's buffer where Linux allows, so large tensors move in fewer steps."""
-    setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if setpipe is None:
-        return
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, setpipe, _PIPE_BYTES)

@@ -16,13 +16,11 @@ and every later call raises `ChannelStopped`.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import math
 import os
 import select
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from types import TracebackType
@@ -31,8 +29,7 @@ from typing import IO
 import torch
 
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import child_environment
-from kernelaudit.runner.sandbox import for_candidate
+from kernelaudit.runner.launch import PIPE_BYTES, start_piped
 from kernelaudit.runner.wire import TooLarge, decode, encode
 from kernelaudit.training.slots import PlugRaised, Result, declared_results, wrong_result
 
@@ -43,7 +40,6 @@ _ANSWER_SLACK_BYTES = 1 << 20
 """An answer may take this much besides eight bytes per declared result element: the pickle
 around the tensors, or a message in words."""
 
-_PIPE_BYTES = 1 << 20
 _POLL_S = 0.05
 _CLOSE_GRACE_S = 2.0
 _STDERR_TAIL_BYTES = 4000
@@ -101,41 +97,18 @@ class CandidateProcess:
         self.close()
 
     def launch(self) -> None:
-        child_reads, parent_writes = os.pipe()
-        parent_reads, child_writes = os.pipe()
-        for fd in (parent_writes, parent_reads):
-            _widen(fd)
         # held open for the process's whole life: a death's message quotes its end
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        try:
-            command, env = for_candidate(
-                [
-                    sys.executable,
-                    "-m",
-                    "kernelaudit.training.worker",
-                    str(child_reads),
-                    str(child_writes),
-                    self.device,
-                    self.candidate.path,
-                    self.candidate.function,
-                ],
-                child_environment(self.device),
-                self.candidate.path,
-            )
-            self._proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=self._stderr,
-                stderr=self._stderr,
-                pass_fds=(child_reads, child_writes),
-                start_new_session=True,
-                env=env,
-            )
-        finally:
-            os.close(child_reads)
-            os.close(child_writes)
-        self._to_child, self._from_child = parent_writes, parent_reads
-        os.set_blocking(self._to_child, False)
+        arguments = [self.device, self.candidate.path, self.candidate.function]
+        child = start_piped(
+            "kernelaudit.training.worker",
+            arguments,
+            self.device,
+            self.candidate.path,
+            self._stderr,
+        )
+        self._proc = child.process
+        self._to_child, self._from_child = child.to_child, child.from_child
         self._deadline = time.monotonic() + self.deadline_s
 
     def ready(self) -> str:
@@ -241,7 +214,7 @@ class CandidateProcess:
             while view:
                 self._wait_for(self._to_child, writing=True)
                 try:
-                    written = os.write(self._to_child, view[:_PIPE_BYTES])
+                    written = os.write(self._to_child, view[:PIPE_BYTES])
                 except BlockingIOError:
                     continue
                 except OSError:
@@ -306,14 +279,6 @@ def _ready(fd: int, writing: bool, wait: float) -> bool:
     if writing:
         return bool(select.select([], [fd], [], wait)[1])
     return bool(select.select([fd], [], [], wait)[0])
-
-
-def _widen(fd: int) -> None:
-    """Enlarge a pipe's buffer where Linux allows, so tensors move in fewer steps."""
-    setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if setpipe is not None:
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(fd, setpipe, _PIPE_BYTES)
 
 
 def _kind(said: object) -> str:

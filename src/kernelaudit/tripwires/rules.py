@@ -19,12 +19,15 @@ class Rule:
 
     confirmed_by: the runtime checks whose failure confirms a tripwire of this rule; with none,
     a tripwire of the rule always stays a warning.
+    gpu_only: whether the construct does anything only on a GPU (a side stream, a CUDA graph):
+    an audit on a CPU can neither confirm nor rule it out, and says so.
     """
 
     name: str
     looks_for: str
     why: str
     confirmed_by: tuple[str, ...]
+    gpu_only: bool = False
 
 
 _TABLE = (
@@ -98,6 +101,7 @@ _TABLE = (
         "Work launched on a side stream is not ordered with the harness's stream, so a timer "
         "can stop before it finishes and a reader can see unfinished outputs.",
         ("deferred-work",),
+        gpu_only=True,
     ),
     Rule(
         "environment",
@@ -136,6 +140,7 @@ _TABLE = (
         "A captured CUDA graph replays the work it recorded on the memory it recorded, so later "
         "calls can read the inputs of the capture rather than their own.",
         ("replay",),
+        gpu_only=True,
     ),
     Rule(
         "call-count-trigger",
