@@ -21,7 +21,7 @@ from kernelaudit import (
     ScalarInput,
     TensorInput,
 )
-from kernelaudit.checks.base import PlanContext
+from kernelaudit.checks.base import PlanContext, coverage
 from kernelaudit.checks.large_tensors import HEADROOM_BYTES, LargeTensors, examine
 from kernelaudit.engine.audit import audit
 from kernelaudit.findings import AuditReport, Finding
@@ -149,6 +149,20 @@ def _check_after_plan(profile: str, device: str) -> LargeTensors:
     candidate = CandidateRef(KERNELS, "double")
     check.plan(PlanContext(ROWS, PROFILES[profile], device, 132, candidate))
     return check
+
+
+def test_a_case_the_problem_cannot_make_or_the_device_cannot_hold_shows_in_the_coverage() -> None:
+    check = _check_after_plan("default", "cuda")
+    ctx = PlanContext(ROWS, PROFILES["default"], "cuda", 132, None)
+    unbatched = replace(ROWS, contract=Contract(batch_axes=()))
+    no_case = examine(unbatched, CandidateRef(KERNELS, "double"), "cpu", 1 << 40, 20.0, 64)
+    (note,) = check.noted(no_case)
+    assert note.key == "not-run:no-case"
+    assert coverage(check, ctx) == f"not applicable: {note.title.removeprefix('not run: ')}"
+    check = _check_after_plan("default", "cuda")
+    (note,) = check.noted(examine(ROWS, CandidateRef(KERNELS, "double"), "cpu", 1, 20.0, 64))
+    assert note.key == "not-run:memory"
+    assert coverage(check, ctx).startswith("could not run here: the case rows=")
 
 
 def test_the_quick_profile_never_runs_it() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelaudit.checks.base import PlanContext, unverified
+from kernelaudit.checks.base import PlanContext, coverage
 from kernelaudit.checks.triton_bounds import TritonBounds, interpreted_cases
 from kernelaudit.engine.audit import audit
 from kernelaudit.engine.calls import call_for
@@ -202,9 +202,10 @@ def test_a_run_stopped_before_any_launch_is_a_note_and_an_unverified_check(
     (note,) = check.conclude([])
     assert note.severity == "note" and note.key == "not-watched:timeout"
     assert "could not watch every call" in note.title
-    why = unverified(check, "cpu", PROFILES["quick"])
-    assert why.startswith("the interpreted run stopped before any kernel launched")
-    assert f"still going after {HANG_LIMIT_S:.0f} s" in why
+    ctx = PlanContext(load_problem(FIXTURES / "scale.py"), PROFILES["quick"], "cpu", 132, None)
+    said = coverage(check, ctx)
+    assert said.startswith("could not run here: the interpreted run stopped before any kernel")
+    assert f"still going after {HANG_LIMIT_S:.0f} s" in said
 
 
 def test_a_run_that_watched_its_calls_leaves_nothing_unverified(
@@ -213,7 +214,8 @@ def test_a_run_that_watched_its_calls_leaves_nothing_unverified(
     check = TritonBounds()
     check._run = runs["scale"]
     assert check.conclude([]) == []
-    assert unverified(check, "cpu", PROFILES["quick"]) == ""
+    ctx = PlanContext(load_problem(FIXTURES / "scale.py"), PROFILES["quick"], "cpu", 132, None)
+    assert coverage(check, ctx) == "ran"
 
 
 def test_index_inputs_are_drawn_at_their_first_and_last_ids() -> None:

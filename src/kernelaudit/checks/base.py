@@ -333,11 +333,20 @@ def unverified(check: object, device: str, profile: Profile) -> str:
     return unavailable(check, device, profile)
 
 
+def not_run(check: object, ctx: PlanContext) -> str:
+    """Why `check`, able to run here, did not in this audit ("" when it did): the device had
+    no room for its case, its run stopped before it saw anything. Said through a
+    `not_run(ctx)` method, asked once the audit has ended."""
+    method = getattr(check, "not_run", None)
+    return str(method(ctx)) if method is not None else ""
+
+
 def coverage(check: object, ctx: PlanContext) -> str:
     """What `check` did in an audit that has ended: "ran", "ran in part: why" (some of it
-    cannot be seen here), "could not run here: why", or "not applicable: why" (the problem or
-    the candidate gives it nothing to look at, through a `not_applicable(ctx)` method)."""
-    why = unavailable(check, ctx.device, ctx.profile)
+    cannot be seen here), "could not run here: why" (this machine, or this audit: `not_run`),
+    or "not applicable: why" (the problem or the candidate gives it nothing to look at,
+    through a `not_applicable(ctx)` method)."""
+    why = unavailable(check, ctx.device, ctx.profile) or not_run(check, ctx)
     if why:
         return f"could not run here: {why}"
     why = unverified(check, ctx.device, ctx.profile)

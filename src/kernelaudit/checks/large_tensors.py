@@ -46,10 +46,18 @@ class LargeTensors(ConcludingOnly):
         "rows past the 2^31st element (thorough profile, on a GPU)"
     )
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._no_case = ""
+        self._not_run = ""
+
     def not_applicable(self, ctx: PlanContext) -> str:
-        if ctx.profile.large_tensors:
-            return ""
-        return f"the {ctx.profile.name} profile makes no case past 2^31 elements"
+        if not ctx.profile.large_tensors:
+            return f"the {ctx.profile.name} profile makes no case past 2^31 elements"
+        return self._no_case
+
+    def not_run(self, ctx: PlanContext) -> str:
+        return self._not_run
 
     def unavailable(self, device: str, profile: Profile) -> str:
         if profile.large_tensors and not device.startswith("cuda"):
@@ -66,7 +74,18 @@ class LargeTensors(ConcludingOnly):
         torch.cuda.empty_cache()  # the auditor's own cached blocks are no use to the child
         free, _ = torch.cuda.mem_get_info(device)
         timeout = ctx.profile.timeout_s * _TIMEOUT_FACTOR
-        return examine(ctx.problem, ctx.candidate, ctx.device, free, timeout)
+        return self.noted(examine(ctx.problem, ctx.candidate, ctx.device, free, timeout))
+
+    def noted(self, concluded: list[Failure]) -> list[Failure]:
+        """`concluded`, its not-run notes also kept as what the check's coverage says: no case
+        this problem can make is "not applicable", no room or no draw "could not run"."""
+        for failure in concluded:
+            why = failure.title.removeprefix("not run: ")
+            if failure.key == "not-run:no-case":
+                self._no_case = why
+            elif failure.key.startswith("not-run:"):
+                self._not_run = why
+        return concluded
 
 
 def examine(

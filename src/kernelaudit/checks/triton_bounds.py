@@ -28,7 +28,6 @@ from kernelaudit.inputs.shapes import shape_cases
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
 from kernelaudit.problem.spec import IndexInput, Problem, resolve_shape
-from kernelaudit.profiles import Profile
 
 _VERBS = {"load": "reads", "store": "writes", "atomic": "updates atomically"}
 
@@ -63,7 +62,7 @@ class TritonBounds(ConcludingOnly):
             return "an autograd op's kernels are not run under the interpreter"
         return self._idle
 
-    def unverified(self, device: str, profile: Profile) -> str:
+    def not_run(self, ctx: PlanContext) -> str:
         """Why the interpreted run checked no access at all, once it has ended: it timed out,
         crashed or met an interpreter it cannot watch before any kernel launched."""
         return self._unwatched

@@ -14,7 +14,7 @@ import torch
 
 import kernelaudit
 from kernelaudit.checks import build_checks
-from kernelaudit.checks.base import Check, PlanContext, Probe, coverage, unverified
+from kernelaudit.checks.base import Check, PlanContext, Probe, coverage, not_run, unverified
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.engine.budget import fit, unavailable_summary, untried_summary
@@ -235,7 +235,9 @@ def _audit(
     findings = [replace(f, id=f"{finding_prefix}F{i}") for i, f in enumerate(findings, start=1)]
     verdict = "FAIL" if any(f.severity == "fail" for f in findings) else "PASS"
     missing = tuple(
-        (check.name, why) for check in checks if (why := unverified(check, device, profile))
+        (check.name, why)
+        for check in checks
+        if (why := unverified(check, device, profile) or not_run(check, ctx))
     )
     return AuditReport(
         problem=problem.name,
