@@ -5,6 +5,7 @@ as assumed, and still fails a kernel that is wrong inside them."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,15 +15,20 @@ from kernelaudit.engine.audit import audit
 from kernelaudit.findings import AuditReport
 from kernelaudit.problem.domain import assuming
 from kernelaudit.problem.load import load_problem
+from kernelaudit.profiles import PROFILES
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KERNELS = FIXTURES / "domain_kernels.py"
 
 
+DEFAULT = replace(PROFILES["default"], boundary_sizes_per_axis=1)
+"""The default profile's draws and layouts, at fewer boundary sizes."""
+
+
 def _audit(stem: str, candidate: str, assumed: tuple[tuple[str, str], ...] = ()) -> AuditReport:
     problem = assuming(load_problem(FIXTURES / f"{stem}.py"), assumed)
     checks = ["numerics", "mutation"]
-    return audit(problem, f"{KERNELS}::{candidate}", "default", "cpu", checks)
+    return audit(problem, f"{KERNELS}::{candidate}", DEFAULT, "cpu", checks)
 
 
 def test_a_maximum_that_skips_nan_fails_where_nan_can_arrive():

@@ -1,5 +1,6 @@
 """A report says which of its checks could not run on the machine, and why."""
 
+from dataclasses import replace
 from pathlib import Path
 
 from kernelaudit.engine.audit import audit
@@ -32,7 +33,8 @@ def test_every_chosen_check_says_what_it_did():
         "triton-bounds",
         "autotune",
     ]
-    report = audit(PROBLEM, f"{CANDIDATES}::scale", PROFILES["default"], "cpu", checks)
+    default = replace(PROFILES["default"], boundary_sizes_per_axis=1, layouts=())
+    report = audit(PROBLEM, f"{CANDIDATES}::scale", default, "cpu", checks)
     said = dict(report.coverage)
     assert set(said) == {"execution", *checks}  # every chosen check (execution always runs)
     assert said["numerics"] == "ran"
