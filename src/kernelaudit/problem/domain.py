@@ -69,9 +69,13 @@ class Domain:
         return not (self.finite and draw in NONFINITE_DRAWS)
 
 
-def domain_errors(domain: object, kind: str) -> list[tuple[str, str, str]]:
-    """(field, what is wrong, how to fix it) for a domain declared on an input of `kind`
-    ("float", "index" or "mask")."""
+_KINDS = {"TensorInput": "float", "IndexInput": "index", "MaskInput": "mask"}
+
+
+def domain_errors(domain: object, inp: object) -> list[tuple[str, str, str]]:
+    """(field, what is wrong, how to fix it) for a domain declared on input `inp` (a
+    TensorInput, IndexInput or MaskInput)."""
+    kind = _KINDS.get(type(inp).__name__, "")
     if not isinstance(domain, Domain):
         return [("domain", f"{domain!r} is not a Domain", "write Domain(finite=True, ...)")]
     errors = []
@@ -195,9 +199,7 @@ def assuming(problem: Problem, assumptions: Iterable[tuple[str, str]]) -> Proble
             inputs.append(inp)
             continue
         _, domain = parse_assumption(f"{inp.name}={stated[inp.name]}")
-        kind = type(inp).__name__
-        kinds = {"TensorInput": "float", "IndexInput": "index", "MaskInput": "mask"}
-        errors = domain_errors(domain, kinds.get(kind, ""))
+        errors = domain_errors(domain, inp)
         if errors:
             _, message, fix = errors[0]
             raise UsageError(f"--assume {inp.name}={stated[inp.name]}: {message}; {fix}")

@@ -278,8 +278,7 @@ def _validate_inputs(v: _Validator, axes: list[str]) -> dict[str, spec.Input]:
             if len(inp.dtypes) > 1:
                 multi.add(len(inp.dtypes))
         if isinstance(inp, (TensorInput, IndexInput, MaskInput)):
-            kind = {TensorInput: "float", IndexInput: "index", MaskInput: "mask"}[type(inp)]
-            for field_name, message, fix in domain_errors(inp.domain, kind):
+            for field_name, message, fix in domain_errors(inp.domain, inp):
                 v.fail(f"{where}.{field_name}", message, fix, inp.name)
         if isinstance(inp, GeneratedInput) and v.problem.sampler is None:
             v.fail(
