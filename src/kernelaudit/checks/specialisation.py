@@ -81,7 +81,7 @@ class Specialisation:
             Failure(
                 key=f"held-back:{failure.key}",
                 title=f"passes at the workload's shape {listed} but fails at the "
-                f"{'far-past' if 'far past' in observation.probe.case.label else 'held-back'} "
+                f"{'far-past' if observation.probe.rank == FAR else 'held-back'} "
                 f"shape {held}: {failure.title}",
                 evidence=(("workload shape", listed), ("held-back shape", held), *failure.evidence),
                 score=failure.score,

@@ -183,10 +183,13 @@ to 16 bits loses most of the loss, and not so extreme that float32 arithmetic lo
 (1 - p at the maximum, a few float32 ulps of 1 against 1.1%)."""
 
 
-def _chosen_rows(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Which rows (slices along the last dimension; the whole tensor when it has one
-    dimension or none) a row draw changes: about one in `_ROW_SHARE`, at least one, spread."""
-    rows = values.numel() // max(1, values.shape[-1]) if values.dim() else 1
+def _rows(values: torch.Tensor) -> torch.Tensor:
+    """`values` as rows along its last dimension (one row when it has one dimension or none)."""
+    return values.reshape(-1, values.shape[-1] if values.dim() else 1)
+
+
+def _chosen_rows(rows: int, generator: torch.Generator) -> torch.Tensor:
+    """Which of `rows` rows a row draw changes: about one in `_ROW_SHARE`, at least one."""
     chosen = draws.rand((rows,), generator) * _ROW_SHARE < 1
     if rows and not bool(chosen.any()):
         chosen[int(torch.randint(rows, (), generator=generator))] = True
@@ -197,11 +200,9 @@ def _fill_rows(value: float) -> Callable[[torch.Tensor, torch.Generator], torch.
     def fill(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         if values.numel() == 0:
             return values
-        chosen = _chosen_rows(values, generator)
-        if values.dim() < 2:
-            return values.fill_(value) if bool(chosen.all()) else values
-        values.view(-1, values.shape[-1])[chosen] = value
-        return values
+        rows = _rows(values)
+        rows[_chosen_rows(rows.shape[0], generator)] = value
+        return rows.view(values.shape)
 
     return fill
 
@@ -214,8 +215,8 @@ def peak(width: int) -> float:
 def _peak_rows(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     if values.numel() == 0:
         return values
-    width = values.shape[-1] if values.dim() else 1
-    rows = values.reshape(-1, width)
+    rows = _rows(values)
+    width = rows.shape[1]
     at = torch.randint(width, (rows.shape[0], 1), generator=generator)
     rows.scatter_(1, at, peak(width))
     return rows.view(values.shape)
