@@ -17,7 +17,7 @@ Usage (from the repository root):
 Each problem's candidate is a solution.json written under the work folder (default: beside
 --out), holding the definition's reference source with a wrapper that returns a reference's
 dict of outputs as a tuple in the definition's order, passed outputs by return. Each audit is
-`python -m kernelaudit.cli check PROBLEM SOLUTION --device cuda:N` in a process of its own, its
+`python -m kernelaudit check PROBLEM SOLUTION --device cuda:N` in a process of its own, its
 stdout, stderr, JSON and HTML reports kept under the work folder. A problem is not runnable when
 the format's reader says so (NVFP4 without a Blackwell GPU, absent safetensors files), when its
 float64 inputs cannot fit on the GPU, or when the references record
@@ -347,7 +347,10 @@ def audit(run: Run, job: Job, base: Outcome) -> Outcome:
     report = reports / f"{slug}.json"
     report.unlink(missing_ok=True)
     solution = write_shim(job.folder, args.work / "shims")
-    command = [sys.executable, "-m", "kernelaudit.cli", "check", str(job.folder), str(solution)]
+    # `-m kernelaudit` is the `kernelaudit` command (its worker started before torch is
+    # imported); `-m kernelaudit.cli` the command line alone, for comparison
+    entry = "kernelaudit.cli" if args.no_early_worker else "kernelaudit"
+    command = [sys.executable, "-m", entry, "check", str(job.folder), str(solution)]
     command += ["--profile", args.profile, "--device", base.device, "--json", str(report)]
     command += ["--html", str(report.with_suffix(".html"))]
     if args.checks:
@@ -486,6 +489,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per audit")
     parser.add_argument(
         "--stop-after", type=float, help="start no audit after this many seconds of the run"
+    )
+    parser.add_argument(
+        "--no-early-worker",
+        action="store_true",
+        help="start each audit's worker when the audit asks for it, not as the command starts",
     )
     parser.add_argument(
         "--skip-done",

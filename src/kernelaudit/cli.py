@@ -41,6 +41,7 @@ from kernelaudit.report.terminal import (
     progress_bar,
     verdict_table,
 )
+from kernelaudit.runner import prestart
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.process import Worker
 
@@ -426,7 +427,10 @@ commands end as Python ends (`corpus` may have a Ray cluster to stop)."""
 def run() -> NoReturn:
     """The `kernelaudit` command: `main` on the command line's arguments, then the exit."""
     arguments = sys.argv[1:]
-    code = main(arguments)
+    try:
+        code = main(arguments)
+    finally:
+        prestart.discard()
     if arguments and arguments[0] in _QUICK_EXIT:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -48,14 +48,15 @@ def test_a_passing_candidate_exits_0_and_a_failing_one_exits_1(tmp_path: Path) -
 def test_the_command_ends_with_the_verdicts_exit_code_and_every_line_written(
     tmp_path: Path,
 ) -> None:
-    """`kernelaudit check` ends its process as soon as it is done: nothing it prints or writes
-    may be lost on the way, and the exit code is still the verdict's."""
+    """`kernelaudit check` (the command, its first worker started before torch is imported)
+    ends its process as soon as it is done: nothing it prints or writes may be lost on the way,
+    and the exit code is still the verdict's."""
     report = tmp_path / "report.json"
     done = subprocess.run(
         [
             sys.executable,
             "-m",
-            "kernelaudit.cli",
+            "kernelaudit",
             "check",
             str(PROBLEM),
             f"{CANDIDATES}::scale",

@@ -1,71 +1,28 @@
 """Readers that turn the files people already have into problems and candidates: kernelaudit's
 own problem modules, SOL-ExecBench definitions and solutions, KernelBench models.
 
-`read_problem` and `read_candidate` pick the reader from the file itself, so every command
-takes any of the formats without being told which one it is."""
+`read_problem`, `read_candidate` and `unrunnable` (in `readers`) are imported on first use, so
+that a solution can be unpacked before torch is imported (`runner.prestart`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
+import importlib
+from typing import TYPE_CHECKING
 
-from kernelaudit.errors import UsageError
-from kernelaudit.formats import kernelbench
-from kernelaudit.formats.solexecbench import definition as solexecbench
-from kernelaudit.formats.solexecbench.solution import is_solution, read_solution
-from kernelaudit.problem.load import load_problem
-from kernelaudit.problem.spec import Problem
-from kernelaudit.runner.candidate import CandidateRef, parse_candidate
+if TYPE_CHECKING:
+    from kernelaudit.formats.readers import (
+        PROBLEM_FORMATS,
+        read_candidate,
+        read_problem,
+        unrunnable,
+    )
 
-PROBLEM_FORMATS = (
-    "a kernelaudit problem module (.py defining `problem`), a SOL-ExecBench problem folder "
-    "(or its definition.json), or a KernelBench problem (.py defining Model, get_inputs and "
-    "get_init_inputs)"
-)
+__all__ = ["PROBLEM_FORMATS", "read_candidate", "read_problem", "unrunnable"]
 
 
-def read_problem(path: str | Path) -> Problem:
-    """The problem a file (or a folder holding one) declares, whatever its format."""
-    file = Path(path)
-    if solexecbench.is_definition(file):
-        return solexecbench.read_definition(file)
-    if file.is_dir():
-        raise UsageError(
-            f"problem folder {str(file)!r} holds no definition.json; pass {PROBLEM_FORMATS}"
-        )
-    if file.suffix == ".py" and file.is_file() and kernelbench.is_kernelbench_problem(file):
-        return kernelbench.read_kernelbench_problem(file)
-    return load_problem(file)
-
-
-def read_candidate(spec: str, problem: Problem) -> tuple[Problem, CandidateRef]:
-    """The candidate a spec names, and the problem as that candidate is called (a solution
-    may pass outputs in rather than return them).
-
-    spec: "file.py::function"; a SOL-ExecBench solution.json; a KernelBench file defining
-    ModelNew."""
-    path = Path(spec)
-    if "::" not in spec and path.suffix == ".json":
-        if not is_solution(path):
-            raise UsageError(
-                f"candidate {spec!r} is not a SOL-ExecBench solution (a JSON object with "
-                "`spec` and `sources`); pass a solution.json or a file.py::function"
-            )
-        return read_solution(path, problem)
-    if "::" not in spec and path.suffix == ".py" and path.is_file():
-        if kernelbench.is_kernelbench_candidate(path):
-            ref = kernelbench.kernelbench_candidate(problem, path)
-            return problem, replace(ref, source=str(path.resolve()), name=f"{path.name}::ModelNew")
-        raise UsageError(
-            f"candidate {spec!r} names a file but no function, and defines no ModelNew; "
-            f'write it as "{spec}::function_name"'
-        )
-    return problem, parse_candidate(spec)
-
-
-def unrunnable(problem: Problem) -> str | None:
-    """Why `problem`'s reference cannot run on this machine (hardware it needs, data files
-    that are absent), or None."""
-    if problem.source.endswith(solexecbench.DEFINITION):
-        return solexecbench.unrunnable(problem)
-    return None
+def __getattr__(name: str) -> object:
+    if name not in __all__:
+        raise AttributeError(f"module 'kernelaudit.formats' has no attribute {name!r}")
+    value = getattr(importlib.import_module("kernelaudit.formats.readers"), name)
+    globals()[name] = value
+    return value

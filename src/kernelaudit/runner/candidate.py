@@ -44,7 +44,7 @@ class CandidateRef:
         return self.name or f"{Path(self.path).name}::{self.function}"
 
     def autograd_argument(self) -> str:
-        """`autograd` as one command-line word ("-" when absent), for the worker's argv."""
+        """`autograd` as one word ("-" when absent), for a child told what to import."""
         if self.autograd is None:
             return "-"
         inputs, positions, upstream_of = self.autograd

@@ -17,19 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import torch
-
 import kernelaudit
 from kernelaudit.runner.sandbox import for_candidate
 from kernelaudit.runner.threads import THREADS_VARIABLE, thread_environment, thread_share
 
 
-def child_environment(device: str) -> dict[str, str]:
+def child_environment(device: str, gpus: int | None = None) -> dict[str, str]:
     """The environment of a process that runs a candidate: able to import kernelaudit, its
     thread pools held to the audit's share of the cores, and with Triton interpreting kernels
-    on a CPU. Nothing in it names the auditor."""
+    on a CPU. Nothing in it names the auditor. `gpus`: as `threads.thread_share` takes it."""
     env = dict(os.environ)
-    env.update(thread_environment(thread_share(device)))
+    env.update(thread_environment(thread_share(device, gpus=gpus)))
     # the share of an audit's cores is the auditor's setting; the standard variables hold
     # the candidate's pools, and no variable of kernelaudit's own is left to be seen
     env.pop(THREADS_VARIABLE, None)
@@ -39,7 +37,7 @@ def child_environment(device: str) -> dict[str, str]:
     installed = {*site.getsitepackages(), site.getusersitepackages()}
     if root not in installed:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    if torch.device(device).type == "cpu":
+    if device.partition(":")[0] == "cpu":
         # Triton kernels run through Triton's interpreter on the CPU.
         env["TRITON_INTERPRET"] = "1"
     return env
@@ -66,15 +64,17 @@ def start_python(
     stderr: int | IO[bytes] = subprocess.PIPE,
     cwd: str | Path | None = None,
     pass_fds: Sequence[int] = (),
+    gpus: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start `python *arguments`, which runs `candidate`, without waiting for it: in a session
     of its own, with a candidate's environment (`child_environment`, and `environment` over
     it) and in its sandbox (`runner.sandbox`: writing only `scratch`, when given, and reading
     `readable` besides the candidate's folder), keeping open the file descriptors `pass_fds`.
-    Whoever starts it kills its process group when done."""
+    `gpus`: as `child_environment` takes it. Whoever starts it kills its process group when
+    done."""
     command, env = for_candidate(
         [sys.executable, *arguments],
-        {**child_environment(device), **(environment or {})},
+        {**child_environment(device, gpus), **(environment or {})},
         candidate,
         scratch=scratch,
         readable=readable,
@@ -106,7 +106,12 @@ PIPE_BYTES = 1 << 20
 
 
 def start_piped(
-    module: str, arguments: list[str], device: str, candidate: str | Path, log: IO[bytes]
+    module: str,
+    arguments: list[str],
+    device: str,
+    candidate: str | Path,
+    log: IO[bytes],
+    gpus: int | None = None,
 ) -> Piped:
     """Start `python -m module READ_FD WRITE_FD *arguments` as `start_python` does, talking to
     the auditor over two private pipes (their numbers come first in its arguments), its
@@ -125,6 +130,7 @@ def start_piped(
             stdout=log,
             stderr=log,
             pass_fds=(child_reads, child_writes),
+            gpus=gpus,
         )
     except BaseException:
         os.close(parent_writes)

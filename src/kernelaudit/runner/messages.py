@@ -24,6 +24,20 @@ is a candidate's, and must not start audits of its own."""
 
 
 @dataclass(frozen=True)
+class Load:
+    """The worker's first message: where to run it and what to call in its file. It comes
+    after the process has started, so the process can be started before the auditor knows
+    these."""
+
+    device: str
+    gpu_memory_bytes: int
+    """The cap on torch's allocator in the worker (0: none)."""
+    function: str
+    autograd: str
+    """`CandidateRef.autograd_argument()`: how to differentiate the candidate ("-": not)."""
+
+
+@dataclass(frozen=True)
 class TensorArg:
     """A tensor input: its logical values (dense, on the CPU) and the layout to present it in."""
 
@@ -60,6 +74,9 @@ class Call:
     reuse: int | None = None
     """Write the values into the input and output buffers of this earlier call (the same
     tensor objects, version counters untouched) instead of fresh ones."""
+    updated: bool = False
+    """With `reuse`: write them with an in-place copy on the tensors themselves, as an
+    optimizer's step updates a weight, so their version counters move."""
     keep: bool = True
     """Send the outputs back; without, only their fingerprints come back."""
     scrub: bool = False

@@ -23,9 +23,10 @@ from typing import IO
 import torch
 
 from kernelaudit.errors import UsageError
+from kernelaudit.runner import prestart
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import PIPE_BYTES, start_piped
-from kernelaudit.runner.messages import Invocation, InvocationResult
+from kernelaudit.runner.launch import PIPE_BYTES, child_environment
+from kernelaudit.runner.messages import Invocation, InvocationResult, Load
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.wire import TooLarge, decode, encode
 
@@ -269,20 +270,25 @@ class Worker:
     # --- the child's life ---
 
     def _spawn(self) -> None:
-        # Held open for the child's whole life: crash messages quote its end.
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        arguments = [
-            self.device,
-            str(self.limits.gpu_memory_bytes),
-            str(Path(self.candidate.path).resolve()),
-            self.candidate.function,
-            self.candidate.autograd_argument(),
-        ]
-        child = start_piped(
-            "kernelaudit.runner.worker", arguments, self.device, self.candidate.path, self._stderr
-        )
+        early = prestart.take(self.candidate.path, child_environment(self.device))
+        if early is not None:
+            child, self._stderr = early
+        else:
+            # Held open for the child's whole life: crash messages quote its end.
+            self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+            child = prestart.start_worker(self.candidate.path, self.device, self._stderr)
         self._proc = child.process
         self._to_child, self._from_child = child.to_child, child.from_child
+        load = Load(
+            self.device,
+            self.limits.gpu_memory_bytes,
+            self.candidate.function,
+            self.candidate.autograd_argument(),
+        )
+        # a few hundred bytes into an empty pipe; a child already gone is seen when the
+        # worker's answer to loading is awaited
+        with contextlib.suppress(_Died, _Timeout, _OverLimit):
+            self._send(load, time.monotonic() + self.load_timeout_s)
 
     def _kill(self) -> None:
         """Kill the child's whole process group and forget it."""

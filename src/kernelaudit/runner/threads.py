@@ -11,11 +11,11 @@ through the variables those libraries read when they start.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import torch
 
 THREADS_VARIABLE = "KERNELAUDIT_THREADS"
 """Set by whoever runs several audits on one host (the corpus's slots), read by each audit."""
@@ -37,13 +37,14 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def thread_share(device: str, sharing: int | None = None) -> int:
+def thread_share(device: str, sharing: int | None = None, gpus: int | None = None) -> int:
     """This audit's share of the cores.
 
     `sharing`: how many audits run on this host at once. When not given, KERNELAUDIT_THREADS
     decides if it is set; otherwise an audit on one CUDA device of a host with several takes
     the cores divided by the devices (the others are there for other audits), and an audit on
-    the CPU or the only GPU takes them all.
+    the CPU or the only GPU takes them all. `gpus`: the host's CUDA devices, when the caller
+    counted them without torch (`visible_gpus`); torch counts them otherwise.
     """
     cores = usable_cores()
     if sharing is None:
@@ -51,9 +52,34 @@ def thread_share(device: str, sharing: int | None = None) -> int:
         if told.isdigit() and int(told) > 0:
             return min(int(told), cores)
         sharing = 1
-        if device.startswith("cuda") and torch.cuda.is_available():
-            sharing = max(1, torch.cuda.device_count())
+        if device.startswith("cuda"):
+            sharing = max(1, _torch_gpus() if gpus is None else gpus)
     return max(1, cores // max(1, sharing))
+
+
+def _torch_gpus() -> int:
+    import torch  # this module is read before torch is (`visible_gpus`)
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def visible_gpus() -> int:
+    """The CUDA devices this process would see, counted without importing torch: the NVIDIA
+    device nodes, as many as `CUDA_VISIBLE_DEVICES` lets through. Used only to start a worker
+    before torch is imported (`runner.prestart`); where it disagrees with torch's count, the
+    early worker is not used."""
+    nodes = [n for n in glob.glob("/dev/nvidia*") if re.fullmatch(r"/dev/nvidia\d+", n)]
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return len(nodes)
+    entries = [e for e in listed.split(",") if e.strip()]
+    # CUDA stops at the first entry that names no device ("-1" hides them all)
+    usable = 0
+    for entry in entries:
+        if entry.strip().lstrip("-").isdigit() and int(entry) < 0:
+            break
+        usable += 1
+    return min(usable, len(nodes))
 
 
 def thread_environment(threads: int) -> dict[str, str]:
@@ -66,6 +92,8 @@ def held_to(threads: int) -> Iterator[None]:
     """This process's torch pools held to `threads` for the duration, then as they were (the
     inter-op pool only where it has not started yet, and left so: torch refuses to resize it
     once it is in use)."""
+    import torch  # see `_torch_gpus`
+
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     if torch.get_num_interop_threads() != threads:

@@ -51,6 +51,7 @@ _ALLOWED = {
     **{
         ("kernelaudit.runner.messages", name): getattr(messages, name)
         for name in (
+            "Load",
             "TensorArg",
             "OutputSlot",
             "Call",

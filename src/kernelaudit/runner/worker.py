@@ -2,10 +2,12 @@
 `InvocationResult` (`runner.call`), and writes nothing but the channel's messages.
 
 Started by `kernelaudit.runner.process.Worker` as
-`python -m kernelaudit.runner.worker READ_FD WRITE_FD DEVICE GPU_BYTES PATH FUNCTION`. It
-takes a snapshot of the process-wide state, imports the candidate once, says it is ready, then
-answers every invocation. After a CUDA error (the context can no longer be trusted), a crash
-or an exhausted memory limit it answers and exits; the auditor starts a new one.
+`python -m kernelaudit.runner.worker READ_FD WRITE_FD FILE`. Its first message names the
+device, the device memory it may hold and the function to call in FILE (`Load`), so the
+process can start before the auditor knows them (`runner.prestart`). It then takes a snapshot
+of the process-wide state, imports the candidate once, says it is ready, and answers every
+invocation. After a CUDA error (the context can no longer be trusted), a crash or an exhausted
+memory limit it answers and exits; the auditor starts a new one.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.runner.failures import describe
 from kernelaudit.runner.guard import prepare
 from kernelaudit.runner.memory import read_memory
-from kernelaudit.runner.messages import Invocation, InvocationResult
+from kernelaudit.runner.messages import Invocation, InvocationResult, Load
 from kernelaudit.runner.state import snapshot
 from kernelaudit.runner.wire import decode, encode
 
@@ -81,7 +83,7 @@ def _exit_with_the_auditor(reader: int) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    read_fd, write_fd, device_name, gpu_bytes, path, function, autograd = argv
+    read_fd, write_fd, path = argv
     reader, writer = int(read_fd), int(write_fd)
     # Whatever the candidate prints goes to stderr, never into the channel.
     os.dup2(2, 1)
@@ -89,18 +91,22 @@ def main(argv: Sequence[str]) -> int:
     _exit_with_the_auditor(reader)
     for fd in (reader, writer):
         os.set_inheritable(fd, False)
-    device = torch.device(device_name)
+    load = _receive(reader)
+    if load is None:
+        return 0
+    assert isinstance(load, Load), type(load)
+    device = torch.device(load.device)
     if device.type == "cuda":
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
-        _limit_device_memory(device, int(gpu_bytes))
+        _limit_device_memory(device, load.gpu_memory_bytes)
     watch = Watch()
     if device.type == "cuda":
         watch.streams.install()
     pristine = snapshot(device)
     try:
-        ref = CandidateRef(path, function, CandidateRef.parse_autograd(autograd))
+        ref = CandidateRef(path, load.function, CandidateRef.parse_autograd(load.autograd))
         candidate = load_candidate(ref)
     except UsageError as error:
         _send(writer, ("usage", str(error)))

@@ -10,14 +10,16 @@ and reported like any other import error."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelaudit.errors import UsageError
 from kernelaudit.formats.cache import cache_folder, write_if_changed
-from kernelaudit.problem.spec import Problem
-from kernelaudit.runner.candidate import CandidateRef
+
+if TYPE_CHECKING:
+    from kernelaudit.problem.spec import Problem
+    from kernelaudit.runner.candidate import CandidateRef
 
 PYTHON_LANGUAGES = ("pytorch", "triton", "tlx", "cute_dsl", "cutile", "cudnn_frontend")
 CPP_LANGUAGES = ("cuda_cpp", "cutlass", "cudnn", "cublas")
@@ -66,22 +68,56 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True)
+class Unpacked:
+    """A solution's sources written out, and what its fields say about calling them."""
+
+    file: Path
+    """The solution.json."""
+    entry: Path
+    """The file the worker imports: the Python entry point, or the module that builds the
+    C++/CUDA sources."""
+    function: str
+    destination: bool
+    """Whether outputs are passed in (destination-passing style) rather than returned."""
+    name: str
+    definition: str
+    """The problem it names ("" when it names none)."""
+
+
 def read_solution(path: str | Path, problem: Problem) -> tuple[Problem, CandidateRef]:
     """The candidate a solution.json holds, and `problem` with the calling convention the
     solution declares."""
+    from kernelaudit.runner.candidate import CandidateRef  # see unpack_solution
+
+    unpacked = unpack_solution(path)
+    if unpacked.definition and unpacked.definition != problem.name:
+        raise _fail(
+            unpacked.file,
+            "definition",
+            f"the solution is for {unpacked.definition!r}, the problem is {problem.name!r}",
+            "audit it against the problem it was written for",
+        )
+    style = "destination" if unpacked.destination else "return"
+    ref = CandidateRef(
+        path=str(unpacked.entry),
+        function=unpacked.function,
+        source=str(unpacked.file),
+        name=unpacked.name,
+    )
+    return replace(problem, contract=replace(problem.contract, style=style)), ref
+
+
+def unpack_solution(path: str | Path) -> Unpacked:
+    """Check a solution.json's fields and write its sources into the cache. Needs no problem
+    and no torch: `kernelaudit check` does it before importing torch, to start the
+    candidate's worker at once (`runner.prestart`)."""
     file = Path(path).resolve()
     data = _read(file)
     spec = data.get("spec")
     if not isinstance(spec, dict):
         raise _fail(file, "spec", "missing or not an object", "give languages and entry_point")
     definition = data.get("definition")
-    if isinstance(definition, str) and definition and definition != problem.name:
-        raise _fail(
-            file,
-            "definition",
-            f"the solution is for {definition!r}, the problem is {problem.name!r}",
-            "audit it against the problem it was written for",
-        )
     languages = spec.get("languages", spec.get("language"))
     if isinstance(languages, str):
         languages = [languages]
@@ -156,10 +192,9 @@ def read_solution(path: str | Path, problem: Problem) -> tuple[Problem, Candidat
     destination = spec.get("destination_passing_style", True)
     if not isinstance(destination, bool):
         raise _fail(file, "spec.destination_passing_style", "not true or false", "write a bool")
-    contract = replace(problem.contract, style="destination" if destination else "return")
     name = str(data.get("name") or file.stem)
-    ref = CandidateRef(path=str(entry_path), function=function, source=str(file), name=name)
-    return replace(problem, contract=contract), ref
+    named = definition if isinstance(definition, str) else ""
+    return Unpacked(file, entry_path, function, destination, name, named)
 
 
 def _sources(file: Path, sources: object) -> dict[str, str]:

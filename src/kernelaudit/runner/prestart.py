@@ -1,0 +1,163 @@
+"""Starting `kernelaudit check`'s first worker before the auditor has imported torch.
+
+A short audit's longest wait is its worker's start: the sandbox, Python, torch, the device and
+the candidate's import, a few seconds that the auditor could only overlap with its own
+planning. The auditor itself spends its first seconds importing torch and reading the problem.
+So the command line starts the worker of its first candidate at once, from what its arguments
+alone say (the candidate's file and the device), and the audit takes that process over when it
+starts a worker for the same file with the same environment (`take`). Anything else (another
+file, another environment, a candidate format this cannot read ahead) and the early process is
+killed and a worker started as usual: starting early changes when the worker starts, never
+what it runs. What to load comes in the worker's first message (`messages.Load`), as it does
+for any worker.
+
+This module and what it imports leave torch unimported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from kernelaudit.errors import UsageError
+from kernelaudit.runner.launch import Piped, child_environment, start_piped
+from kernelaudit.runner.threads import visible_gpus
+
+WORKER = "kernelaudit.runner.worker"
+
+VALUE_OPTIONS = (
+    "--profile",
+    "--device",
+    "--budget",
+    "--json",
+    "--html",
+    "--checks",
+    "--assume",
+    "--trace",
+)
+"""The options of `kernelaudit check` that take a value (a test holds this to the real parser)."""
+
+
+@dataclass(frozen=True)
+class Early:
+    """A worker started before the audit asked for one."""
+
+    candidate: str
+    """The resolved path of the file it will import."""
+    environment: tuple[tuple[str, str], ...]
+    child: Piped
+    log: IO[bytes]
+
+
+_early: Early | None = None
+
+
+def start_for(arguments: list[str]) -> None:
+    """Start the worker of the first candidate `arguments` (a `kernelaudit` command line)
+    name, when they are a `check` of a candidate whose file can be known ahead."""
+    global _early
+    if _early is not None or not arguments or arguments[0] != "check":
+        return
+    parsed = _parse(arguments[1:])
+    if parsed is None:
+        return
+    candidate, device = parsed
+    path = _candidate_file(candidate)
+    if path is None:
+        return
+    if device == "auto":
+        device = "cuda" if visible_gpus() else "cpu"
+    elif not (device == "cpu" or device.partition(":")[0] == "cuda"):
+        return  # the audit will refuse it
+    gpus = visible_gpus()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (handed over with the process)
+    try:
+        child = start_worker(path, device, log, gpus)
+    except OSError:
+        log.close()
+        return
+    environment = tuple(sorted(child_environment(device, gpus).items()))
+    _early = Early(str(path), environment, child, log)
+
+
+def start_worker(
+    candidate: str | Path, device: str, log: IO[bytes], gpus: int | None = None
+) -> Piped:
+    """Start a worker for the file `candidate` (`python -m kernelaudit.runner.worker READ_FD
+    WRITE_FD FILE`), its output to `log`; what to call and where comes in its first message."""
+    return start_piped(WORKER, [str(Path(candidate).resolve())], device, candidate, log, gpus)
+
+
+def take(candidate: str | Path, environment: dict[str, str]) -> tuple[Piped, IO[bytes]] | None:
+    """The early worker, when it was started for `candidate` with `environment` (what the
+    audit would start it with now); otherwise None, and the early worker is ended."""
+    global _early
+    early, _early = _early, None
+    if early is None:
+        return None
+    if early.candidate == str(Path(candidate).resolve()) and early.environment == tuple(
+        sorted(environment.items())
+    ):
+        return early.child, early.log
+    _end(early)
+    return None
+
+
+def discard() -> None:
+    """End the early worker if no audit took it."""
+    global _early
+    early, _early = _early, None
+    if early is not None:
+        _end(early)
+
+
+def _end(early: Early) -> None:
+    for fd in (early.child.to_child, early.child.from_child):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(early.child.process.pid, signal.SIGKILL)
+    early.child.process.wait()
+    early.log.close()
+
+
+def _parse(arguments: list[str]) -> tuple[str, str] | None:
+    """The first candidate and the device a `check` command line names, or None."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("problem")
+    parser.add_argument("candidates", nargs="+")
+    for option in VALUE_OPTIONS:
+        parser.add_argument(option)
+    try:
+        known, _ = parser.parse_known_args(arguments)
+    except SystemExit:  # the real parser will say what is wrong
+        return None
+    return known.candidates[0], known.device or "auto"
+
+
+def _candidate_file(spec: str) -> Path | None:
+    """The file a candidate's worker will import, where it can be known without torch: a
+    `file.py::function`, or a SOL-ExecBench solution's entry (its sources written out)."""
+    if "::" in spec:
+        file = Path(spec.rsplit("::", 1)[0])
+        return file.resolve() if file.is_file() else None
+    path = Path(spec)
+    if path.suffix != ".json":
+        return None  # a KernelBench file runs through a shim made from the problem
+    from kernelaudit.formats.solexecbench.solution import (  # it reads no torch
+        is_solution,
+        unpack_solution,
+    )
+
+    if not is_solution(path):
+        return None
+    try:
+        return unpack_solution(path).entry
+    except (UsageError, OSError):
+        return None  # the audit will say what is wrong
