@@ -179,6 +179,28 @@ def test_a_new_process_reads_the_roofline_from_disk(monkeypatch, tmp_path):
     assert "read from" in again.method
 
 
+def test_a_cached_roofline_changed_by_anyone_but_the_auditor_is_measured_over(
+    monkeypatch, tmp_path
+):
+    """A candidate that lowered the cached peak would lower the floor its forged times are
+    held to: a file whose seal does not hold is never read."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    runs = _fake_measurement(monkeypatch, 5.0)
+    measure_roofline("cpu")
+    (saved,) = (tmp_path / "kernelaudit").glob("roofline-*.json")
+    document = json.loads(saved.read_text())
+    document["roofline"]["bandwidth_bytes_per_s"] = 1.0
+    saved.write_text(json.dumps(document))
+    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    assert measure_roofline("cpu").bandwidth_bytes_per_s == 5.0
+    assert len(runs) == 2
+    del document["seal"]
+    saved.write_text(json.dumps(document))
+    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    assert measure_roofline("cpu").bandwidth_bytes_per_s == 5.0
+    assert len(runs) == 3
+
+
 def test_refresh_and_disk_cache_off_bypass_the_caches(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     runs = _fake_measurement(monkeypatch, 5.0)
@@ -213,3 +235,14 @@ def test_the_cuda_roofline_is_plausible_and_leaves_tf32_as_it_was():
     assert rates["bfloat16"] > rates["float32"] and rates["float16"] > rates["float32"]
     if torch.cuda.get_device_capability() >= (8, 0):
         assert rates["tf32"] > rates["float32"]
+
+
+def test_a_peak_is_never_a_time_of_zero_when_the_protocols_cost_was_measured_too_high():
+    """A protocol cost measured while other work shared the device can exceed every sample:
+    the peak then keeps that cost in, rather than claiming an infinite rate."""
+    from kernelaudit.timing.measure import Timing
+
+    wiped = Timing(0.0, 0.0, 0.0, 3, 1, "made up", overhead_s=2e-3, samples_s=(0.0, 0.0, 0.0))
+    assert roofline_module._fastest(wiped) == 2e-3
+    kept = Timing(1e-3, 1e-3, 1e-3, 2, 1, "made up", overhead_s=1e-5, samples_s=(1e-3, 2e-3))
+    assert roofline_module._fastest(kept) == 1e-3

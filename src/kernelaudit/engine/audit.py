@@ -39,6 +39,7 @@ from kernelaudit.runner.messages import CANDIDATE_MAINS
 from kernelaudit.runner.process import Limits, Worker, default_limits
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.threads import held_to, thread_share
+from kernelaudit.timing.roofline import measure_roofline
 
 _CPU_SM_TARGET = 132
 """Without a GPU, plan "fewer rows than SMs" sizes for an H100-class part (132 SMs)."""
@@ -177,6 +178,10 @@ def _audit(
     finding_prefix: str,
 ) -> AuditReport:
     started = time.perf_counter()
+    if device.startswith("cuda") and any(check.name == "timing" for check in checks):
+        # the timing check's floor, measured on a quiet device (once per machine: it is kept
+        # on disk), before probes and the checks' background runs share the device with it
+        measure_roofline(device)
     ctx = PlanContext(problem, profile, device, sm_count(device), candidate)
     # the worker imports torch and the candidate while the probes are planned
     with worker or Worker(candidate, device, limits=limits_for(profile, device)) as worker:

@@ -53,9 +53,10 @@ class Executor:
     def measure_ahead(self, probes: Sequence[Probe]) -> None:
         """Start making what the timed probes need, beside the probes that come first: torch's
         FLOP counter loaded (it imports torch's compiler stack, seconds on a small machine),
-        the FLOPs of every timed case counted on shapes alone, the device's roofline measured
-        (its fastest samples, so work beside it can only lower the floor). The timed probes
-        run last and wait for it (`_wait_ahead`).
+        the FLOPs of every timed case counted on shapes alone, the device's roofline (on a
+        GPU measured before the audit began, on a quiet device, or read from its sealed
+        cache; on a CPU measured here). The timed probes run last and wait for it
+        (`_wait_ahead`).
 
         It runs in a thread of its own and touches nothing the probes share: the case's
         inputs as meta tensors (no values drawn, no code of the problem's run but the
@@ -81,7 +82,7 @@ class Executor:
             inputs = shapes_only(self.problem, case)
             if inputs is not None:
                 self._counted[case] = count_flops(self.problem, case, inputs)
-        measure_roofline(self.device, disk_cache=False)
+        measure_roofline(self.device)
 
     def _wait_ahead(self) -> None:
         """Wait for what `measure_ahead` started; its error, if any, is this probe's."""

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from kernelaudit.errors import UsageError
+from kernelaudit.report.seal import check, seal
 from kernelaudit.timing.measure import Timing, as_device, format_seconds, l2_bytes, time_calls
 
 FLOOR_SLACK = 0.5
@@ -137,8 +138,10 @@ def measure_roofline(
     device: torch.device | str, *, refresh: bool = False, disk_cache: bool = True
 ) -> Roofline:
     """The roofline of `device`, measured once per process and kept on disk per device model
-    and torch version (see `cache_path`). refresh=True measures anew and overwrites both caches;
-    disk_cache=False neither reads nor writes the file. Takes about a second on an H100."""
+    and torch version (see `cache_path`), sealed with the auditor's key (`report.seal`): a file
+    whose seal does not hold is measured over. refresh=True measures anew and overwrites both
+    caches; disk_cache=False neither reads nor writes the file. Takes about a second on an
+    H100."""
     device = as_device(device)
     name = device_name(device)
     key = (name, torch.__version__, torch.version.cuda or "no-cuda")
@@ -334,9 +337,13 @@ def _copy_seconds(copy_bytes: int, device: torch.device, budget: dict[str, Any])
 
 
 def _fastest(timing: Timing) -> float:
-    """The peak's time: the fastest sample, or the median where overhead correction left a
-    sample at zero."""
-    return min(timing.samples_s) or timing.median_s
+    """The peak's time: the fastest sample; where the protocol's cost subtracted from the
+    samples left them at zero (a cost measured while other work shared the device), the
+    fastest sample with that cost left in, never a time of zero."""
+    fastest = min(timing.samples_s)
+    if fastest > 0.0:
+        return fastest
+    return min(sample + timing.overhead_s for sample in timing.samples_s) or math.ulp(1.0)
 
 
 def _matmul_seconds(key: str, n: int, device: torch.device, budget: dict[str, Any]) -> float:
@@ -358,6 +365,9 @@ def _load(path: Path, key: tuple[str, ...]) -> Roofline | None:
         data = json.loads(path.read_text())
         if data.get("format") != CACHE_FORMAT or tuple(data.get("key", ())) != key:
             return None
+        sealed = data.pop("seal", None)
+        if check(data, sealed) != "intact":
+            return None  # written or changed by someone without the auditor's key
         roofline = Roofline.from_json(data["roofline"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -375,6 +385,7 @@ def _store(path: Path, key: tuple[str, ...], roofline: Roofline) -> None:
         "measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "roofline": roofline.to_json(),
     }
+    document["seal"] = seal(dict(document))
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     # a cache that cannot be written only costs a measurement next time
     try:
