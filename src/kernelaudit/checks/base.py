@@ -23,6 +23,7 @@ from kernelaudit.runner.messages import InvocationResult
 if TYPE_CHECKING:  # the oracle imports this module
     from kernelaudit.oracle.compare import Memo
     from kernelaudit.oracle.conditioning import Nudged
+    from kernelaudit.oracle.selection import Selection
 
 Severity = Literal["fail", "warn", "note"]
 
@@ -36,6 +37,8 @@ class Step:
     reuse: write this call's values into the very input (and output) buffers of an earlier
         step, the same tensor objects with their version counters untouched, instead of fresh
         ones: a candidate that caches by address, `id()` or version sees a call it has seen.
+    updated: with `reuse`, write them as an in-place update does (an optimizer's step): the
+        tensors' version counters move, so only a cache keyed on the address or `id()` hits.
     keep: whether the outputs come back; without, only their fingerprints do.
     scrub: fill the device memory the allocator holds free with poison before the call.
     settle_s: how long to wait after the call, and the device synchronise, before the outputs
@@ -58,6 +61,7 @@ class Step:
     case: Case | None = None
     poison: str = "nan"
     reuse: int | None = None
+    updated: bool = False
     keep: bool = True
     scrub: bool = False
     settle_s: float = 0.0
@@ -73,6 +77,7 @@ class Step:
         """The fields that travel to the worker on its `Call`, by the Call's field names."""
         return {
             "reuse": self.reuse,
+            "updated": self.updated,
             "keep": self.keep,
             "scrub": self.scrub,
             "settle_s": self.settle_s,
@@ -107,6 +112,8 @@ class Step:
             data["memory"] = True
         if self.queued:
             data["queued"] = True
+        if self.updated:
+            data["updated"] = True
         return data
 
     @classmethod
@@ -117,6 +124,7 @@ class Step:
             case=None if case is None else Case.from_json(case),
             poison=str(data.get("poison", "nan")),
             reuse=data.get("reuse"),
+            updated=bool(data.get("updated", False)),
             keep=bool(data.get("keep", True)),
             scrub=bool(data.get("scrub", False)),
             settle_s=float(data.get("settle_s", 0.0)),
@@ -203,6 +211,9 @@ class Expected:
     """Whether the case draws whole rows a reference may leave undefined (zero rows, rows of
     -inf: `inputs.distributions.UNDEFINED_WHERE_NAN`): where the truth is NaN, any result is
     accepted."""
+    selections: tuple[Selection | None, ...] = ()
+    """For each result, what it selects from when it is indices the reference chose by
+    comparing floats (`oracle.selection`); None (or nothing) elsewhere."""
     memo: Memo = field(default_factory=dict, compare=False, repr=False)
     """What the oracle learns from the truth and baseline alone (the baseline's error), kept
     with the case so every check that judges it reuses it."""
@@ -215,6 +226,9 @@ class Expected:
     _nudged: list[tuple[Nudged, ...] | None] = field(
         default_factory=list, compare=False, repr=False
     )
+
+    def selection(self, k: int) -> Selection | None:
+        return self.selections[k] if k < len(self.selections) else None
 
     def nudged(self) -> tuple[Nudged, ...] | None:
         """The nudged case, one entry per compared result (computed once per case), or None

@@ -78,7 +78,10 @@ def compare_expected(
         # rows the reference leaves undefined (its truth NaN) accept any value
         values = values.masked_fill(torch.isnan(truth).to(values.device), math.nan)
     arguments = (name, values, truth, expected.baseline[k], expected.dtypes[k])
-    comparison = compare(*arguments, depth=expected.depth, device=where, memo=expected.memo)
+    selection = expected.selection(k)
+    comparison = compare(
+        *arguments, depth=expected.depth, device=where, memo=expected.memo, selection=selection
+    )
     if comparison.failure == "error":
         # before failing on its error: does the precision allow better on this case?
         nudged = expected.nudged()

@@ -4,13 +4,16 @@ Floating results are judged against the fp64 truth relative to the native-precis
 `error_ratio = err(candidate) / max(err(baseline), floor)` for three metrics (see
 `kernelaudit.oracle.metrics`), with an absolute budget a poor baseline cannot stretch, after the
 non-finite pattern is checked, and bit for bit where the truth is exactly representable and the
-baseline reproduces it. Integer and bool results must equal the truth exactly. Every constant
+baseline reproduces it. Integer and bool results must equal the truth exactly, but for indices
+the reference chose by comparing floats, which may select a score tied with the truth's
+(`oracle.selection`). Every constant
 is in `kernelaudit.oracle.rule.CONSTANTS`, with the reason for its value; docs/oracle.md
 explains the rule.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ from kernelaudit.oracle.conditioning import Nudged
 from kernelaudit.oracle.metrics import ErrorMetrics, error_metrics
 from kernelaudit.oracle.reasons import bit_exact_reason, error_reason, listing, nonfinite_reason
 from kernelaudit.oracle.rule import METRICS, RATIO_LIMIT, SHOWN_MISMATCHES, budget, noise_floor
+from kernelaudit.oracle.selection import Selection, ties
 
 _SCAN_ELEMENTS = 1 << 22
 
@@ -111,6 +115,7 @@ def compare(
     device: str | torch.device | None = None,
     memo: Memo | None = None,
     nudged: Nudged | None = None,
+    selection: Selection | None = None,
 ) -> Comparison:
     """Judge a candidate's result `values` against the fp64 `truth` and the native `baseline`.
 
@@ -120,8 +125,10 @@ def compare(
     truth and baseline alone decide, by `name`, for later comparisons against the same ones.
     `nudged` is this result on the case with every input moved by one rounding
     (`oracle.conditioning`): where given, the result is judged against how far the truth moved
-    and the baseline's error there too, as against the baseline's error here. Never raises on a
-    bad result: a wrong shape or dtype is a failed comparison.
+    and the baseline's error there too, as against the baseline's error here. `selection`: for
+    an integer result the reference chose by comparing floats, what it selects from
+    (`oracle.selection`): an index whose score ties with the truth's is accepted. Never raises
+    on a bad result: a wrong shape or dtype is a failed comparison.
     """
     kind: Literal["floating", "exact"] = "exact" if is_exact(dtype) else "floating"
     if tuple(values.shape) != tuple(truth.shape):
@@ -132,6 +139,8 @@ def compare(
         return Comparison(name, kind, passed=False, reason=reason, failure="dtype")
     where = torch.device(device) if device is not None else truth.device
     judge = _COMPARISONS[kind]
+    if selection is not None and kind == "exact":
+        judge = functools.partial(_compare_exact, selection=selection)
     arguments = (name, values, truth, baseline, dtype, ratio_limit, depth)
     try:
         return judge(*arguments, where, memo, nudged)
@@ -166,18 +175,24 @@ def _compare_exact(
     where: torch.device,
     memo: Memo | None,
     nudged: Nudged | None,
+    selection: Selection | None = None,
 ) -> Comparison:
     del depth, memo, nudged  # exact results have no rounding noise, and nothing worth keeping
     values, truth = values.to(where), truth.to(where)
     differ = values != truth
-    count, baseline_count = torch.stack(
-        (differ.sum(), (baseline.to(where) != truth).sum())
+    tied = torch.zeros_like(differ) if selection is None else ties(values, truth, selection)
+    differ &= ~tied
+    count, baseline_count, tied_count = torch.stack(
+        (differ.sum(), (baseline.to(where) != truth).sum(), tied.sum())
     ).tolist()
     metrics = (
         ("mismatches", count),
         ("baseline_mismatches", baseline_count),
         ("elements", values.numel()),
     )
+    if selection is not None:
+        # indices the truth would not pick, selecting scores tied with those it picks
+        metrics += (("tied_selections", tied_count), ("tie_tolerance", selection.tolerance))
     if count == 0:
         return Comparison(name, "exact", passed=True, metrics=metrics)
     shown = _mismatches(differ, values, truth)

@@ -18,6 +18,7 @@ from kernelaudit.oracle.promote import (
     promoted_dtype,
     promoted_to_fp64,
 )
+from kernelaudit.oracle.selection import held, matched, recording, selections
 from kernelaudit.problem.spec import Dim, Problem, ScalarInput, dim_axes, dim_size
 
 _TRUTH_RUN = "with every floating tensor and dtype promoted to float64, to compute the truth"
@@ -53,14 +54,25 @@ def expected(
         _promoted_on(inputs[spec.name], dtype_config.get(spec.name), device)
         for spec in problem.inputs
     ]
-    truth = _truth(problem, promoted, sizes, dtypes, mutated, _TRUTH_RUN)
+    # selections are recorded only where an output could be one (the recording costs every
+    # torch call of the run some time)
+    indices = any(is_exact(dtype) and dtype != torch.bool for dtype in dtypes)
+    with recording(indices) as chosen:
+        truth = _truth(problem, promoted, sizes, dtypes, mutated, _TRUTH_RUN)
     del promoted
+    # the selections integer outputs are, kept on the host; the others go with the inputs
+    positions = matched(truth[: len(problem.outputs)], chosen)
+    kept = {p: held(chosen[p]) for p in positions if p is not None}
+    del chosen
 
     native = [
         native_copy(inputs[spec.name], dtype_config.get(spec.name), device)
         for spec in problem.inputs
     ]
-    baseline = _baseline(problem, native, sizes, dtypes, mutated, _BASELINE_RUN)
+    with recording(bool(kept)) as native_chosen:
+        baseline = _baseline(problem, native, sizes, dtypes, mutated, _BASELINE_RUN)
+    chosen_by = selections(positions, kept, native_chosen)
+    del native_chosen
 
     names = tuple(out.name for out in problem.outputs)
     names += tuple(f"{name} (after call)" for name in problem.contract.mutates)
@@ -91,6 +103,7 @@ def expected(
         baseline=baseline,
         dtypes=dtypes,
         depth=reduction_depth(problem, sizes),
+        selections=chosen_by,
         nudge=nudge,
     )
 
