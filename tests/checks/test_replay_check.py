@@ -1,5 +1,7 @@
 """A cache is confirmed even when the candidate is wrong from its first call: a call on other
-inputs that returns the first call's very bits does not follow its inputs."""
+inputs that returns the first call's very bits does not follow its inputs. A cache keyed on the
+version counter is told apart: derived state kept that way is a warning that says which writes
+it misses, the results kept that way fail."""
 
 from pathlib import Path
 
@@ -34,3 +36,31 @@ def test_a_cache_shows_even_when_the_first_call_is_already_wrong(candidate: str,
         assert all("what call 1 returned on other inputs" in f.title for f in replay)
     else:
         assert replay == []
+
+
+CACHES = FIXTURES / "weight_caches.py"
+
+
+def _replay(candidate: str):
+    report = audit(PROBLEM, f"{CACHES}::{candidate}", PROFILES["quick"], "cpu", ["replay"])
+    return report, [f for f in report.findings if f.check == "replay"]
+
+
+def test_state_kept_by_version_counter_is_a_warning_that_names_the_writes_it_misses():
+    report, (finding,) = _replay("column_by_version")
+    assert report.verdict == "PASS"
+    assert finding.severity == "warn" and finding.key.startswith("same-buffers:version:")
+    assert "version counters" in finding.title and "`.data`" in finding.title
+
+
+def test_state_kept_by_object_misses_an_optimizer_step_and_fails():
+    report, findings = _replay("column_by_id")
+    assert report.verdict == "FAIL"
+    assert all(f.severity == "fail" and ":version" not in f.key for f in findings)
+    assert any("updated in place" in f.title for f in findings)
+
+
+def test_results_kept_by_version_counter_fail():
+    report, _ = _replay("result_by_version")
+    assert report.verdict == "FAIL"
+    assert any(f.key.startswith("same-buffers:version-result:") for f in report.failures)

@@ -1,9 +1,14 @@
 """Stateful replay: outputs must follow the inputs of the call that produced them.
 
 Three sequences, each call judged against the truth of its own inputs:
-- same buffers, new contents: call 2 gets call 1's very tensors (same address, same version
-  counter) holding new values, so a cache keyed on `data_ptr`, `id()`, the version counter or
-  the shape answers with call 1's result;
+- same buffers, new contents: call 2 gets call 1's very tensors (same address) updated in place
+  with new values as an optimizer's step updates a weight (their version counters move), so a
+  cache keyed on `data_ptr`, `id()` or the shape answers with call 1's result; call 3 gets them
+  rewritten once more without moving the counters (as writes through `.data`, DLPack or NumPy
+  do), so a cache keyed on the version counter answers with call 2's. A result cached that way
+  (call 2's very bits again) fails: it is how a kernel serves a timed loop on the same tensors.
+  State derived from an input and cached that way (a packed weight) follows every update
+  autograd sees, and is reported as a warning that says which writes it misses;
 - A, B, A on fresh inputs: a result that lags one call, or is cached by shape, shows at B;
 - a long warm-up on the same inputs, then a call on new ones: behaviour that changes after a
   number of calls (a call counter, a cache warmed on the way) shows at the end.
@@ -26,11 +31,18 @@ from kernelaudit.checks.sweep import boundary_cases
 from kernelaudit.runner.watch import changed
 
 _SEQUENCES = {
-    "same-buffers": "call 2 got call 1's input tensors (same address, same version counter) "
-    "holding new values",
+    "same-buffers": "call 2 got call 1's input tensors (same address) updated in place with new "
+    "values, as an optimizer's step updates a weight",
     "a-b-a": "calls on inputs A, B, A, each on fresh tensors",
     "warm-up": "a call on new inputs after {n} calls on the same inputs",
 }
+_UNVERSIONED = (
+    "call 3 got the same tensors rewritten with other values without moving their version counters"
+)
+_MISSED_WRITES = (
+    "a caller who writes a tensor without moving its counter (through `.data`, DLPack or "
+    "NumPy, or a CUDA graph's static inputs refilled that way)"
+)
 
 
 class Replay:
@@ -45,7 +57,11 @@ class Replay:
         b = replace(a, seed=a.seed + 101)
         warmup = max(1, ctx.profile.warmup_calls)
         return [
-            Probe(self.name, a, RunPlan(steps=(Step(), Step(case=b, reuse=0)))),
+            Probe(
+                self.name,
+                a,
+                RunPlan(steps=(Step(), Step(case=b, reuse=0, updated=True), Step(reuse=0))),
+            ),
             Probe(self.name, a, RunPlan(steps=(Step(), Step(case=b), Step()))),
             Probe(
                 self.name,
@@ -67,7 +83,11 @@ class Replay:
         for call in range(1, len(result.calls)):
             if not steps[call].keep:
                 continue
+            unversioned = steps[call].reuse is not None and not steps[call].updated
             for failure in judge_results(observation, call):
+                if unversioned:  # every earlier call followed its inputs
+                    failures.append(_version_cache(observation, failure, call, len(steps)))
+                    continue
                 described = _SEQUENCES[sequence].format(n=len(steps) - 2)
                 failures.append(
                     Failure(
@@ -85,6 +105,39 @@ class Replay:
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         return []
+
+
+def _version_cache(observation: Observation, failure: Failure, call: int, calls: int) -> Failure:
+    """A call on inputs rewritten without moving their version counters that does not follow
+    them, after every earlier call did: a cache keyed on the version counters. The results
+    themselves cached (the previous call's bits again) fail; state derived from the inputs
+    and cached (the results are wrong otherwise) is a warning."""
+    outputs, previous = (observation.result.calls[i].outputs for i in (call, call - 1))
+    repeated = len(outputs) == len(previous) and all(
+        a.shape == b.shape and torch.equal(a, b) for a, b in zip(outputs, previous, strict=True)
+    )
+    where = f"call {call + 1} of {calls} ({_UNVERSIONED})"
+    if repeated:
+        kind, severity = "version-result", "fail"
+        title = (
+            f"results cached by the inputs' version counters: {where} returned bit for bit "
+            f"call {call}'s results, so a timed loop on the same tensors is served from the "
+            f"cache and {_MISSED_WRITES} gets stale results"
+        )
+    else:
+        kind, severity = "version", "warn"
+        title = (
+            "state cached by the inputs' version counters: it follows in-place updates (an "
+            f"optimizer's step), but {where} gave results that do not follow them, as "
+            f"{_MISSED_WRITES} would get"
+        )
+    return Failure(
+        key=f"same-buffers:{kind}:{failure.key}",
+        title=f"{title}: {failure.title}",
+        evidence=(("sequence", _UNVERSIONED), ("call", call), *failure.evidence),
+        score=failure.score,
+        severity=severity,
+    )
 
 
 def _sequence(steps: tuple[Step, ...]) -> str:
@@ -132,7 +185,12 @@ def _drift(observation: Observation, steps: tuple[Step, ...]) -> list[Failure]:
     if not observation.problem.contract.deterministic:
         return []
     calls = observation.result.calls
-    same = [i for i, step in enumerate(steps) if step.case is None and i < len(calls)]
+    # calls on the first call's inputs as fresh tensors (rewritten buffers are judged above)
+    same = [
+        i
+        for i, step in enumerate(steps)
+        if step.case is None and step.reuse is None and i < len(calls)
+    ]
     if len(same) < 2:
         return []
     first = calls[same[0]].fingerprints

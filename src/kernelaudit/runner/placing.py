@@ -25,13 +25,19 @@ class Placed:
 
 def buffers_for(call: Call, device: torch.device, placed: dict[int, Placed]) -> Placed:
     """Fresh guarded buffers for the call's tensors, or the buffers of the call it reuses with
-    this call's values written in (through an alias, so the tensors the candidate sees keep
-    their identity, address and version counter)."""
+    this call's values written in: through an alias, so the tensors the candidate sees keep
+    their identity, address and version counter; or, for an update (`Call.updated`), in place,
+    so their version counters move as after an optimizer's step."""
     if call.reuse is not None and call.reuse in placed:
         earlier = placed[call.reuse]
         for position, arg in enumerate(call.args):
             if isinstance(arg, TensorArg) and position in earlier.inputs:
-                rewrite(earlier.inputs[position].view, arg.values)
+                view = earlier.inputs[position].view
+                if call.updated:
+                    with torch.no_grad():  # as an optimizer's step: the counter moves
+                        view.copy_(arg.values.to(view.device).expand(view.shape))
+                else:
+                    rewrite(view, arg.values)
         for slot in earlier.slots:
             value = poison_value(call.poison, slot.view.dtype, call.sentinel)
             rewrite(slot.view, torch.full((), value))
