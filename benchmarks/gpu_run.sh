@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|sol-samples|references|demo-quick|safety|profile|sandbox|timing|bench|training|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|sol-samples|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -50,6 +50,36 @@ for step in ${steps[@]}; do
         STOP_AFTER=190 TIMEOUT=120 LIMIT=260 OUT="$out/sol-$profile" PROBLEMS="${PROBLEMS:-build/solexecbench}" \
           bash benchmarks/solexecbench_scale_gpu.sh --profile "$profile" --device cuda 2>&1 | tail -n 2
       done
+      ;;
+    early-ab)
+      # the 11 smallest runnable problems, quick, with each audit's worker started as the
+      # command starts, then as the audit asks for it (ORDER=late-first: the other way round;
+      # ORDER=early-only: the first alone)
+      order="${ORDER:-early-first}"
+      modes=(early late); [ "$order" = late-first ] && modes=(late early)
+      [ "$order" = early-only ] && modes=(early)
+      smallest=(FlashInfer-Bench/001_ FlashInfer-Bench/002_ FlashInfer-Bench/021_
+                FlashInfer-Bench/022_ FlashInfer-Bench/023_ FlashInfer-Bench/024_
+                FlashInfer-Bench/025_ L1/011_ L1/016_ L1/028_ L1/034_)
+      for mode in "${modes[@]}"; do
+        flag=(); [ "$mode" = late ] && flag=(--no-early-worker)
+        STOP_AFTER="${STOP_AFTER:-200}" TIMEOUT=120 LIMIT="${AB_LIMIT:-240}" OUT="$out/ab-$mode" \
+          PROBLEMS="${PROBLEMS:-build/solexecbench}" bash benchmarks/solexecbench_scale_gpu.sh \
+          --profile quick --device cuda --only "${smallest[@]}" "${flag[@]}" 2>&1 | tail -n 2
+      done
+      ;;
+    selections)
+      # the mixture-of-experts gate that failed as its own candidate (its top-k indices decided
+      # by rounding), and where a transposed convolution with an infinite weight gives NaN
+      # (L2/036's grad_x)
+      python3 benchmarks/conv_padding_nonfinite.py --device cuda \
+        --out "$out/conv-padding-nonfinite.json" > "$out/conv-padding-nonfinite.txt" 2>&1
+      echo "conv_padding_nonfinite exit code $?"
+      rm -rf /tmp/selections-work
+      python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
+        --out "$out/quant-011.json" --work /tmp/selections-work --profile default \
+        --timeout 200 --device cuda --only Quant/011_ 2>&1 | tail -n 6
+      cp /tmp/selections-work/reports/*.json "$out/" 2>/dev/null
       ;;
     references)
       # the references that failed as their own candidates: audited again (default profile),
