@@ -4,6 +4,7 @@ repeated or out-of-range index still fails."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,6 +62,21 @@ def test_where_the_order_is_unspecified_only_the_scores_selected_count():
     assert ties(torch.tensor([[0, 2, 3]]), truth, selection).tolist() == [[False, False, True]]
     assert not ties(torch.tensor([[0, 1, 2]]), truth, selection).any()
     assert not ties(torch.tensor([[0, 0, 2]]), truth, selection).any()
+
+
+def test_a_slice_an_earlier_near_tie_decided_may_be_the_references_own_answer():
+    """The truth's scores at the other answer are not close (an earlier choice masked them),
+    but a choice on the way hung on a near tie: the reference's own native answer passes
+    there, in any order, and nothing else does."""
+    selection = replace(
+        _selection([[0.9, 0.8, -math.inf, -math.inf]], ranked=False),
+        undecided=torch.tensor([True]),
+    )
+    truth, native = torch.tensor([[0, 1]]), torch.tensor([[2, 3]])
+    assert ties(torch.tensor([[3, 2]]), truth, selection, native).all()
+    assert not ties(torch.tensor([[3, 1]]), truth, selection, native).any()
+    decided = replace(selection, undecided=torch.tensor([False]))
+    assert not ties(torch.tensor([[2, 3]]), truth, decided, native).any()
 
 
 def test_an_argmax_without_its_dimension_kept_is_judged_along_it():
@@ -148,5 +164,23 @@ def test_a_router_that_keeps_its_experts_unordered_is_judged_by_which_it_keeps(
         DEFAULT,
         "cpu",
         ["numerics"],
+    )
+    assert report.verdict == verdict, [f.title for f in report.findings]
+
+
+@pytest.mark.parametrize(
+    ("router", "verdict"),
+    [
+        ("groups_as_the_reference_does", "PASS"),
+        ("groups_in_float64", "PASS"),
+        ("keeps_one_group", "FAIL"),
+        ("ignores_the_groups", "FAIL"),
+    ],
+)
+def test_a_router_that_picks_groups_first_is_judged_through_both_choices(router: str, verdict: str):
+    """Where two groups' sums tie at the reference's precision, the group rounding favours
+    decides which experts a token can get: the reference's own choice passes there."""
+    report = audit(
+        FIXTURES / "grouped_router.py", f"{ROUTERS}::{router}", DEFAULT, "cpu", ["numerics"]
     )
     assert report.verdict == verdict, [f.title for f in report.findings]

@@ -180,7 +180,11 @@ def _compare_exact(
     del depth, memo, nudged  # exact results have no rounding noise, and nothing worth keeping
     values, truth = values.to(where), truth.to(where)
     differ = values != truth
-    tied = torch.zeros_like(differ) if selection is None else ties(values, truth, selection)
+    tied = (
+        torch.zeros_like(differ)
+        if selection is None
+        else ties(values, truth, selection, baseline.to(where))
+    )
     differ &= ~tied
     count, baseline_count, tied_count = torch.stack(
         (differ.sum(), (baseline.to(where) != truth).sum(), tied.sum())

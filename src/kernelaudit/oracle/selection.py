@@ -11,13 +11,16 @@ index that differs from the truth's is accepted where the truth's score at that 
 the truth's score at its own, within twice the error the reference at its native precision makes
 in those scores (exact ties only where it makes none). Where the selection's order is
 unspecified (`topk(sorted=False)`), only the scores selected count, each side in score order.
+Where an earlier choice on the way hung on a near tie (a gate that first keeps its best groups
+of experts, then masks the others: the other group's experts have no score the truth can
+compare), the reference's own answer at its native precision is accepted for that slice too.
 An index out of range, or repeated where the selection picks distinct ones, is never accepted.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +73,8 @@ class Along:
     (`topk(sorted=False)`): then only which scores they select is compared."""
     largest: bool
     """Whether the best score is the largest (the order a rank follows)."""
+    picked: int = 1
+    """How many indices each slice selects (1 for an argmax, all of them for a sort)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,10 @@ class Selection:
     tolerance: float
     """Scores closer than this tie: `TIE_FACTOR` times the reference's own largest error in
     them at its native precision (0: only exact ties)."""
+    undecided: torch.Tensor | None = None
+    """For each slice of the result (its shape without `dim`): whether a choice the reference
+    made on the way to it hangs on a near tie (`near_ties`), so that the reference's own
+    answer at its native precision is as right as the truth's. None: no such choice."""
 
 
 class _Recorder(TorchFunctionMode):
@@ -108,7 +117,10 @@ class _Recorder(TorchFunctionMode):
         result = func(*args, **kwargs)
         name = _FUNCTIONS.get(func)
         if name is not None:
-            chosen = _chosen(name, args, kwargs, result)
+            try:
+                chosen = _chosen(name, args, kwargs, result)
+            except Exception:  # watching must never break the reference's run
+                chosen = None
             if chosen is not None:
                 self.chosen.append(chosen)
         return result
@@ -136,12 +148,18 @@ def _chosen(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: An
         "sort": bool(bound.arguments.get("descending")),
         "argsort": bool(bound.arguments.get("descending")),
     }.get(name, name in ("argmax", "max"))
+    dim = int(dim) % max(values.dim(), 1)
+    if name == "topk":
+        picked = int(bound.arguments["k"])
+    else:
+        picked = values.shape[dim] if name in ("sort", "argsort") else 1
     along = Along(
-        dim=int(dim) % max(values.dim(), 1),
+        dim=dim,
         keepdim=keepdim,
         distinct=name in ("topk", "sort", "argsort"),
         ranked=name != "topk" or bool(bound.arguments.get("sorted")),
         largest=largest,
+        picked=picked,
     )
     return Chosen(values.detach(), along, indices)
 
@@ -176,13 +194,16 @@ def held(chosen: Chosen) -> Chosen:
 
 
 def selections(
-    positions: tuple[int | None, ...],
-    truth_chosen: Mapping[int, Chosen],
-    native_chosen: list[Chosen],
+    positions: tuple[int | None, ...], truth_chosen: list[Chosen], native_chosen: list[Chosen]
 ) -> tuple[Selection | None, ...]:
-    """The selections of the results `matched` found (`truth_chosen`: by position, as `held`),
-    each with the tolerance the native run's selection at the same position gives (none where
-    the two runs' selections differ in shape)."""
+    """The selections of the results `matched` found (`truth_chosen`: every selection of the
+    truth's run, as `held`), each with the tolerance the native run's selection at the same
+    position gives (none where the two runs' selections differ in shape), and the slices where
+    any selection of the run with the same slices hangs on a near tie."""
+    gaps = [
+        _near_ties(chosen, native_chosen[i] if i < len(native_chosen) else None)
+        for i, chosen in enumerate(truth_chosen)
+    ]
     found: list[Selection | None] = []
     for position in positions:
         if position is None:
@@ -190,8 +211,43 @@ def selections(
             continue
         chosen = truth_chosen[position]
         native = native_chosen[position] if position < len(native_chosen) else None
-        found.append(Selection(chosen.scores, chosen.along, _tolerance(chosen.scores, native)))
+        slices = _slices(chosen)
+        undecided = [g for g in gaps if g is not None and g.shape == slices]
+        found.append(
+            Selection(
+                chosen.scores,
+                chosen.along,
+                _tolerance(chosen.scores, native),
+                torch.stack(undecided).any(dim=0) if undecided else None,
+            )
+        )
     return tuple(found)
+
+
+def _slices(chosen: Chosen) -> torch.Size:
+    shape = list(chosen.scores.shape)
+    del shape[chosen.along.dim]
+    return torch.Size(shape)
+
+
+def _near_ties(chosen: Chosen, native: Chosen | None) -> torch.Tensor | None:
+    """For each slice of `chosen`'s scores: whether what it selects hangs on a near tie, the
+    last score it keeps and the first it leaves (or any two neighbours, for a sort) within the
+    tolerance the native run gives; None where the native run made no such selection."""
+    if native is None or native.scores.shape != chosen.scores.shape:
+        return None
+    along, tolerance = chosen.along, _tolerance(chosen.scores, native)
+    size = chosen.scores.shape[along.dim]
+    ordered = chosen.scores.sort(dim=along.dim, descending=along.largest).values
+    if along.picked >= size:  # a whole sort: any two neighbours
+        if size < 2:
+            return None
+        left = ordered.narrow(along.dim, 0, size - 1)
+        right = ordered.narrow(along.dim, 1, size - 1)
+        return _close(left, right, tolerance).any(dim=along.dim)
+    kept = ordered.select(along.dim, along.picked - 1)
+    left_out = ordered.select(along.dim, along.picked)
+    return _close(kept, left_out, tolerance)
 
 
 def _source(result: torch.Tensor, chosen: list[Chosen]) -> int | None:
@@ -212,11 +268,17 @@ def _tolerance(truth: torch.Tensor, native: Chosen | None) -> float:
     return TIE_FACTOR * float(error.max()) if error.numel() else 0.0
 
 
-def ties(values: torch.Tensor, truth: torch.Tensor, selection: Selection) -> torch.Tensor:
+def ties(
+    values: torch.Tensor,
+    truth: torch.Tensor,
+    selection: Selection,
+    baseline: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Where `values` differ from the truth's indices but select scores that tie with the
     truth's (see the module's docstring): True there, False everywhere else. Where the order
     is unspecified, a slice is accepted whole when its scores, each side in score order, tie
-    rank by rank."""
+    rank by rank. A slice a near tie decided on the way (`Selection.undecided`) is accepted
+    whole when it is the reference's own answer at its native precision (`baseline`)."""
     along = selection.along
     dim = along.dim
     scores = selection.scores.to(values.device)
@@ -239,6 +301,16 @@ def ties(values: torch.Tensor, truth: torch.Tensor, selection: Selection) -> tor
         ordered = chosen.sort(dim=dim).values
         repeated = (ordered.diff(dim=dim) == 0).any(dim=dim, keepdim=True)
         tied = tied & ~repeated
+    if selection.undecided is not None and baseline is not None:
+        native = baseline.to(values.device, torch.int64)
+        native = native if along.keepdim else native.unsqueeze(dim)
+        if along.ranked:
+            same = (chosen == native).all(dim=dim, keepdim=True)
+        else:  # the same indices, in any order
+            ours, theirs = (t.sort(dim=dim).values for t in (chosen, native))
+            same = (ours == theirs).all(dim=dim, keepdim=True)
+        undecided = selection.undecided.to(values.device).unsqueeze(dim)
+        tied = tied | (same & undecided).expand_as(chosen)
     tied = tied & (chosen != wanted)
     return tied if along.keepdim else tied.squeeze(dim)
 

@@ -60,9 +60,9 @@ def expected(
     with recording(indices) as chosen:
         truth = _truth(problem, promoted, sizes, dtypes, mutated, _TRUTH_RUN)
     del promoted
-    # the selections integer outputs are, kept on the host; the others go with the inputs
+    # the selections integer outputs are, and every choice made on the way, kept on the host
     positions = matched(truth[: len(problem.outputs)], chosen)
-    kept = {p: held(chosen[p]) for p in positions if p is not None}
+    kept = [held(c) for c in chosen] if any(p is not None for p in positions) else []
     del chosen
 
     native = [
