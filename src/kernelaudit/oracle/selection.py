@@ -97,7 +97,7 @@ class Selection:
     them at its native precision (0: only exact ties)."""
     undecided: torch.Tensor | None = None
     """For each slice of the result (its shape without `dim`): whether a choice the reference
-    made on the way to it hangs on a near tie (`near_ties`), so that the reference's own
+    made on the way to it hangs on a near tie (`_near_ties`), so that the reference's own
     answer at its native precision is as right as the truth's. None: no such choice."""
 
 
