@@ -3,6 +3,7 @@ observation with every check, group failures into findings, shrink them, and rep
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import sys
 import time
@@ -180,8 +181,10 @@ def _audit(
     started = time.perf_counter()
     if device.startswith("cuda") and any(check.name == "timing" for check in checks):
         # the timing check's floor, measured on a quiet device (once per machine: it is kept
-        # on disk), before probes and the checks' background runs share the device with it
-        measure_roofline(device)
+        # on disk), before probes and the checks' background runs share the device with it;
+        # should it fail here, the timed probe measures it again and reports why
+        with contextlib.suppress(RuntimeError):
+            measure_roofline(device)
     ctx = PlanContext(problem, profile, device, sm_count(device), candidate)
     # the worker imports torch and the candidate while the probes are planned
     with worker or Worker(candidate, device, limits=limits_for(profile, device)) as worker:
