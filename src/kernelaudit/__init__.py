@@ -25,22 +25,6 @@ if TYPE_CHECKING:
         Workload,
     )
 
-_HOME = {
-    "Axis": "kernelaudit.problem.spec",
-    "Contract": "kernelaudit.problem.spec",
-    "Domain": "kernelaudit.problem.domain",
-    "Forward": "kernelaudit.problem.spec",
-    "GeneratedInput": "kernelaudit.problem.spec",
-    "IndexInput": "kernelaudit.problem.spec",
-    "MaskInput": "kernelaudit.problem.spec",
-    "Output": "kernelaudit.problem.spec",
-    "Problem": "kernelaudit.problem.spec",
-    "Sampler": "kernelaudit.problem.spec",
-    "ScalarInput": "kernelaudit.problem.spec",
-    "TensorInput": "kernelaudit.problem.spec",
-    "Workload": "kernelaudit.problem.spec",
-}
-
 __all__ = [
     "Axis",
     "Contract",
@@ -56,6 +40,9 @@ __all__ = [
     "TensorInput",
     "Workload",
 ]
+_HOME = dict.fromkeys(__all__, "kernelaudit.problem.spec") | {
+    "Domain": "kernelaudit.problem.domain"
+}
 __version__ = "0.1.0"
 
 

@@ -17,9 +17,11 @@ from kernelaudit.oracle.selection import Along, Selection, ties
 from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import Output, Problem, TensorInput
 from kernelaudit.profiles import PROFILES
+from kernelaudit.sourcefile import import_source
 
 FIXTURES = Path(__file__).parents[1] / "checks" / "fixtures"
 ROUTERS = FIXTURES / "router_kernels.py"
+ROUTER = import_source(FIXTURES / "expert_router.py", "expert_router", folder_on_path=False)
 CPU = torch.device("cpu")
 
 
@@ -140,9 +142,7 @@ DEFAULT = replace(PROFILES["default"], boundary_sizes_per_axis=1)
     ],
 )
 def test_a_router_is_judged_by_the_experts_it_picks(router: str, verdict: str):
-    report = audit(
-        FIXTURES / "expert_router.py", f"{ROUTERS}::{router}", DEFAULT, "cpu", ["numerics"]
-    )
+    report = audit(ROUTER.problem, f"{ROUTERS}::{router}", DEFAULT, "cpu", ["numerics"])
     assert report.verdict == verdict, [f.title for f in report.findings]
 
 
@@ -158,13 +158,7 @@ def test_a_router_is_judged_by_the_experts_it_picks(router: str, verdict: str):
 def test_a_router_that_keeps_its_experts_unordered_is_judged_by_which_it_keeps(
     router: str, verdict: str
 ):
-    report = audit(
-        FIXTURES / "expert_router_unsorted.py",
-        f"{ROUTERS}::{router}",
-        DEFAULT,
-        "cpu",
-        ["numerics"],
-    )
+    report = audit(ROUTER.UNORDERED, f"{ROUTERS}::{router}", DEFAULT, "cpu", ["numerics"])
     assert report.verdict == verdict, [f.title for f in report.findings]
 
 
@@ -180,7 +174,5 @@ def test_a_router_that_keeps_its_experts_unordered_is_judged_by_which_it_keeps(
 def test_a_router_that_picks_groups_first_is_judged_through_both_choices(router: str, verdict: str):
     """Where two groups' sums tie at the reference's precision, the group rounding favours
     decides which experts a token can get: the reference's own choice passes there."""
-    report = audit(
-        FIXTURES / "grouped_router.py", f"{ROUTERS}::{router}", DEFAULT, "cpu", ["numerics"]
-    )
+    report = audit(ROUTER.BY_GROUPS, f"{ROUTERS}::{router}", DEFAULT, "cpu", ["numerics"])
     assert report.verdict == verdict, [f.title for f in report.findings]

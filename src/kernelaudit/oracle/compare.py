@@ -178,16 +178,14 @@ def _compare_exact(
     selection: Selection | None = None,
 ) -> Comparison:
     del depth, memo, nudged  # exact results have no rounding noise, and nothing worth keeping
-    values, truth = values.to(where), truth.to(where)
+    values, truth, baseline = values.to(where), truth.to(where), baseline.to(where)
     differ = values != truth
     tied = (
-        torch.zeros_like(differ)
-        if selection is None
-        else ties(values, truth, selection, baseline.to(where))
+        torch.zeros_like(differ) if selection is None else ties(values, truth, selection, baseline)
     )
     differ &= ~tied
     count, baseline_count, tied_count = torch.stack(
-        (differ.sum(), (baseline.to(where) != truth).sum(), tied.sum())
+        (differ.sum(), (baseline != truth).sum(), tied.sum())
     ).tolist()
     metrics = (
         ("mismatches", count),

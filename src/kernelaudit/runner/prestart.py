@@ -94,16 +94,26 @@ def start_worker(
     return start_piped(WORKER, [str(Path(candidate).resolve())], device, candidate, log, gpus)
 
 
-def take(candidate: str | Path, environment: dict[str, str]) -> tuple[Piped, IO[bytes]] | None:
-    """The early worker, when it was started for `candidate` with `environment` (what the
-    audit would start it with now); otherwise None, and the early worker is ended."""
+def worker_for(candidate: str | Path, device: str) -> tuple[Piped, IO[bytes]]:
+    """A worker for the file `candidate` on `device`, and the file its output goes to: the one
+    started early when it is the very one this would start (`take`), else a new one."""
+    early = take(candidate, device)
+    if early is not None:
+        return early
+    # held open for the child's whole life: crash messages quote its end
+    log = tempfile.TemporaryFile()  # noqa: SIM115
+    return start_worker(candidate, device, log), log
+
+
+def take(candidate: str | Path, device: str) -> tuple[Piped, IO[bytes]] | None:
+    """The early worker, when it was started for `candidate` with the environment a worker on
+    `device` gets now; otherwise None, and the early worker is ended."""
     global _early
     early, _early = _early, None
     if early is None:
         return None
-    if early.candidate == str(Path(candidate).resolve()) and early.environment == tuple(
-        sorted(environment.items())
-    ):
+    environment = tuple(sorted(child_environment(device).items()))
+    if early.candidate == str(Path(candidate).resolve()) and early.environment == environment:
         return early.child, early.log
     _end(early)
     return None

@@ -13,7 +13,6 @@ import os
 import select
 import signal
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch
 from kernelaudit.errors import UsageError
 from kernelaudit.runner import prestart
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import PIPE_BYTES, child_environment
+from kernelaudit.runner.launch import PIPE_BYTES
 from kernelaudit.runner.messages import Invocation, InvocationResult, Load
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.wire import TooLarge, decode, encode
@@ -270,13 +269,7 @@ class Worker:
     # --- the child's life ---
 
     def _spawn(self) -> None:
-        early = prestart.take(self.candidate.path, child_environment(self.device))
-        if early is not None:
-            child, self._stderr = early
-        else:
-            # Held open for the child's whole life: crash messages quote its end.
-            self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-            child = prestart.start_worker(self.candidate.path, self.device, self._stderr)
+        child, self._stderr = prestart.worker_for(self.candidate.path, self.device)
         self._proc = child.process
         self._to_child, self._from_child = child.to_child, child.from_child
         load = Load(
