@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|sol-samples|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -50,6 +50,19 @@ for step in ${steps[@]}; do
         STOP_AFTER=190 TIMEOUT=120 LIMIT=260 OUT="$out/sol-$profile" PROBLEMS="${PROBLEMS:-build/solexecbench}" \
           bash benchmarks/solexecbench_scale_gpu.sh --profile "$profile" --device cuda 2>&1 | tail -n 2
       done
+      ;;
+    stratified)
+      # every 8th runnable problem by size (26), each its own reference as the candidate,
+      # default profile, one audit per GPU: what a whole-benchmark run costs per problem
+      sample=(L1/034_flux FlashInfer-Bench/001_fused FlashInfer-Bench/003_fused L1/083_attention
+              L1/073_fused L2/036_convnextv2 L1/042_moe L2/057_residual L1/023_multimodal
+              L2/074_sam Quant/011_fp8 L1/089_vae Quant/007_fp8 L2/045_audio L1/072_cross
+              L1/064_latent L2/022_video L1/091_fused L1/001_attention FlashInfer-Bench/008_gemm
+              L2/069_joint L2/032_dual L2/002_decoder L2/020_decoder L2/016_moe L2/029_moe)
+      STOP_AFTER="${STOP_AFTER:-240}" TIMEOUT="${TIMEOUT:-120}" LIMIT="${LIMIT:-560}" \
+        OUT="$out/stratified" PROBLEMS="${PROBLEMS:-build/solexecbench}" \
+        bash benchmarks/solexecbench_scale_gpu.sh --profile default --device cuda \
+        --only "${sample[@]}" 2>&1 | tail -n 4
       ;;
     early-ab)
       # the 11 smallest runnable problems, quick, with each audit's worker started as the

@@ -6,15 +6,21 @@ from dataclasses import replace
 import pytest
 import torch
 
+from kernelaudit.checks import build_checks
 from kernelaudit.checks.base import PlanContext, Probe
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.checks.sweep import (
     COVERAGE,
+    MORE_VARIANTS,
     SAMPLED_OUT,
     SAMPLED_WORKLOADS,
+    base_workload,
+    covering_variants,
     kept_workloads,
+    shapes_for,
     value_variants,
 )
+from kernelaudit.checks.timing import timing_probe
 from kernelaudit.engine.budget import fit, probe_seconds, untried_summary
 from kernelaudit.errors import UsageError
 from kernelaudit.inputs.case import Case
@@ -83,19 +89,65 @@ def test_the_plan_is_the_same_every_time():
     assert plans[0] == plans[1] == plans[2]
 
 
-def test_every_value_variant_and_boundary_shape_runs_whatever_the_budget():
+def test_every_value_variant_runs_where_they_fit_the_budget():
+    problem = _problem([{"rows": 64, "cols": 64}, {"rows": 32, "cols": 32}])
+    ctx = _context(problem)
+    fitted = fit(Numerics().plan(ctx), problem, "cuda", ctx.profile.budget_s)
+    ran = {(p.case.values, p.case.dtype_config) for p in fitted.probes if p.rank == COVERAGE}
+    for config in range(2):
+        for values in value_variants(ctx):
+            assert (tuple(sorted(values)), config) in ran
+
+
+def test_every_family_input_and_boundary_shape_runs_whatever_the_budget():
     problem = _problem([{"rows": 8192, "cols": 8192}, {"rows": 4096, "cols": 4096}])
     ctx = _context(problem, budget_s=0.001)
     probes = Numerics().plan(ctx)
     fitted = fit(probes, problem, "cuda", 0.001)
-    ran = {(p.case.values, p.case.dtype_config) for p in fitted.probes}
+    variants = value_variants(ctx)
     for config in range(2):
-        for values in value_variants(ctx):
-            assert (tuple(sorted(values)), config) in ran
+        ran = [dict(p.case.values) for p in fitted.probes if p.case.dtype_config == config]
+        for name in ("x", "y"):
+            assert any(name in values for values in ran)
+        families = {family for values in variants for _, family in values}
+        assert families == {family for values in ran for family in values.values()}
+    # fewer than every input in every family: the rest wait, first among the optional cases
+    assert {p.rank for p in fitted.untried if p.case.values} >= {MORE_VARIANTS}
+    assert len({p.case.values for p in fitted.probes}) < len(variants)
     boundaries = {p.case.label for p in probes if p.case.label.startswith("boundary")}
     assert boundaries
     assert boundaries <= {p.case.label for p in fitted.probes}
-    assert fitted.untried  # the variants at the second workload wait for a larger budget
+
+
+def test_the_families_are_spread_over_the_inputs():
+    problem = _problem([{"rows": 8192, "cols": 8192}])
+    ctx = _context(problem, budget_s=0.001)
+    variants = value_variants(ctx)
+    chosen = [
+        v for v, needed in zip(variants, covering_variants(ctx, variants), strict=True) if needed
+    ]
+    varied = [values[0][0] for values in chosen if values]
+    assert abs(varied.count("x") - varied.count("y")) <= 1
+
+
+def test_costly_first_workloads_give_way_to_a_cheaper_base_for_the_checks():
+    cheap_first = _problem([{"rows": 256, "cols": 256}, {"rows": 16384, "cols": 16384}])
+    assert base_workload(_context(cheap_first)) == "workload 0"
+    costly_first = _problem(
+        [{"rows": 16384, "cols": 16384}, {"rows": 64, "cols": 64}, {"rows": 512, "cols": 512}]
+    )
+    ctx = _context(costly_first)
+    assert base_workload(ctx) == "workload 2"  # the largest around which the probes fit
+    shapes = shapes_for(ctx)
+    assert shapes[0] == ({"rows": 512, "cols": 512}, "workload 2")
+    boundaries = [sizes for sizes, label in shapes if label.startswith("boundary")]
+    assert boundaries and all(max(sizes.values()) <= 1024 for sizes in boundaries)
+    # the checks' own probes depart from it; the timed run stays at the first workload
+    replays = next(p for p in build_checks() if p.name == "replay").plan(ctx)
+    assert {p.case.label for p in replays} == {"workload 2"}
+    assert timing_probe(ctx).case.label == "workload 0"
+    kept, _, _ = kept_workloads(ctx)
+    assert {"workload 0", "workload 2"} <= set(kept)
 
 
 def test_cheap_workloads_all_run_and_costly_ones_are_sampled():

@@ -18,7 +18,7 @@ from kernelaudit import (
     TensorInput,
 )
 from kernelaudit.errors import ProblemError, UsageError
-from kernelaudit.inputs.batch import batch_axes, infer_batch_axes
+from kernelaudit.inputs.batch import batch_axes, infer_batch_axes, inference_skipped
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.problem.load import validate
@@ -118,6 +118,35 @@ def test_a_reference_that_rejects_small_sizes_is_tried_at_the_first_workload() -
         return torch.softmax(x, dim=-1)
 
     assert infer_batch_axes(replace(SOFTMAX, reference=needs_wide_rows)) == ("rows",)
+
+
+def test_a_problem_too_large_to_try_on_the_host_is_not_inferred_and_says_why() -> None:
+    calls = []
+
+    def table_lookup(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        calls.append(x.shape)
+        return x * table[: x.shape[1]]
+
+    # a table of every position: its smallest case already holds 2^28 elements
+    huge = Problem(
+        name="positions",
+        reference=table_lookup,
+        axes=("rows", "cols", Axis("positions", min=1 << 28)),
+        inputs=(
+            TensorInput("x", ("rows", "cols")),
+            TensorInput("table", ("positions",), role="weight"),
+        ),
+        outputs=(Output("y", ("rows", "cols")),),
+        workloads=({"rows": 8, "cols": 16, "positions": 1 << 28},),
+    )
+    assert infer_batch_axes(huge) == ()
+    assert not calls  # the reference never ran
+    assert "268,435,4" in inference_skipped(huge) and "Contract(batch_axes" in inference_skipped(
+        huge
+    )
+    declared = replace(huge, contract=Contract(batch_axes=("rows",)))
+    assert batch_axes(declared) == ("rows",) and inference_skipped(declared) == ""
+    assert inference_skipped(SOFTMAX) == ""
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,14 @@ import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
 from kernelaudit.checks.numerics import judge_results
-from kernelaudit.inputs.batch import axis_position, batch_axes, result_shapes
+from kernelaudit.checks.sweep import shapes_for
+from kernelaudit.inputs.batch import (
+    axis_position,
+    batch_axes,
+    inference_skipped,
+    result_shapes,
+)
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.shapes import shape_cases
 from kernelaudit.runner.guard import same_elements
 
 _SAME_SIZE_INTEGERS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -35,6 +40,9 @@ class BatchInvariance:
     def not_applicable(self, ctx: PlanContext) -> str:
         if batch_axes(ctx.problem):
             return ""
+        skipped = inference_skipped(ctx.problem)
+        if skipped:
+            return f"no batch axis known: {skipped}"
         return "the problem has no batch axis (rows computed independently of each other)"
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
@@ -80,7 +88,7 @@ class BatchInvariance:
 def _whole_case(ctx: PlanContext, axis: str) -> Case | None:
     """The case the rows are cut from: the axis at its smallest boundary size of at least 2
     rows, or at the first workload's size."""
-    shapes = shape_cases(ctx.problem, ctx.profile.boundary_sizes_per_axis, ctx.sm_count)
+    shapes = shapes_for(ctx)
     boundary = [
         (sizes, label)
         for sizes, label in shapes

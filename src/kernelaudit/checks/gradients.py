@@ -17,7 +17,12 @@ from typing import ClassVar
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.numerics import judge_results
-from kernelaudit.checks.sweep import MORE_WORKLOAD_VALUES, affordable
+from kernelaudit.checks.sweep import (
+    MORE_WORKLOAD_VALUES,
+    affordable,
+    base_workload,
+    workloads_cheap,
+)
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import case_elements
 from kernelaudit.inputs.layouts import geometry
@@ -83,26 +88,33 @@ class Gradients:
 def gradient_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
     """Per dtype configuration, at every workload: per-element upstream gradients, all-ones
     upstream gradients, Zipf and hot index draws, every argument mode, and the reduced axes
-    lengthened; at the first workload and configuration, every upstream layout. Each with its
-    rank (`Probe.rank`): the first, the smallest and the largest workload's cases always run,
-    the other workloads' while the budget allows."""
+    lengthened; at the base workload (`base_workload`) and first configuration, every upstream
+    layout. Each with its rank (`Probe.rank`): where the workloads are cheap, the first, the
+    smallest and the largest workload's cases always run; otherwise the base workload's, and
+    the first, smallest and largest workloads at per-element upstream gradients; the others
+    while the budget allows."""
     problem, profile = ctx.problem, ctx.profile
     upstream = [i for i in problem.inputs if isinstance(i, TensorInput) and i.role == "upstream"]
     indices = [i for i in problem.inputs if isinstance(i, IndexInput)]
     modes = [i for i in problem.inputs if isinstance(i, ScalarInput) and i.choices]
     by_size = sorted(problem.workloads, key=lambda w: case_elements(problem, w.as_dict()))
-    required = {
+    sampled = {
         w.name
         for w in (problem.workloads[0], by_size[0], by_size[-1])
         if w is by_size[0] or affordable(ctx, w.as_dict())
     }
+    # cheap workloads: every case at the first, the smallest and the largest; otherwise every
+    # case at the workload the other checks depart from, the sampled ones at default values
+    thorough = sampled if workloads_cheap(ctx) else {base_workload(ctx)}
     ranked: dict[Case, int] = {}
     for config in range(len(problem.dtype_configs())):
         for workload in problem.workloads:
-            rank = 0 if workload.name in required else MORE_WORKLOAD_VALUES
+            rank = 0 if workload.name in thorough else MORE_WORKLOAD_VALUES
             cases: list[Case] = []
             for seed in range(profile.seeds):
                 base = Case(workload.sizes, config, (), (), seed, workload.name)
+                if workload.name in sampled and seed == 0:
+                    ranked.setdefault(base, 0)
                 cases.append(base)
                 cases += [base.with_value(u.name, "ones") for u in upstream]
                 cases += [
@@ -123,7 +135,8 @@ def gradient_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
                     ]
             for case in cases:
                 ranked.setdefault(case, rank)
-    first = problem.workloads[0]
+    names = [w.name for w in problem.workloads]
+    first = problem.workloads[names.index(base_workload(ctx))]
     for u in upstream:
         if u.domain.contiguous:
             continue  # its callers always pass it contiguous

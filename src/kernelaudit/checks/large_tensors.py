@@ -20,7 +20,7 @@ from kernelaudit.checks.base import NEEDS_CUDA, ConcludingOnly, Failure, PlanCon
 from kernelaudit.checks.execution import headline
 from kernelaudit.checks.numerics import comparison_evidence
 from kernelaudit.errors import ProblemError
-from kernelaudit.inputs.batch import axis_position, batch_axes, result_shapes
+from kernelaudit.inputs.batch import axis_position, batch_axes, inference_skipped, result_shapes
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.large.run import LargeRun, run_large, scalar_value
 from kernelaudit.large.sizing import ELEMENTS, CannotGrow, LargeCase, limit_name, plan_large_case
@@ -101,7 +101,9 @@ def examine(
     try:
         case = plan_large_case(problem, batch_axes(problem), elements)
     except CannotGrow as reason:
-        return [note("not-run:no-case", f"not run: {reason}")]
+        skipped = inference_skipped(problem)
+        why = f"{reason} ({skipped})" if skipped else f"{reason}"
+        return [note("not-run:no-case", f"not run: {why}")]
     needed = case.bytes_needed + HEADROOM_BYTES
     if needed > free_bytes:
         return [

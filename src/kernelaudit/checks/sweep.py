@@ -3,6 +3,8 @@ count grows with the sum of the factors, not their product."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from kernelaudit.checks.base import PlanContext
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import case_elements, cost_model
@@ -60,7 +62,11 @@ def activations(problem: Problem) -> list[TensorInput]:
     return [i for i in problem.inputs if isinstance(i, TensorInput) and i.role == "activation"]
 
 
-def value_variants(ctx: PlanContext) -> list[tuple[tuple[str, str], ...]]:
+Variant = tuple[tuple[str, str], ...]
+"""Inputs drawn otherwise than by default, with how: (name, distribution or argument mode)."""
+
+
+def value_variants(ctx: PlanContext) -> list[Variant]:
     """One input's distribution (or one argument's mode) changed at a time, the others at their
     defaults. Saved inputs are computed by the forward, not drawn."""
     variants: list[tuple[tuple[str, str], ...]] = [()]
@@ -102,7 +108,8 @@ def _confident_labels(ctx: PlanContext) -> list[tuple[tuple[str, str], ...]]:
     return variants
 
 
-COVERAGE, SAMPLED_WORKLOADS, MORE_WORKLOAD_VALUES, MORE_CONFIGS, SAMPLED_OUT = range(5)
+COVERAGE, MORE_VARIANTS, SAMPLED_WORKLOADS = 0, 1, 2
+MORE_WORKLOAD_VALUES, MORE_CONFIGS, SAMPLED_OUT = 3, 4, 5
 """Ranks of numerics cases (`Probe.rank`): what every audit runs, then the optional cases in
 the order they are worth their time."""
 
@@ -127,23 +134,65 @@ def affordable(ctx: PlanContext, sizes: dict[str, int], calls: int = 1) -> bool:
     return seconds <= ctx.profile.budget_s
 
 
+_BASE_CALLS = 100
+"""Roughly how many calls an audit makes at its base workload and the boundary shapes around
+it: the numerics sweep's boundary and layout cases and every check's own probes (unwritten
+outputs, replays, races, determinism, memory, ...)."""
+_BASE_SHARE = 0.3
+"""The share of the time budget the sizes of those calls may take (their fixed cost aside)."""
+
+
+def workloads_cheap(ctx: PlanContext) -> bool:
+    """Whether every workload, in every dtype configuration, at default values fits its share
+    of the budget: then every one of them runs, and the checks depart from the first."""
+    model, problem = cost_model(ctx.device), ctx.problem
+    seconds = sum(model.seconds(case_elements(problem, w.as_dict())) for w in problem.workloads)
+    return seconds * len(problem.dtype_configs()) <= _WORKLOAD_SHARE * ctx.profile.budget_s
+
+
+def base_workload(ctx: PlanContext) -> str:
+    """The workload the boundary shapes, the layouts and the checks' own probes depart from:
+    the first listed (the one a problem's author put first), unless the calls made around it
+    would not fit their share of the budget; then the largest workload around which they fit
+    (larger sizes reveal more: longer reductions, more programs), else the smallest."""
+    problem = ctx.problem
+    if not problem.workloads:
+        return ""
+    model = cost_model(ctx.device)
+    allowance = _BASE_SHARE * ctx.profile.budget_s / (_BASE_CALLS * model.per_element_s)
+    elements = {w.name: case_elements(problem, w.as_dict()) for w in problem.workloads}
+    first = problem.workloads[0].name
+    if elements[first] <= allowance or workloads_cheap(ctx):
+        return first
+    fitting = [name for name, count in elements.items() if count <= allowance]
+    pool = fitting or [min(elements, key=lambda name: elements[name])]
+    return max(pool, key=lambda name: elements[name])
+
+
+def shapes_for(ctx: PlanContext) -> list[tuple[dict[str, int], str]]:
+    """The audit's size maps: its base workload (`base_workload`), the other workloads, then
+    the boundary shapes around the base."""
+    return shape_cases(
+        ctx.problem, ctx.profile.boundary_sizes_per_axis, ctx.sm_count, base_workload(ctx)
+    )
+
+
 def kept_workloads(ctx: PlanContext) -> tuple[list[str], list[str], list[str]]:
     """The workloads an audit runs whatever its budget, those it runs first among the optional
     cases, and those it runs only if the budget still allows. All of them are required when
-    they are cheap; otherwise the first, the smallest, the largest and the cheapest odd-sized
-    one are, and up to `_SAMPLED_ODD` other odd-sized ones, spread over the list, come first
-    among the optional cases. A workload one call of which costs more than the whole budget is
-    never required unless it is the smallest."""
+    they are cheap; otherwise the first, the base (`base_workload`), the smallest, the largest
+    and the cheapest odd-sized one are, and up to `_SAMPLED_ODD` other odd-sized ones, spread
+    over the list, come first among the optional cases. A workload one call of which costs
+    more than the whole budget is never required unless it is the smallest."""
     problem = ctx.problem
     names = [w.name for w in problem.workloads]
     model = cost_model(ctx.device)
     sizes = {w.name: w.as_dict() for w in problem.workloads}
     seconds = {name: model.seconds(case_elements(problem, sizes[name])) for name in names}
-    configs = len(problem.dtype_configs())
-    if sum(seconds.values()) * configs <= _WORKLOAD_SHARE * ctx.profile.budget_s:
+    if workloads_cheap(ctx):
         return names, [], []
     by_size = sorted(names, key=lambda name: seconds[name])
-    required = {names[0], by_size[0], by_size[-1]}
+    required = {names[0], base_workload(ctx), by_size[0], by_size[-1]}
     odd = [n for n in names if _odd(sizes[n])]
     if odd and not required & set(odd):
         required.add(min(odd, key=lambda name: seconds[name]))
@@ -158,39 +207,75 @@ def kept_workloads(ctx: PlanContext) -> tuple[list[str], list[str], list[str]]:
     )
 
 
-def _anchor(ctx: PlanContext, kept: list[str], variants: int) -> str:
-    """The workload every value variant is tried at: the largest kept one at which all of
-    them fit their share of the budget (larger sizes reveal more: longer reductions, more
-    repeated ids), else the smallest."""
+def covering_variants(ctx: PlanContext, variants: list[Variant]) -> list[bool]:
+    """Which of `variants` an audit runs whatever its budget when not all of them fit: the
+    default values, every argument mode, every variant that sets several inputs together (the
+    benchmark's own generator, confident labels), and, of the variants that change one
+    input's distribution, a covering set: every distribution family at least once for each
+    kind of input (activations, weights, upstream gradients, ids, masks), each on the input of
+    that kind varied least so far (the families spread over the inputs), then every input not
+    yet varied with its first variant. A problem with one input of each kind keeps every
+    variant. The others wait for the budget, most telling first (`MORE_VARIANTS`)."""
+    kinds = {inp.name: getattr(inp, "role", type(inp).__name__) for inp in ctx.problem.inputs}
+    scalars = {inp.name for inp in ctx.problem.inputs if isinstance(inp, ScalarInput)}
+    chosen = [len(values) != 1 or values[0][0] in scalars for values in variants]
+    by_family: dict[tuple[str, str], list[int]] = {}
+    for k, values in enumerate(variants):
+        if not chosen[k]:
+            name, family = values[0]
+            by_family.setdefault((kinds[name], family), []).append(k)
+    varied: Counter[str] = Counter()
+    for indices in by_family.values():
+        k = min(indices, key=lambda k: varied[variants[k][0][0]])
+        chosen[k] = True
+        varied[variants[k][0][0]] += 1
+    for k, values in enumerate(variants):
+        if not chosen[k] and not varied[values[0][0]]:
+            chosen[k] = True
+            varied[values[0][0]] += 1
+    return chosen
+
+
+def _anchor(ctx: PlanContext, kept: list[str], variants: list[Variant]) -> tuple[str, list[bool]]:
+    """The workload the value variants are tried at, and which of them every audit runs
+    there: all of them at the largest kept workload at which they fit their share of the
+    budget (larger sizes reveal more: longer reductions, more repeated ids); where none fits
+    them all, the covering set (`covering_variants`) at the largest kept workload at which it
+    fits, else at the smallest."""
     problem = ctx.problem
     model = cost_model(ctx.device)
     sizes = {w.name: w.as_dict() for w in problem.workloads}
     configs = len(problem.dtype_configs())
     cost = {name: model.seconds(case_elements(problem, sizes[name])) for name in kept}
-    fitting = [
-        n for n in kept if cost[n] * variants * configs <= _VARIANT_SHARE * ctx.profile.budget_s
-    ]
-    pool = fitting or [min(kept, key=lambda name: cost[name])]
-    return max(pool, key=lambda name: cost[name])
+    allowance = _VARIANT_SHARE * ctx.profile.budget_s
+    every = [True] * len(variants)
+    covering = covering_variants(ctx, variants)
+    for chosen in (every, covering):
+        fitting = [n for n in kept if cost[n] * sum(chosen) * configs <= allowance]
+        if fitting:
+            return max(fitting, key=lambda name: cost[name]), chosen
+    return min(kept, key=lambda name: cost[name]), covering
 
 
 def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
     """Every case of the sweep with its rank (see `Probe.rank`), for every dtype configuration.
 
     Always run: each required workload at default values; every value variant at one anchor
-    workload; every boundary shape at default values and with offset-mean activations; every
-    allowed layout, one input at a time, at the first workload. Optional: the sampled odd-sized
+    workload, or where they do not all fit the budget a covering set of them
+    (`covering_variants`); every boundary shape at default values and with offset-mean
+    activations; every allowed layout, one input at a time, at the base workload
+    (`base_workload`). Optional: the other value variants at the anchor, the sampled odd-sized
     workloads, the value variants at the other workloads (largest first), the layouts in the
     other dtype configurations, more seeds, and the workloads left out of the sample."""
     problem, profile = ctx.problem, ctx.profile
-    shapes = shape_cases(problem, profile.boundary_sizes_per_axis, ctx.sm_count)
+    shapes = shapes_for(ctx)
     if not shapes:
         return []
     # a workload whose sizes repeat an earlier one's has no shape case of its own
     labels = {label for _, label in shapes}
     kept, sampled, left_out = ([n for n in names if n in labels] for names in kept_workloads(ctx))
     variants = value_variants(ctx)
-    anchor = _anchor(ctx, kept, len(variants)) if kept else ""
+    anchor, required = _anchor(ctx, kept, variants) if kept else ("", [])
     size_of = {label: case_elements(problem, sizes) for sizes, label in shapes}
     offset = tuple((i.name, "offset") for i in activations(problem))
     ranked: list[tuple[Case, int]] = []
@@ -207,8 +292,8 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
             elif label in sampled:
                 add(sizes, label, config, (), SAMPLED_WORKLOADS)
             elif label == anchor:
-                for values in variants:
-                    add(sizes, label, config, values, COVERAGE)
+                for values, needed in zip(variants, required, strict=True):
+                    add(sizes, label, config, values, COVERAGE if needed else MORE_VARIANTS)
             elif label in kept:
                 add(sizes, label, config, (), COVERAGE)
             else:
@@ -221,12 +306,12 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
             sizes = next(s for s, name in shapes if name == label)
             for values in variants[1:]:
                 add(sizes, label, config, values, MORE_WORKLOAD_VALUES)
-    first_sizes, first_label = shapes[0]
+    base_sizes, base_label = shapes[0]
     allowed = [layout for layout in profile.layouts if layout in problem.contract.layouts]
     for inp in problem.tensor_inputs:
         if problem.domain(inp.name).contiguous:
             continue  # its callers always pass it contiguous
-        shape = resolve_shape(inp.shape, first_sizes)
+        shape = resolve_shape(inp.shape, base_sizes)
         for layout in allowed:
             if layout == "expanded" and inp.name in problem.contract.mutates:
                 continue  # a stride-0 view cannot be written element by element
@@ -236,15 +321,15 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
                 continue
             for config in range(len(problem.dtype_configs())):
                 layouts = ((inp.name, layout),)
-                case = Case(tuple(first_sizes.items()), config, (), layouts, 0, first_label)
+                case = Case(tuple(base_sizes.items()), config, (), layouts, 0, base_label)
                 ranked.append((case, COVERAGE if config == 0 else MORE_CONFIGS))
     return ranked
 
 
 def boundary_cases(ctx: PlanContext, limit: int) -> list[Case]:
-    """The first workload, then up to `limit` boundary shapes with default values, taken
-    round-robin across axes so every axis gets its most telling sizes first."""
-    shapes = shape_cases(ctx.problem, ctx.profile.boundary_sizes_per_axis, ctx.sm_count)
+    """The base workload (`base_workload`), then up to `limit` boundary shapes with default
+    values, taken round-robin across axes so every axis gets its most telling sizes first."""
+    shapes = shapes_for(ctx)
     per_axis: dict[str, list[tuple[dict[str, int], str]]] = {}
     for sizes, label in shapes[1:]:
         if label.startswith("boundary "):

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe
+from kernelaudit.checks.sweep import shapes_for
 from kernelaudit.engine.calls import call_for
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, materialize
-from kernelaudit.inputs.shapes import shape_cases
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
 from kernelaudit.problem.spec import IndexInput, Problem, resolve_shape
@@ -115,7 +115,7 @@ def interpreted_cases(ctx: PlanContext) -> list[Case]:
     first. Index inputs are drawn with their first and last ids common, where off-by-one
     indexing shows."""
     problem = ctx.problem
-    shapes = shape_cases(problem, ctx.profile.boundary_sizes_per_axis, ctx.sm_count)
+    shapes = shapes_for(ctx)
     boundary = [s for s in shapes if s[1].startswith("boundary ")] or shapes[:1]
     by_cost = sorted(boundary, key=lambda shape: _elements(problem, shape[0]))
     cheapest: dict[str, tuple[dict[str, int], str]] = {}

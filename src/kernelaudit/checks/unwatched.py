@@ -21,11 +21,11 @@ from typing import Any, ClassVar
 from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe, note
 from kernelaudit.checks.execution import headline
 from kernelaudit.checks.numerics import compare_expected, comparison_evidence
+from kernelaudit.checks.sweep import shapes_for
 from kernelaudit.engine.calls import call_for, reply_limit
 from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
-from kernelaudit.inputs.shapes import shape_cases
 from kernelaudit.plain.run import PlainRun, run_plain
 
 MOST_CALLS = 1000
@@ -56,7 +56,7 @@ class Unwatched(ConcludingOnly):
         if ctx.candidate is None or ctx.candidate.autograd is not None:
             # a candidate judged through its backward is called by the gradients pass
             return []
-        shapes = shape_cases(ctx.problem, ctx.profile.boundary_sizes_per_axis, ctx.sm_count)
+        shapes = shapes_for(ctx)
         if not shapes:
             return []
         sizes, label = shapes[0]

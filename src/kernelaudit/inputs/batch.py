@@ -21,6 +21,7 @@ import torch
 
 from kernelaudit.errors import CaseUnavailable, ProblemError, UsageError
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import case_elements
 from kernelaudit.inputs.materialize import materialize, uncuttable
 from kernelaudit.problem.spec import (
     Axis,
@@ -39,6 +40,13 @@ one, and even, as head dimensions and vector widths want."""
 _TRIAL_ELEMENTS = 1 << 20
 """The most input elements the inference spends on the first workload when the reference
 rejects the small sizes."""
+
+_TRIAL_MOST_ELEMENTS = 1 << 27
+"""The most elements (inputs and outputs) the inference's small case may hold. It runs the
+reference in float64 on the host, three times per axis, before any probe: a case past this (a
+rotary table of every position, a layer of a large model's weights, whatever its other axes)
+would cost the auditor minutes and tens of GiB of host memory. Such a problem's batch axes
+are not inferred; it can declare them (`Contract.batch_axes`)."""
 
 _AGREEMENT = 1e-9
 """How far (relative to the largest magnitude of a result) fp64 rows may differ and still be
@@ -104,10 +112,28 @@ def structural_reason(problem: Problem, axis: str) -> str:
     return ""
 
 
+def inference_skipped(problem: Problem) -> str:
+    """Why the batch axes of `problem` are not inferred from its reference although the
+    declaration allows some ("" when they are declared, inferred, or none is allowed)."""
+    if problem.contract.batch_axes is not None:
+        return ""
+    if not any(not structural_reason(problem, a.name) for a in problem.axes):
+        return ""
+    if _trial_cases(problem):
+        return ""
+    small = Case(tuple({a.name: _small_size(a) for a in problem.axes}.items()))
+    return (
+        f"its smallest case holds {case_elements(problem, small.size_map()):,} elements, too "
+        "many to infer its batch axes from the reference on the host; declare them "
+        "(Contract(batch_axes=...))"
+    )
+
+
 def infer_batch_axes(problem: Problem) -> tuple[str, ...]:
     """The axes the declaration allows whose rows the reference computes independently, tried
     in float64 on the CPU at a small case (or the first workload, where the reference rejects
-    the small sizes and the workload is small enough)."""
+    the small sizes and the workload is small enough); none where even the small case holds
+    more than `_TRIAL_MOST_ELEMENTS` (`inference_skipped` says so)."""
     allowed = [a.name for a in problem.axes if not structural_reason(problem, a.name)]
     if not allowed:
         return ()
@@ -122,6 +148,8 @@ def infer_batch_axes(problem: Problem) -> tuple[str, ...]:
 
 def _trial_cases(problem: Problem) -> list[Case]:
     small = {axis.name: _small_size(axis) for axis in problem.axes}
+    if case_elements(problem, small) > _TRIAL_MOST_ELEMENTS:
+        return []
     cases = [Case(tuple(small.items()), label="batch-axis trial")]
     if problem.workloads:
         sizes = problem.workloads[0].as_dict()

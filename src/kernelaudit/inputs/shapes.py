@@ -133,11 +133,12 @@ def boundary_sizes(axis: Axis, workload_size: int, count: int, sm_count: int = 1
 
 
 def shape_cases(
-    problem: Problem, boundary_per_axis: int, sm_count: int
+    problem: Problem, boundary_per_axis: int, sm_count: int, base: str = ""
 ) -> list[tuple[dict[str, int], str]]:
     """Size maps to run, with where each came from.
 
-    Every workload first (labelled with its name), then, around the first workload, each axis
+    Every workload first (labelled with its name), the `base` workload (by name; the first
+    listed when none is named) ahead of the others, then, around the base workload, each axis
     at its boundary sizes with the other axes held at the workload's sizes. A size map that
     repeats an earlier one is dropped, keeping the earlier label.
     """
@@ -150,16 +151,20 @@ def shape_cases(
             seen.add(key)
             cases.append((sizes, label))
 
-    for workload in problem.workloads:
-        add(workload.as_dict(), workload.name)
     if not problem.workloads:
         return cases
-    base = problem.workloads[0].as_dict()
+    names = [workload.name for workload in problem.workloads]
+    if base and base not in names:
+        raise ValueError(f"no workload named {base!r} (workloads: {', '.join(names)})")
+    first = problem.workloads[names.index(base) if base else 0]
+    for workload in (first, *problem.workloads):
+        add(workload.as_dict(), workload.name)
+    around = first.as_dict()
     for axis in problem.axes:
-        if axis.name not in base:
+        if axis.name not in around:
             continue
-        for size in boundary_sizes(axis, base[axis.name], boundary_per_axis, sm_count):
-            add({**base, axis.name: size}, f"boundary {axis.name}={size}")
+        for size in boundary_sizes(axis, around[axis.name], boundary_per_axis, sm_count):
+            add({**around, axis.name: size}, f"boundary {axis.name}={size}")
     return cases
 
 
