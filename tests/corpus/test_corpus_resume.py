@@ -124,7 +124,7 @@ def test_a_resumed_run_says_why_it_audits_a_stored_job_again(
     assert (row["status"], row["verdict"], row["attempts"]) == ("done", "PASS", 2)
     assert row["seal"] is not None and row["candidate_sha256"] == job.candidate_sha256
     with contextlib.closing(sqlite3.connect(db)) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone() == (3,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (4,)
 
     # a candidate edited since its result was stored
     kept.write_text("def kept(x):\n    return x.clone()  # edited\n")

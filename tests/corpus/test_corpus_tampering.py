@@ -32,10 +32,9 @@ def _out(capsys: pytest.CaptureFixture[str]) -> str:
     return " ".join(capsys.readouterr().out.split())
 
 
-@pytest.mark.slow
-def test_a_verdict_rewritten_in_the_database_is_reported_and_its_job_audited_again(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _off_by_one_corpus(tmp_path: Path) -> tuple[Path, str, Job, list[str]]:
+    """A corpus of one job, a wrong candidate of the identity problem: its manifest, the job's
+    key, the job and the checks `NUMERICS` audits."""
     shutil.copy(IDENTITY, tmp_path / "identity.py")
     (tmp_path / "off_by_one.py").write_text("def off_by_one(x):\n    return x + 1\n")
     manifest = tmp_path / "jobs.jsonl"
@@ -44,6 +43,14 @@ def test_a_verdict_rewritten_in_the_database_is_reported_and_its_job_audited_aga
     )
     checks = NUMERICS[NUMERICS.index("--checks") + 1].split(",")
     ((key, job),) = keyed(discover(manifest), "quick", checks, corpus_root(manifest)).items()
+    return manifest, key, job, checks
+
+
+@pytest.mark.slow
+def test_a_verdict_rewritten_in_the_database_is_reported_and_its_job_audited_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest, key, job, checks = _off_by_one_corpus(tmp_path)
     db = tmp_path / "results.sqlite"
     with Store(db) as store:
         crashed = JobResult(key, job, None, "its audit process died", "cpu", 1.0, "crash")
@@ -68,6 +75,32 @@ def test_a_verdict_rewritten_in_the_database_is_reported_and_its_job_audited_aga
     assert (again["status"], again["verdict"], again["attempts"]) == ("done", "FAIL", 2)
     with Store(db) as store:
         assert store.untrusted() == []
+
+
+@pytest.mark.slow
+def test_a_job_in_flight_forged_in_the_database_is_audited_not_stored_as_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest, key, _, _ = _off_by_one_corpus(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the auditor's private notes\n")
+    db = tmp_path / "results.sqlite"
+    Store(db).close()
+    # as a candidate that can write the database would: the job "in flight" twice already,
+    # its log a file the candidate wants quoted into the results
+    with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+        connection.execute(
+            "INSERT INTO flights (key, device, log, log_start, started_at, tries) "
+            "VALUES (?, 'cpu', ?, 0, '2026-11-27T00:00:00+00:00', 2)",
+            (key, str(secret)),
+        )
+
+    assert main(["corpus", str(manifest), "--db", str(db), *NUMERICS]) == 1
+    (row,) = rows(db).values()
+    # audited for real, and failed on its numbers: not a crash, nothing quoted
+    assert (row["status"], row["verdict"]) == ("done", "FAIL")
+    assert "private notes" not in (row["error"] or "") + (row["report"] or "")
+    assert "private notes" not in _out(capsys)
 
 
 def test_a_trigger_installed_in_the_database_stops_the_run_naming_it(

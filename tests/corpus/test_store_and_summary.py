@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from running_corpora import V1_SCHEMA
+from running_corpora import V1_SCHEMA, V2_SCHEMA
 
 from kernelaudit.corpus.jobs import Job
 from kernelaudit.corpus.store import Flight, JobResult, Store
@@ -146,6 +146,52 @@ def test_a_job_in_flight_counts_its_tries_until_its_result_is_stored(tmp_path: P
         assert store.depart(Flight("k2", "cuda:1", None, 0)) == 1
 
 
+def test_a_job_in_flight_changed_or_forged_in_the_database_counts_no_try(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    log = tmp_path / "slot-0.log"
+    log.write_text("")
+    with Store(path) as store:
+        assert store.depart(Flight("k1", "cuda:0", str(log), 0)) == 1
+        assert store.depart(Flight("k2", "cuda:1", str(log), 0)) == 1
+        store.record(_result("k9", "softmax", _report("PASS")), "quick", None)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE flights SET log = '/etc/hostname' WHERE key = 'k1'")
+        db.execute(
+            "INSERT INTO flights (key, device, log, log_start, started_at, tries) "
+            "VALUES ('k3', 'cpu', '/etc/hostname', 0, '2026-11-27T00:00:00+00:00', 5)"
+        )
+        # a result's seal moved onto a flight does not pass for one either
+        db.execute("UPDATE flights SET seal = (SELECT seal FROM results) WHERE key = 'k2'")
+    with Store(path) as store:
+        assert store.flights() == {}
+        # a try under a seal that does not hold is not counted, and the row is sealed afresh
+        assert store.depart(Flight("k3", "cpu", None, 0)) == 1
+        store.ended("k1", "its slot died")  # nothing trusted to update
+        assert set(store.flights()) == {"k3"}
+
+
+def test_a_schema_3_database_keeps_its_results_and_drops_its_unsealed_flights(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v3.sqlite"
+    with Store(path) as store:
+        store.record(_result("k1", "softmax", _report("PASS")), "quick", None)
+    v3_flights = V2_SCHEMA[V2_SCHEMA.index("CREATE TABLE flights") : V2_SCHEMA.index(";\nCREATE")]
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TABLE flights")
+        db.execute(v3_flights)
+        db.execute(
+            "INSERT INTO flights VALUES ('k2', 'cpu', NULL, 0, '2026-11-27T00:00:00+00:00', 1, "
+            "NULL)"
+        )
+        db.execute("PRAGMA user_version = 3")
+    with Store(path) as store:
+        assert [r.key for r in store.results()] == ["k1"]
+        assert store.flights() == {}
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (4,)
+
+
 def test_a_schema_1_database_keeps_its_rows_readable_but_trusts_none_of_them(
     tmp_path: Path,
 ) -> None:
@@ -171,10 +217,10 @@ def test_a_schema_1_database_keeps_its_rows_readable_but_trusts_none_of_them(
         store.record(timeout, "quick", None)
         assert [(r.key, r.status) for r in store.results()] == [("k1", "done"), ("k3", "timeout")]
         assert store.untrusted() == []
-    with Store(path) as store:  # opened again: already version 3
+    with Store(path) as store:  # opened again: already this version
         assert [r.attempts for r in store.results()] == [2, 1]
     with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (3,)
+        assert db.execute("PRAGMA user_version").fetchone() == (4,)
 
 
 def kept_job() -> Job:
