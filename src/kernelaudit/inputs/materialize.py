@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from kernelaudit.inputs.distributions import FLOAT_DISTRIBUTIONS, default_float,
 from kernelaudit.inputs.indices import ARGMAX, INDEX_DISTRIBUTIONS, draw_index
 from kernelaudit.inputs.layouts import expand_dim
 from kernelaudit.inputs.masks import MASK_DISTRIBUTIONS, draw_mask
+from kernelaudit.inputs.reuse import DRAWS
 from kernelaudit.problem.domain import within
 from kernelaudit.problem.spec import (
     LAYOUTS,
@@ -185,7 +187,10 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
             continue
         d = expand_dim(shape) if layout == "expanded" else None
         if d is None:
-            values[inp.name] = _draw(inp, distribution, shape, dtype, generator, bound)
+            # everything that decides the values, so a large draw is made once (`reuse`)
+            key = (inp, distribution, shape, dtype, case.seed, bound)
+            draw = functools.partial(_draw, inp, distribution, shape, dtype, generator, bound)
+            values[inp.name] = DRAWS.get(key, draw)
             continue
         # Drawn with size 1 where the layout broadcasts, so presenting the values with stride 0
         # there shows the candidate exactly these values.

@@ -1,0 +1,74 @@
+"""Large draws kept for reuse: an input drawn the same way twice is drawn once.
+
+An input's values depend on nothing but the case's seed, the input's declaration (its name
+seeds its generator: `materialize.input_generator`), the distribution, the shape, the dtype
+and, for ids, their bound. A layer's weights, whose shape no batch axis changes, are therefore
+the same tensor in every case of an audit that draws them by default, and drawing them is most
+of what making a case of a large model's layer costs (seconds per billion elements on many
+cores); copying them is a small part of that. So a large draw is kept, and every case that asks
+for it again gets a copy: bit for bit what drawing it again would give, and its own, so that
+nothing done to one case's inputs reaches another's.
+
+Only tensors of at least `SMALLEST` elements are kept, at most `limit_bytes()` of them in all
+(a sixteenth of the machine's memory, at most 8 GiB), the least recently used dropped first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+import torch
+
+SMALLEST = 1 << 20
+"""Elements below which a draw is made again rather than kept: it costs about what a copy does."""
+
+_MOST_BYTES = 8 << 30
+
+
+def limit_bytes() -> int:
+    """How many bytes of draws are kept at most: a sixteenth of the machine's memory, at most
+    8 GiB."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+    return min(_MOST_BYTES, memory // 16)
+
+
+class Draws:
+    """Kept draws by what decides their values (see the module's docstring)."""
+
+    def __init__(self, most_bytes: int) -> None:
+        self.most_bytes = most_bytes
+        self._kept: OrderedDict[Hashable, torch.Tensor] = OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, key: Hashable, draw: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """A copy of the tensor kept under `key`, or `draw()`'s, kept when large enough. A key
+        that cannot be hashed (a declaration holding an unhashable value) is drawn every time."""
+        try:
+            kept = self._kept.get(key)
+        except TypeError:
+            return draw()
+        if kept is not None:
+            self._kept.move_to_end(key)
+            return kept.clone()
+        drawn = draw()
+        size = drawn.numel() * drawn.element_size()
+        if drawn.numel() < SMALLEST or size > self.most_bytes:
+            return drawn
+        self._kept[key] = drawn
+        self._bytes += size
+        while self._bytes > self.most_bytes:
+            _, dropped = self._kept.popitem(last=False)
+            self._bytes -= dropped.numel() * dropped.element_size()
+        return drawn.clone()
+
+
+DRAWS = Draws(limit_bytes())
+"""The process's kept draws (`materialize` draws through it)."""

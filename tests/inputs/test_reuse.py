@@ -1,0 +1,83 @@
+"""Large draws are made once and handed out as copies: the values are those drawing again
+gives, and no case's inputs reach another's."""
+
+import pytest
+import torch
+
+from kernelaudit.inputs import materialize as materialize_module
+from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.materialize import materialize
+from kernelaudit.inputs.reuse import SMALLEST, Draws
+from kernelaudit.problem.spec import Output, Problem, TensorInput
+
+# a layer's weight (its shape fixed by the model) and activations along a batch axis
+LAYER = Problem(
+    name="layer",
+    reference=lambda x, w: x @ w,
+    axes=("tokens", "hidden", "out"),
+    inputs=(
+        TensorInput("x", ("tokens", "hidden")),
+        TensorInput("w", ("hidden", "out"), role="weight"),
+    ),
+    outputs=(Output("y", ("tokens", "out"), "x"),),
+    workloads=({"tokens": 8, "hidden": 1024, "out": 1024},),
+)
+
+
+def _case(tokens: int, seed: int = 0, **values: str) -> Case:
+    sizes = (("tokens", tokens), ("hidden", 1024), ("out", 1024))
+    return Case(sizes, 0, tuple(sorted(values.items())), (), seed)
+
+
+@pytest.fixture
+def kept(monkeypatch: pytest.MonkeyPatch) -> Draws:
+    draws = Draws(1 << 30)
+    monkeypatch.setattr(materialize_module, "DRAWS", draws)
+    return draws
+
+
+def test_a_weight_drawn_again_is_the_same_values_in_a_copy_of_its_own(
+    kept: Draws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = materialize(LAYER, _case(8))
+    assert len(kept) == 1  # the weight (2^20 elements); the activations are small
+    first["w"].zero_()  # what one case does to its inputs reaches no other case
+    again = materialize(LAYER, _case(17))  # another size of the batch axis, the same weight
+    monkeypatch.setattr(materialize_module, "DRAWS", Draws(0))  # nothing kept: drawn afresh
+    fresh = materialize(LAYER, _case(17))
+    assert torch.equal(again["w"], fresh["w"]) and bool(again["w"].abs().sum() > 0)
+    assert torch.equal(again["x"], fresh["x"])
+
+
+def test_what_decides_the_values_decides_what_is_reused(kept: Draws) -> None:
+    plain = materialize(LAYER, _case(8))["w"]
+    other_seed = materialize(LAYER, _case(8, seed=1))["w"]
+    large = materialize(LAYER, _case(8, w="large"))["w"]
+    assert not torch.equal(plain, other_seed) and not torch.equal(plain, large)
+    assert len(kept) == 3
+
+
+def test_kept_draws_stay_within_their_bytes_least_recently_used_dropped_first() -> None:
+    one = SMALLEST * 4  # bytes of a float32 tensor of SMALLEST elements
+    draws = Draws(2 * one)
+    calls: list[str] = []
+
+    def draw(name: str):
+        def made() -> torch.Tensor:
+            calls.append(name)
+            return torch.full((SMALLEST,), float(len(calls)))
+
+        return made
+
+    draws.get("a", draw("a"))
+    draws.get("b", draw("b"))
+    draws.get("a", draw("a"))  # kept: not drawn, and now the most recently used
+    draws.get("c", draw("c"))  # past the bytes: "b" goes
+    draws.get("a", draw("a"))
+    draws.get("b", draw("b"))
+    assert calls == ["a", "b", "c", "b"]
+    # small draws and keys that cannot be hashed are drawn every time
+    small = Draws(1 << 30)
+    small.get("s", lambda: torch.zeros(8))
+    small.get(("u", []), lambda: torch.zeros(SMALLEST))
+    assert len(small) == 0
