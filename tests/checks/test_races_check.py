@@ -125,6 +125,23 @@ def test_a_problem_allowed_to_vary_holds_every_run_and_thread_to_the_error_budge
     assert Races().judge(observed(probe, ctx, calls)) == []
 
 
+def test_a_case_already_wrong_alone_is_no_race_unless_a_run_errs_more() -> None:
+    ctx = context("row_scale", "cuda", deterministic=False)
+    probe = Races().plan(ctx)[1]
+    # the case's values are beyond what the computation keeps: wrong alone, the same under
+    # every condition (the numerics check's matter, not a race)
+    off, worse = (torch.full((8, 16), 1.5),), (torch.full((8, 16), 3.0),)
+    calls = [
+        CallOutcome(outputs=off),
+        CallOutcome(outputs=off, thread_outputs=(off, off, off, off)),
+        CallOutcome(outputs=off, thread_outputs=(off, off, off, off)),
+    ]
+    assert Races().judge(observed(probe, ctx, calls)) == []
+    calls[2] = CallOutcome(outputs=off, thread_outputs=(off, off, worse, off))
+    (failure,) = Races().judge(observed(probe, ctx, calls))
+    assert failure.title.startswith("thread 3 of 4 calling at once (round 2): y")
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
