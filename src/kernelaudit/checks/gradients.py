@@ -136,14 +136,14 @@ def gradient_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
             for case in cases:
                 ranked.setdefault(case, rank)
     names = [w.name for w in problem.workloads]
-    first = problem.workloads[names.index(base_workload(ctx))]
+    at = problem.workloads[names.index(base_workload(ctx))]
     for u in upstream:
         if u.domain.contiguous:
             continue  # its callers always pass it contiguous
-        shape = resolve_shape(u.shape, first.as_dict())
+        shape = resolve_shape(u.shape, at.as_dict())
         for layout in UPSTREAM_LAYOUTS:
             if layout in problem.contract.layouts and geometry(layout, shape) is not None:
-                ranked.setdefault(Case(first.sizes, 0, (), ((u.name, layout),), 0, first.name), 0)
+                ranked.setdefault(Case(at.sizes, 0, (), ((u.name, layout),), 0, at.name), 0)
     return list(ranked.items())
 
 
