@@ -15,22 +15,19 @@ non-finite counts and largest finite magnitudes of its tensor arguments and resu
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
+from reference_defaults import failing_cases, run_over_reports
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from kernelaudit.findings import read_reports
-from kernelaudit.formats import read_problem
-from kernelaudit.inputs.materialize import materialize
+from kernelaudit.findings import Finding
 from kernelaudit.oracle.promote import promoted_copy, promoted_to_fp64
 from kernelaudit.oracle.truth import native_copy
-from kernelaudit.problem.backward import backward_problem
 
 _SHOWN = 6
 """How many operations before the first divergent one are listed besides it."""
@@ -130,46 +127,34 @@ def first_divergence(native: list[dict[str, Any]], wide: list[dict[str, Any]]) -
     }
 
 
+def _with_nonfinite(finding: Finding) -> bool:
+    return finding.check in ("numerics", "gradients") and "where the truth is finite" in (
+        finding.title
+    )
+
+
 def investigate(report_path: Path, device: str) -> list[dict[str, Any]]:
     records = []
-    for report in read_reports(report_path):
-        for finding in report.failures:
-            if finding.probe is None or finding.check not in ("numerics", "gradients"):
-                continue
-            if "where the truth is finite" not in finding.title:
-                continue
-            problem = read_problem(report.problem_path)
-            if finding.check == "gradients" and problem.contract.gradients:
-                problem = backward_problem(problem)  # found in the reference's backward
-            case = finding.probe.case
-            inputs = materialize(problem, case)
-            config = problem.dtype_configs()[case.dtype_config]
-            native = _recorded(problem, inputs, config, device, float64=False)
-            wide = _recorded(problem, inputs, config, device, float64=True)
-            record = {
-                "problem": report.problem,
-                "finding": f"{finding.check}: {finding.title[:300]}",
-                "case": case.to_json(),
-                "device": torch.cuda.get_device_name(device)
-                if device.startswith("cuda")
-                else device,
-                "first divergence": first_divergence(native, wide),
-            }
-            records.append(record)
-            print(json.dumps(record, indent=1), flush=True)
+    for report, finding, problem, case, inputs, config in failing_cases(
+        report_path, _with_nonfinite
+    ):
+        native = _recorded(problem, inputs, config, device, float64=False)
+        wide = _recorded(problem, inputs, config, device, float64=True)
+        where = torch.cuda.get_device_name(device) if device.startswith("cuda") else device
+        record = {
+            "problem": report.problem,
+            "finding": f"{finding.check}: {finding.title[:300]}",
+            "case": case.to_json(),
+            "device": where,
+            "first divergence": first_divergence(native, wide),
+        }
+        records.append(record)
+        print(json.dumps(record, indent=1), flush=True)
     return records
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("reports", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--device", default="cuda")
-    args = parser.parse_args()
-    records = []
-    for path in args.reports:
-        records += investigate(path, args.device)
-    args.out.write_text(json.dumps(records, indent=1))
+    run_over_reports(__doc__.splitlines()[0], investigate)
 
 
 if __name__ == "__main__":

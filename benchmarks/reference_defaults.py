@@ -17,18 +17,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from kernelaudit.checks.numerics import compare_expected
-from kernelaudit.findings import read_reports
+from kernelaudit.findings import AuditReport, Finding, read_reports
 from kernelaudit.formats import read_problem
+from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle.compare import judging_device
 from kernelaudit.oracle.truth import expected, native_copy
 from kernelaudit.problem.backward import backward_problem
+from kernelaudit.problem.spec import Problem
 from kernelaudit.runner.guard import same_bits
 
 _SETTINGS = ("torch defaults", "no reduced-precision reductions", "and no TF32")
@@ -71,49 +74,27 @@ def _runs(problem, inputs, config, step: int, device: str) -> list[tuple[torch.T
     return results
 
 
-def investigate(report_path: Path, device: str) -> list[dict]:
-    records = []
+def failing_cases(
+    report_path: Path, wanted: Callable[[Finding], bool]
+) -> Iterator[tuple[AuditReport, Finding, Problem, Case, dict[str, Any], dict[str, Any]]]:
+    """Every failing finding with a case in the reports at `report_path` that `wanted`
+    accepts, with its problem (the backward derived where the finding is the reference's
+    backward's), its case, the case's inputs drawn again and its dtype configuration."""
     for report in read_reports(report_path):
         for finding in report.failures:
-            if finding.probe is None or finding.check in ("kernels", "timing"):
+            if finding.probe is None or not wanted(finding):
                 continue
             problem = read_problem(report.problem_path)
             if finding.check == "gradients" and problem.contract.gradients:
                 problem = backward_problem(problem)  # found in the reference's backward
             case = finding.probe.case
-            inputs = materialize(problem, case)
             config = problem.dtype_configs()[case.dtype_config]
-            truth = expected(problem, inputs, config, device)
-            record = {
-                "problem": report.problem,
-                "finding": f"{finding.check}: {finding.title[:300]}",
-                "case": case.to_json(),
-                "runs": {},
-            }
-            for step, setting in enumerate(_SETTINGS):
-                first, second = _runs(problem, inputs, config, step, device)
-                verdicts = []
-                for k, name in enumerate(truth.names[: len(first)]):
-                    # judged as an audit judges it: the nudged case asked for before a failure
-                    c = compare_expected(truth, k, first[k], judging_device(device))
-                    nan = int(first[k].isnan().sum()) if first[k].is_floating_point() else 0
-                    verdicts.append(
-                        {
-                            "result": name,
-                            "passed": c.passed,
-                            "reason": c.reason[:300],
-                            "nan": nan,
-                            "same in a second run": same_bits(first[k], second[k]),
-                        }
-                    )
-                record["runs"][setting] = verdicts
-            records.append(record)
-            print(json.dumps(record, indent=1), flush=True)
-    return records
+            yield report, finding, problem, case, materialize(problem, case), config
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_over_reports(description: str, investigate: Callable[[Path, str], list[dict]]) -> None:
+    """The command line both scripts share: reports in, `investigate`'s records out."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("reports", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda")
@@ -122,6 +103,43 @@ def main() -> None:
     for path in args.reports:
         records += investigate(path, args.device)
     args.out.write_text(json.dumps(records, indent=1))
+
+
+def investigate(report_path: Path, device: str) -> list[dict]:
+    records = []
+    cases = failing_cases(report_path, lambda f: f.check not in ("kernels", "timing"))
+    for report, finding, problem, case, inputs, config in cases:
+        truth = expected(problem, inputs, config, device)
+        record = {
+            "problem": report.problem,
+            "finding": f"{finding.check}: {finding.title[:300]}",
+            "case": case.to_json(),
+            "runs": {},
+        }
+        for step, setting in enumerate(_SETTINGS):
+            first, second = _runs(problem, inputs, config, step, device)
+            verdicts = []
+            for k, name in enumerate(truth.names[: len(first)]):
+                # judged as an audit judges it: the nudged case asked for before a failure
+                c = compare_expected(truth, k, first[k], judging_device(device))
+                nan = int(first[k].isnan().sum()) if first[k].is_floating_point() else 0
+                verdicts.append(
+                    {
+                        "result": name,
+                        "passed": c.passed,
+                        "reason": c.reason[:300],
+                        "nan": nan,
+                        "same in a second run": same_bits(first[k], second[k]),
+                    }
+                )
+            record["runs"][setting] = verdicts
+        records.append(record)
+        print(json.dumps(record, indent=1), flush=True)
+    return records
+
+
+def main() -> None:
+    run_over_reports(__doc__.splitlines()[0], investigate)
 
 
 if __name__ == "__main__":
