@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from kernelaudit.engine.lanes import Job, lane_count
+from kernelaudit.runner import threads
 from kernelaudit.runner.launch import child_environment
 from kernelaudit.runner.threads import THREADS_VARIABLE, thread_share, usable_cores
 
@@ -41,3 +43,14 @@ def test_the_candidates_processes_start_with_the_audits_share(monkeypatch):
 def test_a_meaningless_share_is_ignored(monkeypatch, told):
     monkeypatch.setenv(THREADS_VARIABLE, told)
     assert thread_share("cpu") == usable_cores()
+
+
+def test_a_command_told_its_share_of_the_host_divides_that_among_its_lanes(monkeypatch):
+    monkeypatch.setattr(threads, "usable_cores", lambda: 8)
+    jobs = [Job(f"problem{i}.py", "candidates.py::kernel") for i in range(4)]
+    monkeypatch.delenv(THREADS_VARIABLE, raising=False)
+    assert lane_count("cpu", jobs) == 4
+    # a test runner or a scheduler gave this command two of the eight cores
+    monkeypatch.setenv(THREADS_VARIABLE, "2")
+    assert lane_count("cpu", jobs) == 2
+    assert thread_share("cpu") == 2

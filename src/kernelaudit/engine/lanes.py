@@ -24,7 +24,7 @@ import torch
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.findings import AuditReport, report_document
 from kernelaudit.profiles import Profile
-from kernelaudit.runner.threads import THREADS_VARIABLE, usable_cores
+from kernelaudit.runner.threads import THREADS_VARIABLE, host_share
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def most_lanes(device: str) -> int:
     candidate may take three quarters of its GPU's memory ("cuda:N" names one GPU)."""
     if device.startswith("cuda"):
         return torch.cuda.device_count() if device == "cuda" and torch.cuda.is_available() else 1
-    return usable_cores()
+    return host_share()
 
 
 def lane_count(device: str, jobs: list[Job]) -> int:
@@ -73,7 +73,7 @@ def audit_in_lanes(
     On a host with several GPUs, lane k audits on GPU k."""
     problems = deal(jobs)
     lanes = max(1, min(lanes, len(problems)))
-    threads = max(1, usable_cores() // lanes)
+    threads = max(1, host_share() // lanes)
     reports: dict[int, AuditReport] = {}
     context = multiprocessing.get_context("spawn")
     devices = context.Queue()

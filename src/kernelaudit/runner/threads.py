@@ -37,6 +37,17 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _told() -> int | None:
+    told = os.environ.get(THREADS_VARIABLE, "")
+    return min(int(told), usable_cores()) if told.isdigit() and int(told) > 0 else None
+
+
+def host_share() -> int:
+    """The cores this command may use: KERNELAUDIT_THREADS where whoever started it set it (a
+    test runner or a scheduler sharing the host out), else every core it may run on."""
+    return _told() or usable_cores()
+
+
 def thread_share(device: str, sharing: int | None = None, gpus: int | None = None) -> int:
     """This audit's share of the cores.
 
@@ -48,9 +59,9 @@ def thread_share(device: str, sharing: int | None = None, gpus: int | None = Non
     """
     cores = usable_cores()
     if sharing is None:
-        told = os.environ.get(THREADS_VARIABLE, "")
-        if told.isdigit() and int(told) > 0:
-            return min(int(told), cores)
+        told = _told()
+        if told is not None:
+            return told
         sharing = 1
         if device.startswith("cuda"):
             sharing = max(1, _torch_gpus() if gpus is None else gpus)
