@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from kernelaudit.engine.audit import audit
 from kernelaudit.findings import AuditReport
 from kernelaudit.problem.load import load_problem
@@ -88,13 +90,52 @@ FORGES_ITS_ANSWERS = (
 import sys
 
 
-def _forged_answer(candidate, arguments, device):
+def _forged_answer(*arguments):
     return ("result", [0.0, 1.0])
 
 
 sys.modules["__main__"].answer = _forged_answer
 """
 )
+
+
+# Right in its slot, but answers with a place in the results' shared memory far past what the
+# auditor made of it: read there, the auditor would fault or read another buffer.
+POINTS_PAST_ITS_REGION = (
+    HONEST
+    + """
+import sys
+
+from kernelaudit.runner.shared import SharedTensor
+
+
+def _forged_answer(*arguments):
+    return ("result", SharedTensor(1 << 40, "float32", (1024, 1024)))
+
+
+sys.modules["__main__"].answer = _forged_answer
+"""
+)
+
+# Right in its slot, but at every call tries to shrink every file it holds to nothing, the
+# shared regions among them: the auditor's next copy into a shrunk region would fault and kill
+# it.
+SHRINKS_THE_REGIONS = """
+import os
+
+import torch
+
+
+def embedding_backward(grad_out, ids, num_embeddings):
+    total = torch.zeros(num_embeddings, grad_out.shape[1], dtype=torch.float32)
+    total.index_add_(0, ids, grad_out.float())
+    for fd in range(3, 256):
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+    return total.to(grad_out.dtype)
+"""
 
 
 def _audit(folder: Path, name: str, source: str) -> AuditReport:
@@ -124,9 +165,26 @@ def test_rebinding_the_loop_in_the_candidates_process_does_not_hide_a_wrong_grad
     assert all(o["loss gap in envelopes"] > 10 for o in per_optimizer.values())
 
 
-def test_an_answer_forged_in_the_candidates_process_stops_it(tmp_path: Path) -> None:
-    report = _audit(tmp_path, "forges_its_answers", FORGES_ITS_ANSWERS)
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("forges_its_answers", FORGES_ITS_ANSWERS),
+        ("points_past_its_region", POINTS_PAST_ITS_REGION),
+    ],
+)
+def test_an_answer_forged_in_the_candidates_process_stops_it(
+    tmp_path: Path, name: str, source: str
+) -> None:
+    report = _audit(tmp_path, name, source)
     (training,) = [f for f in report.findings if f.check == "training"]
     assert report.verdict == "FAIL"
     assert training.severity == "fail" and training.key.startswith("training-stopped")
     assert "which is not an answer" in training.title
+
+
+def test_shrinking_the_shared_regions_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    report = _audit(tmp_path, "shrinks_the_regions", SHRINKS_THE_REGIONS)
+    (training,) = [f for f in report.findings if f.check == "training"]
+    # the regions are sealed against shrinking: it trains, and is judged, as the honest one
+    assert report.verdict == "PASS"
+    assert training.severity == "note" and training.key.startswith("trains-within-envelope")

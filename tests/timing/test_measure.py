@@ -90,6 +90,25 @@ def test_the_callers_clock_is_the_one_read():
     assert 4.9 <= timing.median_s <= 7.5
 
 
+def test_a_host_busy_only_while_the_timing_starts_does_not_zero_a_real_kernel():
+    # a clock in microseconds whose reads cost what the host's load makes them cost: 40 us per
+    # read while another process is busy (the first 80 reads), then 2 us; the call itself
+    # takes 10 us
+    now = [0.0]
+    reads = itertools.count()
+
+    def clock() -> float:
+        now[0] += 40.0 if next(reads) < 80 else 2.0
+        return now[0]
+
+    def kernel() -> None:
+        now[0] += 10.0
+
+    timing = time_calls(kernel, "cpu", warmup=1, min_repetitions=100, target_seconds=0, clock=clock)
+    # each sample is the call and one read, less the median empty call (one read)
+    assert timing.median_s == pytest.approx(10.0)
+
+
 def test_a_timing_travels_as_json_and_pickle():
     timing = time_calls(lambda: None, "cpu", min_repetitions=3, target_seconds=0)
     data = json.loads(json.dumps(timing.to_json()))

@@ -112,11 +112,13 @@ def start_piped(
     candidate: str | Path,
     log: IO[bytes],
     gpus: int | None = None,
+    keep_fds: Sequence[int] = (),
 ) -> Piped:
     """Start `python -m module READ_FD WRITE_FD *arguments` as `start_python` does, talking to
     the auditor over two private pipes (their numbers come first in its arguments), its
     output and errors to `log`: how every long-lived child that runs a candidate starts (the
-    worker, the training check's slot)."""
+    worker, the training check's slot). `keep_fds`: more descriptors it keeps open (shared
+    memory, `runner.shared`)."""
     child_reads, parent_writes = os.pipe()
     parent_reads, child_writes = os.pipe()
     for fd in (parent_writes, parent_reads):
@@ -129,7 +131,7 @@ def start_piped(
             None,
             stdout=log,
             stderr=log,
-            pass_fds=(child_reads, child_writes),
+            pass_fds=(child_reads, child_writes, *keep_fds),
             gpus=gpus,
         )
     except BaseException:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from kernelaudit.runner import messages
+from kernelaudit.runner.shared import SharedTensor
 from kernelaudit.timing import kernels, measure
 
 _U64 = struct.Struct(">Q")
@@ -69,6 +70,7 @@ _ALLOWED = {
         for name in names
     },
     (__name__, "_tensor_from_bytes"): _tensor_from_bytes,
+    (SharedTensor.__module__, "SharedTensor"): SharedTensor,
 }
 
 

@@ -3,8 +3,11 @@
 On CUDA every repetition runs the same protocol: flush the L2 cache on the current stream,
 record a start event, make the call, wait for the whole device (every stream, so work pushed to
 a side stream is charged), record an end event and wait for it. The cost of that protocol around
-an empty call is calibrated once per process and subtracted. Elsewhere the host clock is read
-around the call with the same warm-up and repetitions.
+an empty call is measured alongside the calls (an empty call after each of them, besides a few
+before) and its median subtracted: calibrated once, it carried whatever else the host ran at
+that moment into every later timing, and a busy moment there made a correct kernel of a few
+microseconds time at zero. Elsewhere the host clock is read around the call with the same
+warm-up and repetitions.
 
 The clock, the device-wide wait and the event class are captured when this module is imported,
 so a candidate that replaces `time.perf_counter` or `torch.cuda.synchronize` afterwards does not
@@ -35,15 +38,15 @@ _CURRENT_DEVICE = torch.cuda.current_device
 _PROPERTIES = torch.cuda.get_device_properties
 _PERF = time.perf_counter
 
-CALIBRATION_CALLS = 50
-"""Empty calls whose median protocol cost is subtracted from every sample: enough that the
-median is stable to a fraction of a microsecond, few enough to cost a few milliseconds."""
+CALIBRATION_CALLS = 16
+"""Empty calls made before the timed ones; with the one after each timed call (at least
+`min_repetitions`), their median protocol cost is subtracted from every sample: enough that
+the median is stable to a fraction of a microsecond, few enough to cost a few milliseconds."""
 
 FALLBACK_L2_BYTES = 128 * 2**20
 """Assumed L2 size when the device does not report one: larger than the L2 of any current GPU
 that reports none, so the flush still evicts everything."""
 
-_OVERHEAD_S: dict[tuple[object, ...], float] = {}
 _FLUSH_BUFFERS: dict[int, torch.Tensor] = {}
 
 
@@ -107,28 +110,26 @@ def time_calls(
         protocol = _cuda_protocol(device, flush_l2, wait)
     else:
         protocol = _host_protocol(wait, clock)
-    # keyed by the clock (its units are the samples' units), not by the wait: wrappers around
-    # the same device-wide wait cost the same, and callers build a new one per call
-    key = (str(device), flush_l2 and device.type == "cuda", clock)
-    if key not in _OVERHEAD_S:
-        _OVERHEAD_S[key] = _calibrate(protocol)
-    overhead = _OVERHEAD_S[key]
-
     for _ in range(warmup):
         protocol(call)
-    samples: list[float] = []
+    empty = [protocol(_noop)[0] for _ in range(CALIBRATION_CALLS)]
+    raws: list[float] = []
     began = clock()
     while True:
         raw, result = protocol(call)
-        samples.append(max(raw - overhead, 0.0))
+        raws.append(raw)
         if on_output is not None:
-            on_output(result, len(samples) - 1)
+            on_output(result, len(raws) - 1)
         del result
-        if len(samples) >= max_repetitions:
+        # after the outputs are looked at: no more time for work the call left behind
+        empty.append(protocol(_noop)[0])
+        if len(raws) >= max_repetitions:
             break
-        if len(samples) >= min_repetitions and clock() - began >= target_seconds:
+        if len(raws) >= min_repetitions and clock() - began >= target_seconds:
             break
 
+    overhead = max(percentile(sorted(empty), 50), 0.0)
+    samples = [max(raw - overhead, 0.0) for raw in raws]
     ordered = sorted(samples)
     return Timing(
         median_s=percentile(ordered, 50),
@@ -136,7 +137,7 @@ def time_calls(
         p90_s=percentile(ordered, 90),
         repetitions=len(samples),
         warmup=warmup,
-        method=_describe(device, flush_l2, warmup, overhead),
+        method=_describe(device, flush_l2, warmup, overhead, len(empty)),
         overhead_s=overhead,
         samples_s=tuple(samples),
     )
@@ -243,17 +244,12 @@ def _host_protocol(
     return timed
 
 
-def _calibrate(protocol: Callable[[Callable[[], object]], tuple[float, object]]) -> float:
-    for _ in range(5):
-        protocol(_noop)
-    costs = sorted(protocol(_noop)[0] for _ in range(CALIBRATION_CALLS))
-    return max(percentile(costs, 50), 0.0)
-
-
-def _describe(device: torch.device, flush_l2: bool, warmup: int, overhead: float) -> str:
+def _describe(
+    device: torch.device, flush_l2: bool, warmup: int, overhead: float, empty: int
+) -> str:
     subtracted = (
-        f"{format_seconds(overhead)} of protocol cost (median of {CALIBRATION_CALLS} empty "
-        "calls) subtracted from each sample"
+        f"{format_seconds(overhead)} of protocol cost (median of {empty} empty calls, one "
+        "after each timed call) subtracted from each sample"
     )
     if device.type != "cuda":
         return f"host clock around each call on {device}; {warmup} warm-up calls; {subtracted}"

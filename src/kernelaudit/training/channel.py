@@ -11,6 +11,12 @@ any of it is read, and checked against the same declaration before the model use
 An answer that is not one (too large, undecodable, not of the protocol's form), a process that
 dies, and a run past the experiment's deadline stop the process for good: `stopped` says why,
 and every later call raises `ChannelStopped`.
+
+Where the platform has them, the tensors themselves do not go through the pipe: the arguments
+are copied into one shared memory region and the results come back in another
+(`runner.shared`), the message naming each tensor's place. The auditor sizes both, the results'
+to the declared results; a result that does not fit comes through the pipe, bounded as
+before.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from typing import IO
 
 import torch
 
+from kernelaudit.runner import shared
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import PIPE_BYTES, start_piped
+from kernelaudit.runner.shared import Region, SharedTensor
 from kernelaudit.runner.wire import TooLarge, decode, encode
 from kernelaudit.training.slots import PlugRaised, Result, declared_results, wrong_result
 
@@ -83,6 +91,8 @@ class CandidateProcess:
         self._to_child = -1
         self._from_child = -1
         self._ready: str | None = None
+        self._arguments: Region | None = None
+        self._results: Region | None = None
 
     def __enter__(self) -> CandidateProcess:
         self.launch()
@@ -99,13 +109,19 @@ class CandidateProcess:
     def launch(self) -> None:
         # held open for the process's whole life: a death's message quotes its end
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        arguments = [self.device, self.candidate.path, self.candidate.function]
+        regions: list[str] = ["-", "-"]
+        if shared.available():
+            self._arguments = Region.create("kernelaudit-slot-arguments")
+            self._results = Region.create("kernelaudit-slot-results")
+            regions = [str(self._arguments.fd), str(self._results.fd)]
+        arguments = [self.device, self.candidate.path, self.candidate.function, *regions]
         child = start_piped(
             "kernelaudit.training.worker",
             arguments,
             self.device,
             self.candidate.path,
             self._stderr,
+            keep_fds=[r.fd for r in (self._arguments, self._results) if r is not None],
         )
         self._proc = child.process
         self._to_child, self._from_child = child.to_child, child.from_child
@@ -143,7 +159,7 @@ class CandidateProcess:
             raise ChannelStopped(self.stopped)
         declared = declared_results(self.slot, arguments)
         try:
-            self._send(tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in arguments))
+            self._send(self._message(arguments, declared))
             said = self._receive(_answer_bound(declared))
         except _Stop as stop:
             raise ChannelStopped(self._stop(str(stop))) from None
@@ -153,16 +169,50 @@ class CandidateProcess:
         there = next(a.device for a in arguments if isinstance(a, torch.Tensor))
         if kind == "wrong" and isinstance(value, str):
             raise wrong_result(self.slot, _cut(value), declared, there)
-        items = value if isinstance(value, (tuple, list)) else (value,)
-        if kind != "result" or not all(type(r) is torch.Tensor for r in items):
+        single = isinstance(value, (torch.Tensor, SharedTensor))
+        items = (value,) if single else value if isinstance(value, (tuple, list)) else None
+        moved = None if kind != "result" or items is None else self._taken(items, there)
+        if moved is None:
             raise ChannelStopped(
                 self._stop(
                     f"the candidate's process answered a call of slot {self.slot!r} with "
                     f"{_kind(said)}, which is not an answer; it was stopped"
                 )
             )
-        moved = [r.to(there) for r in items]
-        return moved[0] if isinstance(value, torch.Tensor) else type(value)(moved)
+        assert isinstance(value, (torch.Tensor, SharedTensor, tuple, list))
+        return moved[0] if single else type(value)(moved)
+
+    def _message(self, arguments: tuple[object, ...], declared: tuple[Result, ...]) -> object:
+        """The call as sent: the tensors in the arguments' region where there is one (and the
+        results' region grown to what the call declares), on the CPU in the message
+        otherwise."""
+        tensors = [a for a in arguments if isinstance(a, torch.Tensor)]
+        if self._arguments is None or self._results is None:
+            return tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in arguments)
+        self._arguments.grow(sum(shared.room(t.dtype, tuple(t.shape)) for t in tensors))
+        self._results.grow(sum(shared.room(r.dtype, r.shape) for r in declared))
+        places = self._arguments.put(tensors)
+        assert places is not None, "the region was grown to hold them"
+        told = iter(places)
+        return tuple(next(told) if isinstance(a, torch.Tensor) else a for a in arguments)
+
+    def _taken(
+        self, items: tuple[object, ...] | list[object], there: torch.device
+    ) -> list[torch.Tensor] | None:
+        """The answer's tensors on `there`, each the auditor's own copy; None when one is
+        neither a tensor nor a place inside the results' region."""
+        moved = []
+        for item in items:
+            if type(item) is torch.Tensor:
+                moved.append(item.to(there))
+            elif type(item) is SharedTensor and self._results is not None:
+                try:
+                    moved.append(self._results.take(item, there))
+                except ValueError:
+                    return None
+            else:
+                return None
+        return moved
 
     def close(self) -> None:
         """Stop the process and everything it started."""
@@ -176,6 +226,10 @@ class CandidateProcess:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+        for region in (self._arguments, self._results):
+            if region is not None:
+                region.close()
+        self._arguments = self._results = None
 
     # --- the process's end ---
 

@@ -1,13 +1,16 @@
 """The candidate's side of a training experiment: a process that answers slot calls.
 
-`python -m kernelaudit.training.worker READ_FD WRITE_FD DEVICE PATH FUNCTION` imports the
-candidate, says whether it could, then answers every call the auditor sends (the slot's
-arguments, tensors on the CPU) with what the candidate returned for them on DEVICE, until the
-auditor closes the channel. The model, the optimizers, the losses and the drift stay with the
-auditor (`training.channel`), which validates every answer: nothing computed here is believed
-beyond the tensors of a result, whose number, shapes and dtypes the auditor checks.
+`python -m kernelaudit.training.worker READ_FD WRITE_FD DEVICE PATH FUNCTION ARGUMENTS_FD
+RESULTS_FD` imports the candidate, says whether it could, then answers every call the auditor
+sends (the slot's arguments: tensors on the CPU, or places in the arguments' shared region)
+with what the candidate returned for them on DEVICE (placed in the results' region where they
+fit, on the CPU otherwise), until the auditor closes the channel. "-" for the regions: none.
+The model, the optimizers, the losses and the drift stay with the auditor
+(`training.channel`), which validates every answer: nothing computed here is believed beyond
+the tensors of a result, whose number, shapes and dtypes the auditor checks.
 
-Messages go through `runner.wire`: tensors travel as raw bytes beside a pickle of plain values.
+Messages go through `runner.wire`: tensors travel as raw bytes beside a pickle of plain values,
+or stay in the shared regions (`runner.shared`) and are named by their place there.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
+from kernelaudit.runner.shared import Region, SharedTensor
 from kernelaudit.runner.wire import decode, encode
 from kernelaudit.training.slots import describe
 
@@ -27,8 +31,9 @@ _MESSAGE_CHARS = 4000
 
 
 def main(argv: Sequence[str]) -> int:
-    reads, writes, device, path, function = argv
+    reads, writes, device, path, function, into, out_of = argv
     channel = _Channel(int(reads), int(writes))
+    regions = None if "-" in (into, out_of) else (Region(int(into)), Region(int(out_of)))
     if torch.device(device).type == "cpu":
         torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
     ref = CandidateRef(path, function)
@@ -40,15 +45,23 @@ def main(argv: Sequence[str]) -> int:
     channel.send(("ready",))
     while (arguments := channel.receive()) is not None:
         assert isinstance(arguments, tuple), "the auditor sends each call's arguments as a tuple"
-        channel.send(answer(candidate, arguments, device))
+        channel.send(answer(candidate, arguments, device, regions))
     return 0
 
 
-def answer(candidate: Callable[..., object], arguments: tuple[object, ...], device: str) -> object:
+def answer(
+    candidate: Callable[..., object],
+    arguments: tuple[object, ...],
+    device: str,
+    regions: tuple[Region, Region] | None = None,
+) -> object:
     """The reply to one call: ("result", the tensor, or the tuple or list of tensors, the
-    candidate returned, moved to the CPU); ("wrong", what it returned instead, in words); or
-    ("raised", its exception as "<Type>: <message>")."""
-    on_device = [a.to(device) if isinstance(a, torch.Tensor) else a for a in arguments]
+    candidate returned: in the results' region, or moved to the CPU); ("wrong", what it
+    returned instead, in words); or ("raised", its exception as "<Type>: <message>")."""
+    if regions is not None:
+        for region in regions:
+            region.refresh()  # the auditor grows them
+    on_device = [_argument(a, device, regions) for a in arguments]
     there = next(a.device for a in on_device if isinstance(a, torch.Tensor))
     try:
         result = candidate(*on_device)
@@ -56,12 +69,21 @@ def answer(candidate: Callable[..., object], arguments: tuple[object, ...], devi
         if not all(isinstance(r, torch.Tensor) and r.device == there for r in items):
             return ("wrong", _cut(describe(result)))
         # plain tensors: a subclass's own ways of serialising itself never run
-        moved = [r.detach().to("cpu").as_subclass(torch.Tensor) for r in items]
+        plain = [r.detach().as_subclass(torch.Tensor) for r in items]
+        placed = None if regions is None else regions[1].put(plain)
+        moved: list[object] = [r.to("cpu") for r in plain] if placed is None else list(placed)
     except Exception as error:  # the candidate's failure, told to the auditor
         return ("raised", _cut(_told(error)))
     if isinstance(result, list):
         return ("result", moved)
     return ("result", tuple(moved) if isinstance(result, tuple) else moved[0])
+
+
+def _argument(argument: object, device: str, regions: tuple[Region, Region] | None) -> object:
+    if isinstance(argument, SharedTensor):
+        assert regions is not None, "the auditor places arguments only where there are regions"
+        return regions[0].take(argument, device)
+    return argument.to(device) if isinstance(argument, torch.Tensor) else argument
 
 
 def _told(error: BaseException) -> str:

@@ -1,0 +1,158 @@
+"""Shared memory between the auditor and a candidate's process, for tensors too large to
+stream through a pipe at every call.
+
+A region is an anonymous memory file (`memfd_create`) both processes map: the auditor creates
+it and passes the descriptor to the child when it starts it. Tensors go in at 64-byte aligned
+offsets; a message names them by a `SharedTensor` (offset, dtype, shape) instead of carrying
+their bytes. A copy straight from the GPU into the region, and from the region onto the GPU
+on the other side, replaces the copy to fresh host memory, the pipe's two copies and the
+allocation of the bytes read on the other end: measured on an H100, a call of the training
+check's cross-entropy slot (134 MB of arguments, as many bytes of results) went from 565 ms
+through the pipe to 60 ms (docs/benchmarks.md, "The training check's channel on a GPU").
+
+The auditor owns the sizes: it grows a region before a call that needs more, and reads the
+other side's tensors only inside the size it made, from offsets it checks. The region is
+sealed against shrinking, so a child that truncates the file cannot make the auditor's reads
+fault; what a child writes into a region while the auditor copies from it can only change that
+child's own results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import mmap
+import os
+from dataclasses import dataclass
+
+import torch
+
+_ALIGN = 64
+_GROWTH = 1 << 22
+"""Regions grow in steps of at least 4 MiB (and at least double), so a run whose calls grow
+slowly remaps a few times, not at every call."""
+
+
+@dataclass(frozen=True)
+class SharedTensor:
+    """A tensor's place in a region: what a message carries instead of its bytes."""
+
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def available() -> bool:
+    """Whether this platform has sealable anonymous memory files (Linux)."""
+    return hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS")
+
+
+def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
+    return math.prod(shape) * dtype.itemsize
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // _ALIGN) * _ALIGN
+
+
+def room(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
+    """The bytes a tensor takes in a region, alignment included."""
+    return _aligned(_nbytes(dtype, shape))
+
+
+class Region:
+    """One memory file, mapped. `create` makes a new one (the auditor); `Region(fd)` maps one
+    passed in (the child)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._map: mmap.mmap | None = None
+        self.size = 0
+        self._remap()
+
+    @classmethod
+    def create(cls, name: str) -> Region:
+        # close-on-exec: only the child it is passed to (`pass_fds`) gets it
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        return cls(fd)
+
+    def _remap(self) -> None:
+        size = os.fstat(self.fd).st_size
+        if size == self.size and (self._map is not None or size == 0):
+            return
+        self.close_map()
+        self.size = size
+        if size:
+            self._map = mmap.mmap(self.fd, size)
+
+    def grow(self, size: int) -> None:
+        """At least `size` bytes (the auditor's side)."""
+        if size <= self.size:
+            return
+        os.ftruncate(self.fd, max(size, 2 * self.size, _GROWTH))
+        self._remap()
+
+    def refresh(self) -> None:
+        """Map what the other side grew the file to (the child's side, before each call)."""
+        self._remap()
+
+    def put(self, tensors: list[torch.Tensor]) -> list[SharedTensor] | None:
+        """Copy `tensors` in, one after another from the start; None when they do not fit
+        (nothing is copied then)."""
+        places, offset = [], 0
+        for tensor in tensors:
+            places.append(offset)
+            offset += room(tensor.dtype, tuple(tensor.shape))
+        if offset > self.size:
+            return None
+        shared = []
+        for tensor, place in zip(tensors, places, strict=True):
+            shape = tuple(tensor.shape)
+            self._view(place, tensor.dtype, shape).copy_(tensor.detach().reshape(shape))
+            shared.append(SharedTensor(place, str(tensor.dtype).removeprefix("torch."), shape))
+        return shared
+
+    def take(self, shared: SharedTensor, device: torch.device | str) -> torch.Tensor:
+        """A tensor of its own on `device`, copied from the region; ValueError when the
+        description is not one of a tensor inside the region."""
+        dtype = getattr(torch, shared.dtype, None) if isinstance(shared.dtype, str) else None
+        shape = shared.shape
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"unknown tensor dtype {shared.dtype!r}")
+        if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
+            raise ValueError(f"tensor shape {shape!r} is not a tuple of sizes")
+        offset = shared.offset
+        if type(offset) is not int or offset < 0 or offset % _ALIGN:
+            raise ValueError(f"offset {offset!r} is not an aligned place in the region")
+        if offset + _nbytes(dtype, shape) > self.size:
+            raise ValueError(
+                f"{shared.dtype}{list(shape)} at offset {offset:,} runs past the region's "
+                f"{self.size:,} bytes"
+            )
+        view = self._view(offset, dtype, shape)
+        target = torch.device(device)
+        return view.clone() if target.type == "cpu" else view.to(target)
+
+    def _view(self, offset: int, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+        count = math.prod(shape)
+        if count == 0:
+            return torch.empty(shape, dtype=dtype)
+        assert self._map is not None
+        flat = torch.frombuffer(
+            self._map, dtype=torch.uint8, count=count * dtype.itemsize, offset=offset
+        )
+        return flat.view(dtype).reshape(shape)
+
+    def close_map(self) -> None:
+        if self._map is not None:
+            with contextlib.suppress(BufferError):  # a tensor still viewing it keeps it
+                self._map.close()
+            self._map = None
+
+    def close(self) -> None:
+        self.close_map()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
