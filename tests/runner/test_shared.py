@@ -62,3 +62,19 @@ def test_no_one_holding_the_file_can_shrink_it_under_the_auditors_reads() -> Non
         os.ftruncate(region.fd, 0)
     assert not os.get_inheritable(region.fd), "only the child it is passed to gets it"
     region.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_pinned_region_carries_gpu_tensors_both_ways() -> None:
+    region = Region.create("test")
+    region.pin()
+    tensor = torch.randn(1 << 20, device="cuda").half()
+    region.grow(shared.room(tensor.dtype, tuple(tensor.shape)))
+    (place,) = region.put([tensor]) or []
+    back = region.take(place, "cuda")
+    assert back.device.type == "cuda" and torch.equal(back, tensor)
+    region.grow(4 * region.size)  # remapped, and page-locked again
+    (place,) = region.put([2 * tensor]) or []
+    assert torch.equal(region.take(place, "cuda"), 2 * tensor)
+    region.close()

@@ -114,6 +114,9 @@ class CandidateProcess:
             self._arguments = Region.create("kernelaudit-slot-arguments")
             self._results = Region.create("kernelaudit-slot-results")
             regions = [str(self._arguments.fd), str(self._results.fd)]
+            if torch.device(self.device).type == "cuda":
+                self._arguments.pin()
+                self._results.pin()
         arguments = [self.device, self.candidate.path, self.candidate.function, *regions]
         child = start_piped(
             "kernelaudit.training.worker",

@@ -34,6 +34,9 @@ def main(argv: Sequence[str]) -> int:
     reads, writes, device, path, function, into, out_of = argv
     channel = _Channel(int(reads), int(writes))
     regions = None if "-" in (into, out_of) else (Region(int(into)), Region(int(out_of)))
+    if regions is not None and torch.device(device).type == "cuda":
+        for region in regions:
+            region.pin()
     if torch.device(device).type == "cpu":
         torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
     ref = CandidateRef(path, function)
