@@ -3,6 +3,8 @@ the auditor has checked it against what the slot declares."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -75,7 +77,7 @@ def _process(path: Path, function: str, deadline_s: float = 120.0) -> CandidateP
     return CandidateProcess(CandidateRef(str(path), function), SLOT, "cpu", deadline_s)
 
 
-def _call(process: CandidateProcess, rows: int = 16) -> torch.Tensor:
+def _call(process: Callable[..., object], rows: int = 16) -> torch.Tensor:
     generator = torch.Generator().manual_seed(0)
     grad_out = torch.randn(64, 8, generator=generator)
     ids = torch.randint(16, (64,), generator=generator)
@@ -148,3 +150,16 @@ def test_a_candidate_that_cannot_be_imported_says_why(tmp_path: Path) -> None:
         assert "ImportError: needs a library this machine lacks" in said
         with pytest.raises(ChannelStopped, match="needs a library"):
             _call(process)
+
+
+def test_where_shared_memory_is_refused_the_pipe_carries_the_calls(
+    candidates: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*arguments: object) -> int:
+        raise PermissionError("memfd_create refused by the host's filter")
+
+    monkeypatch.setattr(os, "memfd_create", refused)
+    with _process(candidates, "honest") as process:
+        assert process.ready() == ""
+        got = _call(process)
+    assert torch.equal(got, _call(REFERENCES[SLOT]))

@@ -111,8 +111,12 @@ class CandidateProcess:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
         regions: list[str] = ["-", "-"]
         if shared.available():
-            self._arguments = Region.create("kernelaudit-slot-arguments")
-            self._results = Region.create("kernelaudit-slot-results")
+            try:
+                self._arguments = Region.create("kernelaudit-slot-arguments")
+                self._results = Region.create("kernelaudit-slot-results")
+            except OSError:  # a kernel or a filter that refuses them: the pipe carries all
+                self._close_regions()
+        if self._arguments is not None and self._results is not None:
             regions = [str(self._arguments.fd), str(self._results.fd)]
             if torch.device(self.device).type == "cuda":
                 self._arguments.pin()
@@ -229,6 +233,9 @@ class CandidateProcess:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+        self._close_regions()
+
+    def _close_regions(self) -> None:
         for region in (self._arguments, self._results):
             if region is not None:
                 region.close()
