@@ -21,7 +21,7 @@ from kernelaudit.errors import ProblemError, UsageError
 from kernelaudit.inputs.batch import batch_axes, infer_batch_axes, inference_skipped
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
-from kernelaudit.problem.load import validate
+from kernelaudit.problem.validate import validate
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,6 @@ from kernelaudit.formats.kernelbench.model import (
     top_level_names,
     weight_keys,
 )
-from kernelaudit.problem.load import validate
 from kernelaudit.problem.spec import (
     Axis,
     Contract,
@@ -50,6 +49,7 @@ from kernelaudit.problem.spec import (
     TensorInput,
     Workload,
 )
+from kernelaudit.problem.validate import validate
 
 WORKLOAD = "kernelbench get_inputs"
 

@@ -40,7 +40,6 @@ from kernelaudit.formats.solexecbench.structure import (
 from kernelaudit.formats.solexecbench.tensor_files import (
     unreadable,
 )
-from kernelaudit.problem.load import validate
 from kernelaudit.problem.spec import (
     Axis,
     Contract,
@@ -57,6 +56,7 @@ from kernelaudit.problem.spec import (
     Workload,
     dim_size,
 )
+from kernelaudit.problem.validate import validate
 
 DEFINITION = "definition.json"
 WORKLOADS = "workload.jsonl"
