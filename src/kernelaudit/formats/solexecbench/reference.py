@@ -24,7 +24,7 @@ from kernelaudit.problem.spec import dim_size
 from kernelaudit.sourcefile import import_source
 
 if TYPE_CHECKING:
-    from kernelaudit.formats.solexecbench.definition import DefinitionReader
+    from kernelaudit.formats.solexecbench.reader import DefinitionReader
 
 
 def reference_module(reader: DefinitionReader) -> Any:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelaudit.findings import AuditReport, Finding, _json_default, _strict
-from kernelaudit.formats.solexecbench.definition import WORKLOADS, read_workloads
+from kernelaudit.formats.solexecbench.reader import WORKLOADS, read_workloads
 from kernelaudit.problem.spec import Problem
 
 GAMING_CHECKS = frozenset(
