@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -171,6 +171,12 @@ for step in ${steps[@]}; do
       ;;
     training)
       python3 benchmarks/training_check.py --device cuda --out "$out/training.json" 2>&1 | tee "$out/training.txt"
+      ;;
+    channel)
+      # one slot call of each example through the training check's channel, against the call
+      # in the auditor, with a profile of the channel's calls
+      python3 benchmarks/training_channel.py --device cuda --out "$out/training-channel.json" \
+        --profile "$out/training-channel-profile.txt" 2>&1 | tail -n 5
       ;;
     thorough)
       python3 -m kernelaudit.cli demo --profile thorough --json "$out/thorough.json" > "$out/thorough.txt" 2>&1
