@@ -11,6 +11,7 @@ import torch
 
 from kernelaudit.runner import wire
 from kernelaudit.runner.messages import CallOutcome
+from kernelaudit.runner.shared import SharedTensor
 
 
 def _through(message: object) -> object:
@@ -42,3 +43,16 @@ def test_a_shape_that_its_bytes_do_not_fill_is_refused_before_allocating(shape: 
     pickle.Pickler(stream, protocol=5).dump(_Announces(shape))
     with pytest.raises(pickle.UnpicklingError, match="tensor"):
         wire._Unpickler(io.BytesIO(stream.getvalue())).load()
+
+
+def test_places_in_shared_memory_cross_only_channels_that_carry_it() -> None:
+    place = SharedTensor(0, "float32", (4,))
+    pieces = b"".join(bytes(p) for p in wire.encode(("result", place)))
+
+    def decoded(shared: bool) -> object:
+        stream = io.BytesIO(pieces)
+        return wire.decode(lambda count: bytearray(stream.read(count)), shared=shared)
+
+    assert decoded(shared=True) == ("result", place)
+    with pytest.raises(pickle.UnpicklingError, match="may not cross"):
+        decoded(shared=False)  # the worker's channel: its auditor resolves no places

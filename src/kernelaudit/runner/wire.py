@@ -70,15 +70,22 @@ _ALLOWED = {
         for name in names
     },
     (__name__, "_tensor_from_bytes"): _tensor_from_bytes,
-    (SharedTensor.__module__, "SharedTensor"): SharedTensor,
 }
+
+_SHARED = (SharedTensor.__module__, "SharedTensor")
+"""Allowed only on channels that carry shared memory (`decode(..., shared=True)`): the
+training check's, whose auditor side resolves every place against a region it sized."""
 
 
 class _Unpickler(pickle.Unpickler):
+    shared = False
+
     def find_class(self, module: str, name: str) -> Any:
         found = _ALLOWED.get((module, name))
         if found is not None:
             return found
+        if self.shared and (module, name) == _SHARED:
+            return SharedTensor
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         raise pickle.UnpicklingError(f"{module}.{name} may not cross the worker boundary")
@@ -104,10 +111,13 @@ class TooLarge(pickle.UnpicklingError):
     """A message announced more bytes than its reader allows; nothing of it was allocated."""
 
 
-def decode(read: Callable[[int], bytearray], most_bytes: int | None = None) -> object:
+def decode(
+    read: Callable[[int], bytearray], most_bytes: int | None = None, shared: bool = False
+) -> object:
     """Read one message with `read` (which returns exactly n bytes), refusing anything that
     is not part of the protocol, and a message announcing more than `most_bytes` before any
-    of it is allocated."""
+    of it is allocated. `shared`: places in shared memory (`runner.shared.SharedTensor`) are
+    part of this channel's protocol."""
     (count,) = _U64.unpack(read(_U64.size))
     if not 1 <= count <= _MAX_PIECES:
         raise pickle.UnpicklingError(f"a message of {count} pieces is not part of the protocol")
@@ -119,4 +129,6 @@ def decode(read: Callable[[int], bytearray], most_bytes: int | None = None) -> o
         )
     payload = read(lengths[0])
     buffers = [read(n) for n in lengths[1:]]
-    return _Unpickler(io.BytesIO(payload), buffers=buffers).load()
+    unpickler = _Unpickler(io.BytesIO(payload), buffers=buffers)
+    unpickler.shared = shared
+    return unpickler.load()

@@ -287,7 +287,7 @@ class CandidateProcess:
 
     def _receive(self, most_bytes: int) -> object:
         try:
-            return decode(self._read, most_bytes)
+            return decode(self._read, most_bytes, shared=True)
         except _Stop:
             raise
         except TooLarge as large:

@@ -112,7 +112,7 @@ class _Channel:
     def receive(self) -> object | None:
         """The next message; None once the auditor has closed its end."""
         try:
-            return decode(self._read)
+            return decode(self._read, shared=True)
         except EOFError:
             return None
 
