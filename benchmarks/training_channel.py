@@ -120,7 +120,8 @@ def main() -> None:
                 with args.profile.open("a") as out:
                     out.write(f"\n== {problem.name} ==\n")
                     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(15)
-        # per optimizer: the free-running run and the shadow, each a call per slot use a step
+        # per optimizer, the free-running run and the shadow each call the slot as often a step
+        # as the model uses it
         calls = recorder.calls * experiment.steps * 2 * len(OPTIMIZERS)
         row = {
             "problem": problem.name,
