@@ -64,6 +64,18 @@ def test_no_one_holding_the_file_can_shrink_it_under_the_auditors_reads() -> Non
     region.close()
 
 
+def test_a_file_the_other_side_grew_is_neither_shrunk_nor_mapped_whole_by_the_auditor() -> None:
+    region = Region.create("test")
+    region.grow(64)
+    chosen = region.size
+    os.ftruncate(region.fd, 1 << 40)  # the child grows it to a terabyte, sparse
+    region.grow(chosen + 1)
+    assert region.size == 2 * chosen, "the auditor maps what it chose, not the file's size"
+    with pytest.raises(ValueError, match="runs past"):
+        region.take(SharedTensor(region.size, "uint8", (64,)), "cpu")
+    region.close()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_pinned_region_carries_gpu_tensors_both_ways() -> None:

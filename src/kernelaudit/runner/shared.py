@@ -12,8 +12,9 @@ the training check's cross-entropy slot (134 MB of arguments, as many bytes of r
 from 565 ms through the pipe to 60 ms through pageable regions and 11.5 ms through pinned ones
 (docs/benchmarks.md, "The training check's channel on a GPU").
 
-The auditor owns the sizes: it grows a region before a call that needs more, and reads the
-other side's tensors only inside the size it made, from offsets it checks. The region is
+The auditor owns the sizes: it grows a region before a call that needs more, maps only the size
+it chose (whatever the child grows the file to), and reads the other side's tensors only inside
+it, from offsets it checks. The region is
 sealed against shrinking, so a child that truncates the file cannot make the auditor's reads
 fault; what a child writes into a region while the auditor copies from it can only change that
 child's own results.
@@ -74,7 +75,7 @@ class Region:
         self._pinned = False
         self._registered = 0
         """The address page-locked for the GPU's copies (0: none)."""
-        self._remap()
+        self._remap(os.fstat(fd).st_size)
 
     @classmethod
     def create(cls, name: str) -> Region:
@@ -83,8 +84,8 @@ class Region:
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         return cls(fd)
 
-    def _remap(self) -> None:
-        size = os.fstat(self.fd).st_size
+    def _remap(self, size: int) -> None:
+        """Map the file's first `size` bytes (the whole mapping anew when the size changed)."""
         if size == self.size and (self._map is not None or size == 0):
             return
         self.close_map()
@@ -109,15 +110,18 @@ class Region:
                 self._registered = address
 
     def grow(self, size: int) -> None:
-        """At least `size` bytes (the auditor's side)."""
+        """At least `size` bytes (the auditor's side). The auditor maps the size it chose,
+        never the file's: a child that grew the file makes it map, read or pin no more."""
         if size <= self.size:
             return
-        os.ftruncate(self.fd, max(size, 2 * self.size, _GROWTH))
-        self._remap()
+        wanted = max(size, 2 * self.size, _GROWTH)
+        if os.fstat(self.fd).st_size < wanted:  # larger already where the child grew it
+            os.ftruncate(self.fd, wanted)
+        self._remap(wanted)
 
     def refresh(self) -> None:
         """Map what the other side grew the file to (the child's side, before each call)."""
-        self._remap()
+        self._remap(os.fstat(self.fd).st_size)
 
     def put(self, tensors: list[torch.Tensor]) -> list[SharedTensor] | None:
         """Copy `tensors` in, one after another from the start; None when they do not fit

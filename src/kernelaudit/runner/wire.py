@@ -78,7 +78,11 @@ training check's, whose auditor side resolves every place against a region it si
 
 
 class _Unpickler(pickle.Unpickler):
-    shared = False
+    def __init__(
+        self, file: io.BytesIO, buffers: list[bytearray] | None = None, shared: bool = False
+    ) -> None:
+        super().__init__(file, buffers=buffers)
+        self.shared = shared
 
     def find_class(self, module: str, name: str) -> Any:
         found = _ALLOWED.get((module, name))
@@ -129,6 +133,4 @@ def decode(
         )
     payload = read(lengths[0])
     buffers = [read(n) for n in lengths[1:]]
-    unpickler = _Unpickler(io.BytesIO(payload), buffers=buffers)
-    unpickler.shared = shared
-    return unpickler.load()
+    return _Unpickler(io.BytesIO(payload), buffers, shared).load()
