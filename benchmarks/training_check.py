@@ -24,6 +24,24 @@ from kernelaudit.training.experiment import run_experiment
 from kernelaudit.training.loop import Experiment
 
 
+def experiment_record(
+    experiment: Experiment, device: str, rows: list[dict[str, object]]
+) -> dict[str, object]:
+    """A benchmark's JSON record of the training experiment: date, device, versions, sizes."""
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": device,
+        "environment": dict(environment(device)),
+        "experiment": {
+            "model": experiment.config.__dict__,
+            "steps": experiment.steps,
+            "batch": experiment.batch,
+            "perturbed runs": experiment.perturbed_runs,
+        },
+        "rows": rows,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -36,18 +54,7 @@ def main() -> None:
     device = resolve_device(args.device)
     experiment = Experiment.for_device(device, args.steps)
     rows: list[dict[str, object]] = []
-    record = {
-        "date": time.strftime("%Y-%m-%d"),
-        "device": device,
-        "environment": dict(environment(device)),
-        "experiment": {
-            "model": experiment.config.__dict__,
-            "steps": experiment.steps,
-            "batch": experiment.batch,
-            "perturbed runs": experiment.perturbed_runs,
-        },
-        "rows": rows,
-    }
+    record = experiment_record(experiment, device, rows)
     for example in load_examples(find_examples(args.examples)):
         problem = load_problem(example.problem)
         if not problem.slot or (args.problems and problem.name not in args.problems):

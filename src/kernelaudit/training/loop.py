@@ -99,29 +99,73 @@ class Rounded:
     def __init__(self, function: Callable[..., object]) -> None:
         self.function = function
         self.calls = 0
+        self._dtypes: dict[tuple[object, ...], tuple[torch.dtype, ...] | torch.dtype] = {}
+        """The dtypes of the native results, by the arguments' dtypes, shapes and values, for
+        functions whose every result is a floating tensor: the native run is then not made
+        again."""
 
     def __call__(self, *args: object) -> object:
         with _REFERENCE_RUNS:
             return self._rounded(args)
 
     def _rounded(self, args: tuple[object, ...]) -> object:
-        native = self.function(*args)
+        key = _signature(args)
+        known = self._dtypes.get(key) if key is not None else None
+        if known is None:
+            native = self.function(*args)
+            known = _floating_dtypes(native)
+            if key is not None and known is not None:
+                self._dtypes[key] = known
         promoted = [promoted_copy(a) for a in args]
         with promoted_to_fp64(process_wide=False):
             truth = self.function(*promoted)
         self.calls += 1
-        if isinstance(native, tuple):
+        if known is None:  # a result that is not a floating tensor keeps its native value
+            if isinstance(native, tuple):
+                assert isinstance(truth, tuple)
+                return tuple(
+                    self._kept(n, t, k) for k, (n, t) in enumerate(zip(native, truth, strict=True))
+                )
+            return self._kept(native, truth, 0)
+        if isinstance(known, tuple):
             assert isinstance(truth, tuple)
             return tuple(
-                self._round(n, t, k) for k, (n, t) in enumerate(zip(native, truth, strict=True))
+                self._round(d, t, k) for k, (d, t) in enumerate(zip(known, truth, strict=True))
             )
-        return self._round(native, truth, 0)
+        assert isinstance(truth, torch.Tensor)
+        return self._round(known, truth, 0)
 
-    def _round(self, native: object, truth: object, index: int) -> object:
+    def _kept(self, native: object, truth: object, index: int) -> object:
         if not isinstance(native, torch.Tensor) or not native.is_floating_point():
             return native
         assert isinstance(truth, torch.Tensor)
-        return truth.to(native.dtype)
+        return self._round(native.dtype, truth, index)
+
+    def _round(self, dtype: torch.dtype, truth: torch.Tensor, index: int) -> torch.Tensor:
+        return truth.to(dtype)
+
+
+def _signature(args: Sequence[object]) -> tuple[object, ...] | None:
+    """What a deterministic function's result dtypes can depend on: each tensor's dtype, shape
+    and device, each plain value itself; None where an argument is neither."""
+    key: list[object] = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            key.append((a.dtype, tuple(a.shape), a.device))
+        elif a is None or isinstance(a, (bool, int, float, str)):
+            key.append((type(a), a))
+        else:
+            return None
+    return tuple(key)
+
+
+def _floating_dtypes(native: object) -> tuple[torch.dtype, ...] | torch.dtype | None:
+    """The dtype of each result where every result is a floating tensor, else None."""
+    results = native if isinstance(native, tuple) else (native,)
+    if not all(isinstance(r, torch.Tensor) and r.is_floating_point() for r in results):
+        return None
+    dtypes = tuple(r.dtype for r in results if isinstance(r, torch.Tensor))
+    return dtypes if isinstance(native, tuple) else dtypes[0]
 
 
 class Perturbed(Rounded):
@@ -139,10 +183,8 @@ class Perturbed(Rounded):
         super().__init__(function)
         self.seed = seed
 
-    def _round(self, native: object, truth: object, index: int) -> object:
-        rounded = super()._round(native, truth, index)
-        if not isinstance(rounded, torch.Tensor) or not rounded.is_floating_point():
-            return rounded
+    def _round(self, dtype: torch.dtype, truth: torch.Tensor, index: int) -> torch.Tensor:
+        rounded = super()._round(dtype, truth, index)
         infinity = torch.tensor(float("inf"), dtype=rounded.dtype, device=rounded.device)
         generator = torch.Generator(device=rounded.device)
         generator.manual_seed(self.seed * 1_000_003 + self.calls * 7 + index)
@@ -233,21 +275,30 @@ class _Updates:
         self.steps = 0
 
     def __call__(self, gradients: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        # One fused launch per operation over every parameter (`torch._foreach_*`), each the
+        # same float64 arithmetic, in the same order, as the per-parameter formula.
+        names = list(gradients)
+        g = [gradients[n].double() for n in names]
         if self.optimizer == "sgd":
-            return {n: self.lr * g.double() for n, g in gradients.items()}
+            return dict(zip(names, torch._foreach_mul(g, self.lr), strict=True))
         self.steps += 1
         b1, b2 = _BETAS
-        updates = {}
-        for name, g in gradients.items():
-            g = g.double()
-            m, v = self.moments.get(name, (torch.zeros_like(g), torch.zeros_like(g)))
-            m = b1 * m + (1 - b1) * g
-            v = b2 * v + (1 - b2) * g * g
-            self.moments[name] = (m, v)
-            m_hat = m / (1 - b1**self.steps)
-            v_hat = v / (1 - b2**self.steps)
-            updates[name] = self.lr * m_hat / (v_hat.sqrt() + _ADAM_EPS)
-        return updates
+        if not self.moments:
+            self.moments = {
+                n: (torch.zeros_like(t), torch.zeros_like(t)) for n, t in zip(names, g, strict=True)
+            }
+        m = [self.moments[n][0] for n in names]
+        v = [self.moments[n][1] for n in names]
+        m = torch._foreach_add(torch._foreach_mul(m, b1), torch._foreach_mul(g, 1 - b1))
+        v = torch._foreach_add(
+            torch._foreach_mul(v, b2), torch._foreach_mul(torch._foreach_mul(g, 1 - b2), g)
+        )
+        self.moments = {n: (m_n, v_n) for n, m_n, v_n in zip(names, m, v, strict=True)}
+        m_hat = torch._foreach_div(m, 1 - b1**self.steps)
+        v_hat = torch._foreach_div(v, 1 - b2**self.steps)
+        denominators = torch._foreach_add(torch._foreach_sqrt(v_hat), _ADAM_EPS)
+        updates = torch._foreach_div(torch._foreach_mul(m_hat, self.lr), denominators)
+        return dict(zip(names, updates, strict=True))
 
 
 def _gradients(model: TinyDecoder, batch: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -298,8 +349,10 @@ def shadow_all(
     model = TinyDecoder(experiment.config, slots, seed=experiment.seed).to(device)
     driven = _Updates(experiment, optimizer)
     shadowing = [_Updates(experiment, optimizer) for _ in plugs]
+    names = [n for n, _ in model.named_parameters()]
+    # summed where the model is, read back once at the end
     drifts = [
-        {n: torch.zeros(p.shape, dtype=torch.float64) for n, p in model.named_parameters()}
+        [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in model.parameters()]
         for _ in plugs
     ]
     calls = [0] * len(plugs)
@@ -321,16 +374,23 @@ def shadow_all(
             break
         slots.plug = reference
         ours = driven(_gradients(model, batch))
+        driving = [ours[n] for n in names]
         for k, gradients in taken.items():
             theirs = shadowing[k](gradients)
-            for name, drift in drifts[k].items():
-                drift += (theirs[name] - ours[name]).cpu()
+            torch._foreach_add_(drifts[k], torch._foreach_sub([theirs[n] for n in names], driving))
         with torch.no_grad():
-            for name, p in model.named_parameters():
-                if optimizer == "adamw":
-                    p.mul_(1 - experiment.adamw_lr * experiment.weight_decay)
-                p.sub_(ours[name].to(p.dtype))
+            parameters = list(model.parameters())
+            if optimizer == "adamw":
+                torch._foreach_mul_(parameters, 1 - experiment.adamw_lr * experiment.weight_decay)
+            torch._foreach_sub_(
+                parameters, [u.to(p.dtype) for u, p in zip(driving, parameters, strict=True)]
+            )
     return [
-        Shadowed(optimizer, {} if errors[k] else drifts[k], calls[k], errors[k])
+        Shadowed(
+            optimizer,
+            {} if errors[k] else {n: d.cpu() for n, d in zip(names, drifts[k], strict=True)},
+            calls[k],
+            errors[k],
+        )
         for k in range(len(plugs))
     ]

@@ -9,8 +9,11 @@ the backward pass, with the other direction left to the reference.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -112,6 +115,13 @@ def init_parameters(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
     Matrices are Normal(0, 0.02), the residual outputs (o, down) scaled by 1/sqrt(2 * layers);
     norm weights are ones. Keys are the names `TinyDecoder.named_parameters()` gives.
     """
+    return {name: p.clone() for name, p in _initial(config, seed).items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _initial(config: ModelConfig, seed: int) -> Mapping[str, torch.Tensor]:
+    """`init_parameters`, drawn once per model and seed (every run of an experiment starts from
+    them); read-only to callers, who copy."""
     generator = torch.Generator().manual_seed(seed)
     parameters: dict[str, torch.Tensor] = {}
     for name, shape in _parameter_shapes(config).items():
@@ -124,7 +134,7 @@ def init_parameters(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
         # path, which would make the bits depend on the machine.
         draw = torch.randn(shape, generator=generator, dtype=torch.float64)
         parameters[name] = draw.mul_(std).to(torch.float32)
-    return parameters
+    return MappingProxyType(parameters)
 
 
 def rope_tables(
@@ -323,7 +333,7 @@ class TinyDecoder(nn.Module):
         self.final_norm = _unset(shapes["final_norm"])
         self.lm_head = None if config.tied else _unset(shapes["lm_head"])
         self.layers = nn.ModuleList(_Block(config) for _ in range(config.layers))
-        self.load_state_dict(init_parameters(config, seed))
+        self.load_state_dict(_initial(config, seed))  # copied into the parameters
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1].
