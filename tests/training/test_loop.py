@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
+from kernelaudit.problem.load import load_problem
 from kernelaudit.training.data import batches, token_stream
-from kernelaudit.training.loop import Experiment, Perturbed, Rounded, _Updates, shadow
+from kernelaudit.training.experiment import _reference_runs, slot_dtypes
+from kernelaudit.training.loop import (
+    Biased,
+    Experiment,
+    Perturbed,
+    Rounded,
+    _Updates,
+    biased_member,
+    shadow,
+)
 from kernelaudit.training.model import ModelConfig, init_parameters
 from kernelaudit.training.slots import REFERENCES, Plug
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _counted(function):  # type: ignore[no-untyped-def]
@@ -107,3 +121,31 @@ def test_a_shadow_on_the_gpu_drifts_as_on_the_cpu_and_hands_back_cpu_float64() -
         assert drift.device.type == "cpu" and drift.dtype == torch.float64
         torch.testing.assert_close(drift, drifted["cpu"].drift[name], rtol=0.05, atol=1e-7)
     assert float(drifted["cuda"].drift["embedding"].abs().max()) > 0
+
+
+def test_the_biased_run_is_one_ulp_high_where_the_floor_is_wider_than_one_ulp() -> None:
+    x32 = torch.randn(1000, dtype=torch.float32)
+    y32 = Biased(lambda x: x * 1.0)(x32)
+    assert isinstance(y32, torch.Tensor)
+    assert torch.equal(y32, torch.nextafter(x32, torch.tensor(float("inf"))))  # every one, up
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.randn(1000, dtype=dtype)
+        assert torch.equal(Biased(lambda x: x * 1.0)(x), x)  # type: ignore[arg-type]
+    assert biased_member([torch.float32]) and biased_member([torch.float16, torch.float32])
+    assert not biased_member([torch.bfloat16]) and not biased_member([torch.float16])
+
+
+@pytest.mark.parametrize(("dtype", "members"), [(torch.float32, 4), (torch.float16, 3)])
+def test_a_float32_envelope_holds_the_biased_run_and_a_half_precision_one_does_not(
+    dtype: torch.dtype, members: int
+) -> None:
+    problem = load_problem(EXAMPLES / "cross_entropy_backward" / "problem.py")
+    config = next(k for k, c in enumerate(problem.dtype_configs()) if c["logits"] == dtype)
+    experiment = Experiment(
+        ModelConfig(vocab=64, hidden=16, layers=1, heads=2, seq=8, mlp_hidden=32), steps=3, batch=4
+    )
+    tokens = batches(token_stream(64, 4096, 0), 4, 8, 3, 0)
+    runs = _reference_runs(problem, config, slot_dtypes(problem, config), experiment, tokens, "cpu")
+    assert runs is not None
+    for _, perturbed, shadows in runs.values():
+        assert len(perturbed) == members and len(shadows) == members + 1  # and the native one

@@ -28,12 +28,14 @@ from kernelaudit.training.data import batches, token_counts, token_stream
 from kernelaudit.training.envelope import Judgement, conclusion, judge
 from kernelaudit.training.loop import (
     OPTIMIZERS,
+    Biased,
     Experiment,
     Native,
     Perturbed,
     Rounded,
     Shadowed,
     Trajectory,
+    biased_member,
     shadow,
     shadow_all,
     train,
@@ -176,6 +178,8 @@ def _reference_runs(
             Plug(problem.slot, Perturbed(problem.reference, seed), dtypes)
             for seed in range(1, experiment.perturbed_runs + 1)
         ]
+        if biased_member(_result_dtypes(problem, config)):
+            nudged.append(Plug(problem.slot, Biased(problem.reference), dtypes))
         perturbed = []
         for plug in nudged:
             if wanted() != "all":
@@ -190,6 +194,11 @@ def _reference_runs(
         runs[optimizer] = (references[optimizer], perturbed, shadows)
     _references[key] = runs
     return runs
+
+
+def _result_dtypes(problem: Problem, config: int) -> list[torch.dtype]:
+    dtypes = problem.dtype_configs()[config]
+    return [problem.output_dtype(o, dtypes) for o in problem.outputs]
 
 
 def _candidate_runs(

@@ -197,6 +197,35 @@ class Perturbed(Rounded):
         return (rounded.double() + steps * ulp).to(rounded.dtype)
 
 
+class Biased(Rounded):
+    """A slot function whose results are the correctly rounded ones moved one unit in the last
+    place up, every one of them, wherever the oracle's noise floor is wider than one ulp (float32
+    results); bf16 and fp16 results stay correctly rounded.
+
+    A correct float32 kernel is not only noisy but may be biased by a fraction of an ulp:
+    approximate exponentials and reciprocals, contracted multiply-adds. The perturbed runs move
+    results at random, and random moves cancel in what the model sums over tokens and steps (a
+    norm weight's gradient), while a bias adds up: measured against them alone, a correct
+    float32 kernel whose results are a third of an ulp high on average departs. This run is
+    the envelope's member for that. For bf16 and fp16 results, rounding one way is a bias of
+    half an ulp that a correct kernel does not have (it is what truncating instead of rounding
+    costs), so none is allowed there.
+    """
+
+    def _round(self, dtype: torch.dtype, truth: torch.Tensor, index: int) -> torch.Tensor:
+        rounded = super()._round(dtype, truth, index)
+        if noise_ulps(rounded.dtype) == 1:
+            return rounded
+        infinity = torch.tensor(float("inf"), dtype=rounded.dtype, device=rounded.device)
+        return torch.nextafter(rounded, infinity)
+
+
+def biased_member(results: Sequence[torch.dtype]) -> bool:
+    """Whether an envelope for a slot whose results have dtypes `results` needs a `Biased`
+    run: some floating result has a noise floor wider than one ulp."""
+    return any(d.is_floating_point and noise_ulps(d) > 1 for d in results)
+
+
 def noise_ulps(dtype: torch.dtype) -> int:
     """How many units in the last place of `dtype` the envelope moves a result: the oracle's
     floor, max(u(dtype), ACCUMULATION_NOISE_FACTOR * u(accumulator)), in ulps of `dtype`."""
