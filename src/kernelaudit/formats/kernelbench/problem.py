@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import inspect
 import traceback
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
 from kernelaudit.errors import ProblemError
+from kernelaudit.formats.kernelbench.axes import AxisNames, Batch, infer_batch
 from kernelaudit.formats.kernelbench.model import (
     BATCH,
     MODEL_SEED,
@@ -55,10 +55,6 @@ WORKLOAD = "kernelbench get_inputs"
 
 SAMPLES = 3
 """How many seeds `get_inputs()` is sampled under to judge what its integer tensors hold."""
-
-_PROBES = (1, 2, 3, 4)
-"""Batch sizes the reference is tried at (the first two it takes) to see which output dims
-follow the batch."""
 
 
 def is_kernelbench_problem(path: Path) -> bool:
@@ -119,39 +115,6 @@ def _line_in(file: Path, error: BaseException) -> int | None:
 def _failed(file: Path, field: str, what: str, error: BaseException, fix: str) -> ProblemError:
     message = f"{what} raised {type(error).__name__}: {error}"
     return ProblemError(str(file), field, message, fix, _line_in(file, error))
-
-
-@dataclass(frozen=True)
-class _Batch:
-    """What the reader concluded about the batch axis: free (with the smallest size the
-    reference takes, and each output dim as a function of the batch), or held fixed and why."""
-
-    size: int
-    free: bool
-    minimum: int = 1
-    output_dims: tuple[tuple[Dim | None, ...], ...] = ()
-    """Per output, per dim: BATCH or an expression over it, None where the dim is fixed."""
-    why: str = ""
-
-
-class _AxisNames:
-    """Fixed axes, one per distinct size: named after the module constant holding the size when
-    exactly one does ("num_classes"), else after where the size is first seen ("x_dim1")."""
-
-    def __init__(self, constants: Mapping[str, int], taken: set[str]) -> None:
-        self.constants = constants
-        self.taken = taken
-        self.by_size: dict[int, str] = {}
-
-    def axis(self, size: int, where: str) -> str:
-        if size not in self.by_size:
-            named = [name for name, value in self.constants.items() if value == size]
-            name = named[0] if len(named) == 1 else where
-            while name in self.taken:
-                name += "_"
-            self.taken.add(name)
-            self.by_size[size] = name
-        return self.by_size[size]
 
 
 class _Reader:
@@ -238,7 +201,7 @@ class _Reader:
     def tensors(self) -> list[tuple[int, torch.Tensor]]:
         return [(k, v) for k, v in enumerate(self.samples[0]) if isinstance(v, torch.Tensor)]
 
-    def sampler(self, batch: _Batch) -> GetInputs:
+    def sampler(self, batch: Batch) -> GetInputs:
         batched = tuple(k for k, t in self.tensors() if t.dim()) if batch.free else ()
         return GetInputs(
             function=self.module.get_inputs,
@@ -296,36 +259,14 @@ class _Reader:
         )
         return outputs, mutated
 
-    def batch(self, outputs: tuple[torch.Tensor, ...]) -> _Batch:
-        """The leading size shared by every tensor of get_inputs(), free when the constructor
-        and the weights do not mention it and the reference runs at other sizes with every
-        output dim either fixed or following the batch."""
-        leading = {t.shape[0] for _, t in self.tensors() if t.dim()}
-        if len(leading) != 1:
-            return _Batch(0, False, why="the inputs share no leading size")
-        (size,) = leading
-        if size in _integers(self.arguments):
-            why = "the size also appears in get_init_inputs(), so the model may hard-code it"
-            return _Batch(size, False, why=why)
-        if any(size in tensor.shape for _, tensor in self.weights):
-            return _Batch(size, False, why="a weight of the model has a dimension of that size")
-        sampler = self.sampler(_Batch(size, True))
+    def batch(self, outputs: tuple[torch.Tensor, ...]) -> Batch:
         weights = [value for _, value in self.weights]
-        shapes: dict[int, list[tuple[int, ...]]] = {}
-        minimum = 1
-        for probe in (s for s in _PROBES if s != size):
-            if len(shapes) == 2:
-                break
-            try:
-                probed = self.call(sampler.draw(0, probe) + [w.clone() for w in weights])
-            except Exception as error:
-                if probe == 1:
-                    minimum = 2
-                    continue
-                why = f"the reference fails at batch size {probe} ({type(error).__name__}: {error})"
-                return _Batch(size, False, why=why)
-            shapes[probe] = [tuple(o.shape) for o in probed]
-        return _follow_batch(size, minimum, [tuple(o.shape) for o in outputs], shapes)
+
+        def run(at: Batch, size: int) -> tuple[torch.Tensor, ...]:
+            return self.call(self.sampler(at).draw(0, size) + [w.clone() for w in weights])
+
+        tensors = [t for _, t in self.tensors()]
+        return infer_batch(tensors, self.arguments, weights, outputs, run)
 
     # -- declarations ----------------------------------------------------------------------------
 
@@ -338,7 +279,7 @@ class _Reader:
             for name, value in vars(self.module).items()
             if type(value) is int and not name.startswith("_") and value != exclude
         }
-        axes = _AxisNames(constants, {BATCH} if batch.free else set())
+        axes = AxisNames(constants, {BATCH} if batch.free else set())
         shapes = self.shapes(batch, axes)
         inputs: list[Input] = []
         for position, (name, value) in enumerate(zip(self.names, self.samples[0], strict=True)):
@@ -386,7 +327,7 @@ class _Reader:
         validate(problem)
         return problem
 
-    def shapes(self, batch: _Batch, axes: _AxisNames) -> dict[str, tuple[Dim, ...]]:
+    def shapes(self, batch: Batch, axes: AxisNames) -> dict[str, tuple[Dim, ...]]:
         """Every tensor input's and weight's shape over axes, naming each size's axis where it
         is first seen (inputs first, so the names follow the data rather than the weights)."""
         shapes: dict[str, tuple[Dim, ...]] = {}
@@ -406,8 +347,8 @@ class _Reader:
         position: int,
         value: torch.Tensor,
         shape: tuple[Dim, ...],
-        axes: _AxisNames,
-        batch: _Batch,
+        axes: AxisNames,
+        batch: Batch,
     ) -> Input:
         if value.is_floating_point():
             return TensorInput(name, shape, dtypes=(value.dtype,))
@@ -448,7 +389,7 @@ class _Reader:
         return IndexInput(name, shape, bound=bound, dtype=value.dtype)
 
     def outputs(
-        self, outputs: tuple[torch.Tensor, ...], batch: _Batch, axes: _AxisNames
+        self, outputs: tuple[torch.Tensor, ...], batch: Batch, axes: AxisNames
     ) -> tuple[Output, ...]:
         """Each output at KernelBench's sizes, its dims following the batch where they do,
         else named by the fixed axis of their size, else literal."""
@@ -463,7 +404,7 @@ class _Reader:
             declared.append(Output(name, shape, dtype=output.dtype))
         return tuple(declared)
 
-    def general_notes(self, batch: _Batch) -> list[str]:
+    def general_notes(self, batch: Batch) -> list[str]:
         notes = [
             f"Inputs {', '.join(self.names) or '(none)'} are the values of get_inputs(), in "
             "order; by default get_inputs() draws them, seeded with the case's seed."
@@ -504,19 +445,6 @@ class _Reader:
         return notes
 
 
-def _integers(value: object) -> set[int]:
-    """Every int in `value`, looking into lists, tuples and dicts."""
-    if isinstance(value, bool):
-        return set()
-    if isinstance(value, int):
-        return {value}
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return set().union(*(_integers(v) for v in value))
-    return set()
-
-
 def _structured(t: torch.Tensor) -> bool:
     """Values kernelaudit would break by redrawing them uniformly: rows sorted along the last
     axis (offsets, boundaries) or rows that are permutations."""
@@ -534,45 +462,3 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_floating_point():
         return bool(torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
     return bool(torch.equal(a, b))
-
-
-def _follow_batch(
-    size: int,
-    minimum: int,
-    at_size: list[tuple[int, ...]],
-    probes: Mapping[int, list[tuple[int, ...]]],
-) -> _Batch:
-    """Each output dim as a function of the batch ("batch", "batch * k", "batch + c", or None
-    where it does not change), judged from the output shapes at `size` and at the probes."""
-    if len(probes) < 2:
-        return _Batch(size, False, why="the reference fails at small batch sizes")
-    points = [(size, at_size), *probes.items()]
-    if any([len(s) for s in shapes] != [len(s) for s in at_size] for _, shapes in points):
-        return _Batch(size, False, why="the reference returns other outputs at other sizes")
-    dims: list[tuple[Dim | None, ...]] = []
-    for k, shape in enumerate(at_size):
-        row: list[Dim | None] = []
-        for d in range(len(shape)):
-            try:
-                row.append(_linear_in_batch([(b, shapes[k][d]) for b, shapes in points]))
-            except ValueError:
-                why = f"output {k} changes size along dim {d} in a way no size expression states"
-                return _Batch(size, False, why=why)
-        dims.append(tuple(row))
-    return _Batch(size, True, minimum, tuple(dims))
-
-
-def _linear_in_batch(points: list[tuple[int, int]]) -> str | None:
-    """The expression `k * batch + c` the (batch, size) points follow, for an integer k >= 1;
-    None when the size does not change. Raises ValueError when they follow no such line."""
-    if len({size for _, size in points}) == 1:
-        return None
-    (b0, v0), (b1, v1) = points[0], points[1]
-    slope, rest = divmod(v1 - v0, b1 - b0)
-    offset = v0 - slope * b0
-    if rest or slope < 1 or any(v != slope * b + offset for b, v in points):
-        raise ValueError(f"sizes {points} follow no line k * batch + c")
-    expression = BATCH if slope == 1 else f"{BATCH} * {slope}"
-    if offset:
-        expression += f" + {offset}" if offset > 0 else f" - {-offset}"
-    return expression
