@@ -369,11 +369,24 @@ def _has_infinity(dtype: torch.dtype) -> bool:
     return not str(dtype).endswith(("fn", "fnuz", "fnu"))
 
 
+_NONFINITE_KEYS = (
+    "nan-where-finite",
+    "inf-where-finite",
+    "wrong-where-nan",
+    "wrong-where-inf",
+    "wrong-where-overflow",
+)
+"""The ways a candidate's non-finite values can disagree with the truth's, in report order."""
+
+
 def _nonfinite_pattern(
     candidate: torch.Tensor, truth: torch.Tensor, overflow: torch.Tensor, dtype: torch.dtype
 ) -> list[tuple[str, int, tuple[Mismatch, ...]]]:
     """(failure key, count, first positions) for each way the candidate's non-finite values
     can disagree with the truth's."""
+    finite = torch.isfinite(candidate).all() & torch.isfinite(truth).all() & ~overflow.any()
+    if bool(finite):  # the common case, in one read-back: no way to disagree
+        return [(key, 0, ()) for key in _NONFINITE_KEYS]
     c_nan, c_inf = torch.isnan(candidate), torch.isinf(candidate)
     t_nan, t_inf = torch.isnan(truth), torch.isinf(truth)
     representable = ~(t_nan | t_inf | overflow)
@@ -381,12 +394,18 @@ def _nonfinite_pattern(
     saturated = (c_inf | (candidate.abs() == torch.finfo(dtype).max)) & same_sign
     if not _has_infinity(dtype):
         saturated |= c_nan
-    masks = (
-        ("nan-where-finite", representable & c_nan),
-        ("inf-where-finite", representable & c_inf),
-        ("wrong-where-nan", t_nan & ~c_nan),
-        ("wrong-where-inf", t_inf & ~(c_inf & same_sign)),
-        ("wrong-where-overflow", overflow & ~saturated),
+    masks = tuple(
+        zip(
+            _NONFINITE_KEYS,
+            (
+                representable & c_nan,
+                representable & c_inf,
+                t_nan & ~c_nan,
+                t_inf & ~(c_inf & same_sign),
+                overflow & ~saturated,
+            ),
+            strict=True,
+        )
     )
     counts = torch.stack([mask.sum() for _, mask in masks]).tolist()
     return [
