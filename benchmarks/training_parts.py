@@ -32,7 +32,7 @@ from kernelaudit.problem.load import load_problem
 from kernelaudit.runner.candidate import parse_candidate
 from kernelaudit.training.channel import CandidateProcess
 from kernelaudit.training.data import batches, token_stream
-from kernelaudit.training.experiment import _STREAM_TOKENS, slot_dtypes
+from kernelaudit.training.experiment import STREAM_TOKENS, slot_dtypes
 from kernelaudit.training.loop import (
     OPTIMIZERS,
     Experiment,
@@ -59,7 +59,7 @@ def _timed(parts: dict[str, float], name: str, device: str) -> Iterator[None]:
 
 def measure(problem, candidate, config: int, experiment: Experiment, device: str):  # type: ignore[no-untyped-def]
     dtypes = slot_dtypes(problem, config)
-    stream = token_stream(experiment.config.vocab, _STREAM_TOKENS, experiment.seed)
+    stream = token_stream(experiment.config.vocab, STREAM_TOKENS, experiment.seed)
     tokens = batches(
         stream, experiment.batch, experiment.config.seq, experiment.steps, experiment.seed
     )

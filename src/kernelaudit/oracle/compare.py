@@ -24,13 +24,18 @@ import torch
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.oracle.conditioning import Nudged
 from kernelaudit.oracle.metrics import ErrorMetrics, error_metrics
+from kernelaudit.oracle.mismatches import (
+    Mismatch,
+    Value,
+    bit_exact_applies,
+    bit_exact_mismatches,
+    first_mismatches,
+    nonfinite_pattern,
+    unravel,
+)
 from kernelaudit.oracle.reasons import bit_exact_reason, error_reason, listing, nonfinite_reason
-from kernelaudit.oracle.rule import METRICS, RATIO_LIMIT, SHOWN_MISMATCHES, budget, noise_floor
+from kernelaudit.oracle.rule import METRICS, RATIO_LIMIT, budget, noise_floor
 from kernelaudit.oracle.selection import Selection, ties
-
-_SCAN_ELEMENTS = 1 << 22
-
-Value = float | int | bool
 
 
 @dataclass(frozen=True)
@@ -54,13 +59,6 @@ class MetricResult:
     @property
     def passed(self) -> bool:
         return self.error_ratio <= self.ratio_limit and self.candidate <= self.budget
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    index: tuple[int, ...]
-    candidate: Value
-    expected: Value
 
 
 @dataclass(frozen=True)
@@ -197,7 +195,7 @@ def _compare_exact(
         metrics += (("tied_selections", tied_count), ("tie_tolerance", selection.tolerance))
     if count == 0:
         return Comparison(name, "exact", passed=True, metrics=metrics)
-    shown = _mismatches(differ, values, truth)
+    shown = first_mismatches(differ, values, truth)
     reason = (
         f"{count} of {values.numel()} elements of {name} differ from the truth ({listing(shown)})"
     )
@@ -235,7 +233,7 @@ def _compare_floating(
     truth = truth.to(where, torch.float64)
 
     overflow = torch.isfinite(truth) & (truth.abs() > torch.finfo(dtype).max)
-    pattern = _nonfinite_pattern(candidate, truth, overflow, dtype)
+    pattern = nonfinite_pattern(candidate, truth, overflow, dtype)
     # positions where the truth overflows the dtype are judged by the pattern alone
     compared_truth = truth.masked_fill(overflow, math.nan)
     compared = torch.isfinite(compared_truth)
@@ -245,7 +243,7 @@ def _compare_floating(
         reference = baseline.to(where, torch.float64)
         judged = BaselineJudgement(
             error=error_metrics(reference, compared_truth, dtype, depth),
-            bit_exact=_bit_exact_applies(reference, compared_truth, compared, dtype),
+            bit_exact=bit_exact_applies(reference, compared_truth, compared, dtype),
         )
         del reference
         if memo is not None:
@@ -255,13 +253,13 @@ def _compare_floating(
         _judge(m, measured, judged.error, nudge, dtype, ratio_limit, depth) for m in METRICS
     )
     exact = (
-        _bit_exact_mismatches(candidate, compared_truth, compared, dtype)
+        bit_exact_mismatches(candidate, compared_truth, compared, dtype)
         if judged.bit_exact
         else None
     )
     exact_count = int(exact.sum()) if exact is not None else 0
 
-    worst = _unravel(measured.worst_element_index, candidate.shape)
+    worst = unravel(measured.worst_element_index, candidate.shape)
     summary: list[tuple[str, Value]] = []
     for r in results:
         summary += [
@@ -287,7 +285,7 @@ def _compare_floating(
     elif failed:
         reason, failure = error_reason(name, failed, measured, worst, dtype), "error"
     elif exact is not None and exact_count:
-        shown = _mismatches(exact, candidate, truth)
+        shown = first_mismatches(exact, candidate, truth)
         reason, failure = bit_exact_reason(name, exact_count, shown), "bit-exact"
     return Comparison(
         name=name,
@@ -361,99 +359,3 @@ def _interleaved(t: torch.Tensor) -> torch.Tensor:
     """A complex tensor as real numbers, real and imaginary parts alternating in the last dim."""
     real = torch.view_as_real(t.resolve_conj())
     return real.reshape(*t.shape[:-1], -1) if t.dim() else real
-
-
-def _has_infinity(dtype: torch.dtype) -> bool:
-    # float8 formats named "fn" (finite) or "fnuz" have no infinity; out-of-range values
-    # convert to NaN or saturate there
-    return not str(dtype).endswith(("fn", "fnuz", "fnu"))
-
-
-_NONFINITE_KEYS = (
-    "nan-where-finite",
-    "inf-where-finite",
-    "wrong-where-nan",
-    "wrong-where-inf",
-    "wrong-where-overflow",
-)
-"""The ways a candidate's non-finite values can disagree with the truth's, in report order."""
-
-
-def _nonfinite_pattern(
-    candidate: torch.Tensor, truth: torch.Tensor, overflow: torch.Tensor, dtype: torch.dtype
-) -> list[tuple[str, int, tuple[Mismatch, ...]]]:
-    """(failure key, count, first positions) for each way the candidate's non-finite values
-    can disagree with the truth's."""
-    finite = torch.isfinite(candidate).all() & torch.isfinite(truth).all() & ~overflow.any()
-    if bool(finite):  # the common case, in one read-back: no way to disagree
-        return [(key, 0, ()) for key in _NONFINITE_KEYS]
-    c_nan, c_inf = torch.isnan(candidate), torch.isinf(candidate)
-    t_nan, t_inf = torch.isnan(truth), torch.isinf(truth)
-    representable = ~(t_nan | t_inf | overflow)
-    same_sign = torch.signbit(candidate) == torch.signbit(truth)
-    saturated = (c_inf | (candidate.abs() == torch.finfo(dtype).max)) & same_sign
-    if not _has_infinity(dtype):
-        saturated |= c_nan
-    masks = tuple(
-        zip(
-            _NONFINITE_KEYS,
-            (
-                representable & c_nan,
-                representable & c_inf,
-                t_nan & ~c_nan,
-                t_inf & ~(c_inf & same_sign),
-                overflow & ~saturated,
-            ),
-            strict=True,
-        )
-    )
-    counts = torch.stack([mask.sum() for _, mask in masks]).tolist()
-    return [
-        (key, count, _mismatches(mask, candidate, truth) if count else ())
-        for (key, mask), count in zip(masks, counts, strict=True)
-    ]
-
-
-def _bit_exact_applies(
-    baseline: torch.Tensor, truth: torch.Tensor, compared: torch.Tensor, dtype: torch.dtype
-) -> bool:
-    """Whether the dtype represents the truth exactly at every compared position and the
-    baseline reproduces it there: then a candidate must too, bit for bit."""
-    if not bool(compared.any()):
-        return False
-    exact_truth = torch.where(compared, truth, 0.0)
-    representable = torch.equal(exact_truth.to(dtype).to(torch.float64), exact_truth)
-    return representable and torch.equal(torch.where(compared, baseline, 0.0), exact_truth)
-
-
-def _bit_exact_mismatches(
-    candidate: torch.Tensor, truth: torch.Tensor, compared: torch.Tensor, dtype: torch.dtype
-) -> torch.Tensor:
-    """Where the candidate differs from a truth the bit-exact rule applies to."""
-    # compared by value, so -0.0 equals +0.0; where the truth is subnormal, differences no
-    # larger than the smallest normal are what flushing to zero does, which the metrics forgive
-    tiny = torch.finfo(dtype).smallest_normal
-    flushed = (truth.abs() < tiny) & ((candidate - truth).abs() <= tiny)
-    return compared & (candidate != truth) & ~flushed
-
-
-def _mismatches(
-    mask: torch.Tensor, candidate: torch.Tensor, expected: torch.Tensor
-) -> tuple[Mismatch, ...]:
-    flat = mask.reshape(-1)
-    positions: list[int] = []
-    for start in range(0, flat.numel(), _SCAN_ELEMENTS):
-        hits = torch.nonzero(flat[start : start + _SCAN_ELEMENTS]).flatten()
-        positions += [start + int(h) for h in hits[: SHOWN_MISMATCHES - len(positions)]]
-        if len(positions) == SHOWN_MISMATCHES:
-            break
-    c, e = candidate.reshape(-1), expected.reshape(-1)
-    return tuple(Mismatch(_unravel(p, mask.shape), c[p].item(), e[p].item()) for p in positions)
-
-
-def _unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
-    index = []
-    for size in reversed(shape):
-        flat, position = divmod(flat, size) if size else (flat, 0)
-        index.append(position)
-    return tuple(reversed(index))

@@ -10,8 +10,9 @@ import torch
 from kernelaudit.inputs.case import dtype_name
 
 if TYPE_CHECKING:  # the comparisons use these words
-    from kernelaudit.oracle.compare import MetricResult, Mismatch, Value
+    from kernelaudit.oracle.compare import MetricResult
     from kernelaudit.oracle.metrics import ErrorMetrics
+    from kernelaudit.oracle.mismatches import Mismatch, Value
 
 
 def number(x: float) -> str:

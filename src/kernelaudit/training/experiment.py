@@ -42,7 +42,8 @@ from kernelaudit.training.loop import (
 )
 from kernelaudit.training.slots import Plug
 
-_STREAM_TOKENS = 1 << 20
+STREAM_TOKENS = 1 << 20
+"""Tokens in the synthetic stream every run's batches are cut from."""
 _CURVE_POINTS = 120
 """Points kept per curve in a report."""
 
@@ -92,7 +93,7 @@ def run_experiment(
 ) -> Outcome:
     began = time.perf_counter()
     dtypes = slot_dtypes(problem, config)
-    stream = token_stream(experiment.config.vocab, _STREAM_TOKENS, experiment.seed)
+    stream = token_stream(experiment.config.vocab, STREAM_TOKENS, experiment.seed)
     tokens = batches(
         stream, experiment.batch, experiment.config.seq, experiment.steps, experiment.seed
     )

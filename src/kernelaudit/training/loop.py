@@ -379,9 +379,10 @@ def shadow_all(
     driven = _Updates(experiment, optimizer)
     shadowing = [_Updates(experiment, optimizer) for _ in plugs]
     names = [n for n, _ in model.named_parameters()]
+    parameters = list(model.parameters())
     # summed where the model is, read back once at the end
     drifts = [
-        [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in model.parameters()]
+        [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in parameters]
         for _ in plugs
     ]
     calls = [0] * len(plugs)
@@ -408,7 +409,6 @@ def shadow_all(
             theirs = shadowing[k](gradients)
             torch._foreach_add_(drifts[k], torch._foreach_sub([theirs[n] for n in names], driving))
         with torch.no_grad():
-            parameters = list(model.parameters())
             if optimizer == "adamw":
                 torch._foreach_mul_(parameters, 1 - experiment.adamw_lr * experiment.weight_decay)
             torch._foreach_sub_(

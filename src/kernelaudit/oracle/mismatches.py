@@ -1,0 +1,118 @@
+"""Where a result disagrees with the truth, position by position: the ways its non-finite
+values can differ from the truth's, the bit-exact rule's mismatches, and the first positions of
+any disagreement, for a report to show."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernelaudit.oracle.rule import SHOWN_MISMATCHES
+
+_SCAN_ELEMENTS = 1 << 22
+
+Value = float | int | bool
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    index: tuple[int, ...]
+    candidate: Value
+    expected: Value
+
+
+def has_infinity(dtype: torch.dtype) -> bool:
+    # float8 formats named "fn" (finite) or "fnuz" have no infinity; out-of-range values
+    # convert to NaN or saturate there
+    return not str(dtype).endswith(("fn", "fnuz", "fnu"))
+
+
+NONFINITE_KEYS = (
+    "nan-where-finite",
+    "inf-where-finite",
+    "wrong-where-nan",
+    "wrong-where-inf",
+    "wrong-where-overflow",
+)
+"""The ways a candidate's non-finite values can disagree with the truth's, in report order."""
+
+
+def nonfinite_pattern(
+    candidate: torch.Tensor, truth: torch.Tensor, overflow: torch.Tensor, dtype: torch.dtype
+) -> list[tuple[str, int, tuple[Mismatch, ...]]]:
+    """(failure key, count, first positions) for each way the candidate's non-finite values
+    can disagree with the truth's."""
+    finite = torch.isfinite(candidate).all() & torch.isfinite(truth).all() & ~overflow.any()
+    if bool(finite):  # the common case, in one read-back: no way to disagree
+        return [(key, 0, ()) for key in NONFINITE_KEYS]
+    c_nan, c_inf = torch.isnan(candidate), torch.isinf(candidate)
+    t_nan, t_inf = torch.isnan(truth), torch.isinf(truth)
+    representable = ~(t_nan | t_inf | overflow)
+    same_sign = torch.signbit(candidate) == torch.signbit(truth)
+    saturated = (c_inf | (candidate.abs() == torch.finfo(dtype).max)) & same_sign
+    if not has_infinity(dtype):
+        saturated |= c_nan
+    masks = tuple(
+        zip(
+            NONFINITE_KEYS,
+            (
+                representable & c_nan,
+                representable & c_inf,
+                t_nan & ~c_nan,
+                t_inf & ~(c_inf & same_sign),
+                overflow & ~saturated,
+            ),
+            strict=True,
+        )
+    )
+    counts = torch.stack([mask.sum() for _, mask in masks]).tolist()
+    return [
+        (key, count, first_mismatches(mask, candidate, truth) if count else ())
+        for (key, mask), count in zip(masks, counts, strict=True)
+    ]
+
+
+def bit_exact_applies(
+    baseline: torch.Tensor, truth: torch.Tensor, compared: torch.Tensor, dtype: torch.dtype
+) -> bool:
+    """Whether the dtype represents the truth exactly at every compared position and the
+    baseline reproduces it there: then a candidate must too, bit for bit."""
+    if not bool(compared.any()):
+        return False
+    exact_truth = torch.where(compared, truth, 0.0)
+    representable = torch.equal(exact_truth.to(dtype).to(torch.float64), exact_truth)
+    return representable and torch.equal(torch.where(compared, baseline, 0.0), exact_truth)
+
+
+def bit_exact_mismatches(
+    candidate: torch.Tensor, truth: torch.Tensor, compared: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """Where the candidate differs from a truth the bit-exact rule applies to."""
+    # compared by value, so -0.0 equals +0.0; where the truth is subnormal, differences no
+    # larger than the smallest normal are what flushing to zero does, which the metrics forgive
+    tiny = torch.finfo(dtype).smallest_normal
+    flushed = (truth.abs() < tiny) & ((candidate - truth).abs() <= tiny)
+    return compared & (candidate != truth) & ~flushed
+
+
+def first_mismatches(
+    mask: torch.Tensor, candidate: torch.Tensor, expected: torch.Tensor
+) -> tuple[Mismatch, ...]:
+    flat = mask.reshape(-1)
+    positions: list[int] = []
+    for start in range(0, flat.numel(), _SCAN_ELEMENTS):
+        hits = torch.nonzero(flat[start : start + _SCAN_ELEMENTS]).flatten()
+        positions += [start + int(h) for h in hits[: SHOWN_MISMATCHES - len(positions)]]
+        if len(positions) == SHOWN_MISMATCHES:
+            break
+    c, e = candidate.reshape(-1), expected.reshape(-1)
+    return tuple(Mismatch(unravel(p, mask.shape), c[p].item(), e[p].item()) for p in positions)
+
+
+def unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    index = []
+    for size in reversed(shape):
+        flat, position = divmod(flat, size) if size else (flat, 0)
+        index.append(position)
+    return tuple(reversed(index))
