@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -168,6 +168,25 @@ for step in ${steps[@]}; do
       ;;
     bench)
       python3 benchmarks/audit_examples.py --profiles quick default --rounds 2 --out "$out/bench.json" 2>&1 | tee "$out/bench.txt"
+      ;;
+    worker-channel)
+      # a probe's round trip to the worker at 1-256 MB, then SOL problems whose probes move
+      # large tensors, audited (default) alternately by the code in BASE (the version before)
+      # and by this one: BASE=build/base (a copy of the old src folder's parent)
+      for version in ${BASE:+before} after; do
+        src="$PWD/src"; [ "$version" = before ] && src="$PWD/$BASE/src"
+        PYTHONPATH="$src" python3 benchmarks/worker_channel.py --device cuda \
+          --out "$out/worker-channel-$version.json" 2>&1 | tail -n 4
+      done
+      for problem in ${AB_PROBLEMS:-FlashInfer-Bench/008_ L1/072_}; do
+        for version in ${BASE:+before} after; do
+          src="$PWD/src"; [ "$version" = before ] && src="$PWD/$BASE/src"
+          name="$(echo "$problem" | tr '/' '_')$version"
+          PYTHONPATH="$src" python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
+            --out "$out/ab-$name.json" --work "/tmp/ab-$name" --profile default \
+            --timeout "${TIMEOUT:-170}" --device cuda --only "$problem" 2>&1 | tail -n 2
+        done
+      done
       ;;
     training)
       python3 benchmarks/training_check.py --device cuda --out "$out/training.json" 2>&1 | tee "$out/training.txt"

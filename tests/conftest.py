@@ -1,4 +1,5 @@
-"""Suite-wide ordering: the longest tests first.
+"""Suite-wide ordering (the longest tests first), and the `device` fixture: each test that
+takes it runs on the CPU and, marked `gpu`, on a CUDA device where there is one.
 
 The suite runs on two processes (`pytest -n 2 --dist load --maxschedchunk 1`): each starts on
 two tests, then takes one more whenever it comes free. Started last, an audit of a bundled
@@ -33,3 +34,19 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # sorted() is stable: within each group the collection order stays as it was
     items[:] = sorted(items, key=lambda item: item.get_closest_marker("long") is None)
+
+
+@pytest.fixture(
+    params=[
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+            ],
+        ),
+    ]
+)
+def device(request: pytest.FixtureRequest) -> str:
+    return request.param

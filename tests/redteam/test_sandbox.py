@@ -124,6 +124,13 @@ def test_a_reply_announcing_more_than_the_outputs_can_fill_is_refused_unread(
     assert time.monotonic() - began < 120
 
 
+def test_a_reply_naming_a_place_past_the_shared_region_is_refused(tmp_path: Path) -> None:
+    report = _audit(_copy(tmp_path), "forges_a_shared_place")
+    assert report.verdict == "FAIL"
+    crashes = [f for f in report.failures if f.check == "execution"]
+    assert crashes and "runs past the region's" in crashes[0].title
+
+
 def test_an_audit_says_how_its_candidates_were_confined(tmp_path: Path) -> None:
     report = _audit(_copy(tmp_path), "plants_files")
     assert report.isolation == isolation().describe()

@@ -7,24 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-        ],
-    ),
-]
 
 
 def _audit(candidate: str, checks: list[str], device: str = "cpu"):
@@ -34,7 +21,6 @@ def _audit(candidate: str, checks: list[str], device: str = "cpu"):
     )
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("candidate", ["knows_its_harness", "wrong_after_many_calls"])
 def test_right_only_while_watched_fails_the_unwatched_run(candidate: str, device: str) -> None:
     report = _audit(candidate, ["numerics", "unwatched"], device)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from kernelaudit.runner.guard import GUARD_BYTES, allocate, breach, place
+from kernelaudit.runner.guard import GUARD_BYTES, allocate, breach, holds, place
 from kernelaudit.runner.poison import PoisonMode, poison_value
 
 
@@ -104,3 +104,16 @@ def test_poison_mode_poisons_and_guards_empty_but_not_zeros() -> None:
 def test_expanded_layout_refuses_values_that_vary_along_the_broadcast() -> None:
     with pytest.raises(ValueError, match="stride 0"):
         place("input 0", torch.randn(4, 6), "expanded", "cpu")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "broadcast"])
+def test_a_buffer_holds_its_values_until_one_bit_of_them_changes(device: str, layout: str) -> None:
+    values = torch.full((4, 6), 1.5) if layout == "broadcast" else torch.randn(4, 6)
+    guarded = place("input 0", values, layout, device)
+    assert holds(guarded.view, values)
+    changed = values.clone()
+    changed[3, 5] = torch.nextafter(changed[3, 5], torch.tensor(math.inf))
+    assert not holds(guarded.view, changed)
+    with torch.no_grad():
+        guarded.view[0, 0] = -0.0 if values[0, 0] == 0.0 else 0.0
+    assert not holds(guarded.view, values)

@@ -63,19 +63,6 @@ def test_every_option_of_check_that_takes_a_value_is_known_ahead() -> None:
     assert taking == set(prestart.VALUE_OPTIONS)
 
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-        ],
-    ),
-]
-
-
-@pytest.mark.parametrize("device", DEVICES)
 def test_the_audit_runs_in_the_worker_started_for_its_candidate(device: str) -> None:
     spec = f"{FIXTURE}::candidate"
     prestart.start_for(

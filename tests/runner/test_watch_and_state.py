@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from kernelaudit.runner.placing import rewrite
@@ -44,6 +45,24 @@ def test_a_fingerprint_sees_any_changed_element_and_ignores_layout() -> None:
     assert fingerprint(values) != fingerprint(swapped)
     matrix = torch.randn(5, 7)
     assert fingerprint(matrix) == fingerprint(matrix.t().contiguous().t())
+
+
+@pytest.mark.parametrize("words", [5, 65521, 2 * 65521 + 7])
+def test_a_fingerprint_is_the_plain_and_the_position_weighted_sum_of_the_words(words: int) -> None:
+    """Its one pass by columns gives the sums it is defined by, a word past a whole row of
+    65521 included, and sees a change in the first column as in the last words."""
+    values = torch.randint(-(2**31), 2**31 - 1, (words,), dtype=torch.int32)
+
+    def int64(total: int) -> int:  # the device's sums wrap as int64 does
+        return (total + 2**63) % 2**64 - 2**63
+
+    plain = int64(sum(values.tolist()))
+    weighted = int64(sum(w * (i % 65521 + 1) for i, w in enumerate(values.tolist())))
+    assert fingerprint(values) == f"{plain:x}:{weighted:x}"
+    for position in (0, words - 1):
+        changed = values.clone()
+        changed[position] += 1
+        assert fingerprint(changed) != fingerprint(values)
 
 
 def test_rewrite_keeps_address_and_version_counter() -> None:

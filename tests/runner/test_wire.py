@@ -4,6 +4,7 @@ and what a worker announces is checked against what it sent before anything is a
 from __future__ import annotations
 
 import io
+import os
 import pickle
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 
 from kernelaudit.runner import wire
 from kernelaudit.runner.messages import CallOutcome
-from kernelaudit.runner.shared import SharedTensor
+from kernelaudit.runner.shared import Region, SharedTensor
 
 
 def _through(message: object) -> object:
@@ -56,3 +57,72 @@ def test_places_in_shared_memory_cross_only_channels_that_carry_it() -> None:
     assert decoded(shared=True) == ("result", place)
     with pytest.raises(pickle.UnpicklingError, match="may not cross"):
         decoded(shared=False)  # the worker's channel: its auditor resolves no places
+
+
+def _pair(size: int) -> tuple[Region, Region]:
+    """The auditor's mapping of a region it sized, and a worker's mapping of the same file."""
+    auditor = Region.create("test-results")
+    auditor.grow(size)
+    return auditor, Region(os.dup(auditor.fd))
+
+
+def _pipe_bytes(pieces: list[memoryview]) -> bytes:
+    return b"".join(bytes(piece) for piece in pieces)
+
+
+def test_large_tensors_cross_in_the_region_and_small_ones_in_the_pipe() -> None:
+    auditor, worker = _pair(1 << 22)
+    sent = CallOutcome(outputs=(torch.randn(512, 512).t(), torch.arange(10)))
+    pieces = _pipe_bytes(wire.encode(sent, worker))
+    assert len(pieces) < wire.REGION_LEAST_BYTES  # the 1 MiB output went into the region
+    stream = io.BytesIO(pieces)
+    got = wire.decode(lambda count: bytearray(stream.read(count)), region=auditor)
+    assert isinstance(got, CallOutcome)
+    assert torch.equal(got.outputs[0], sent.outputs[0])
+    assert torch.equal(got.outputs[1], sent.outputs[1])
+    worker.put_at(torch.zeros(512, 512), 0)  # the region's next use leaves the decoded copy be
+    assert torch.equal(got.outputs[0], sent.outputs[0])
+
+
+def test_tensors_past_what_the_region_holds_cross_in_the_pipe() -> None:
+    auditor, worker = _pair(1 << 22)
+    sent = CallOutcome(outputs=(torch.randn(1 << 20), torch.randn(1 << 19)))  # 4 MiB, 2 MiB
+    pieces = _pipe_bytes(wire.encode(sent, worker))
+    assert (1 << 21) <= len(pieces) < (1 << 22)  # the second did not fit
+    stream = io.BytesIO(pieces)
+    got = wire.decode(lambda count: bytearray(stream.read(count)), region=auditor)
+    assert isinstance(got, CallOutcome)
+    assert all(torch.equal(a, b) for a, b in zip(got.outputs, sent.outputs, strict=True))
+
+
+def test_a_tensor_placed_past_the_readers_own_mapping_is_refused() -> None:
+    """A worker that grows the file itself and places a tensor past the size the auditor chose
+    makes its reply one that is not a message."""
+    auditor, worker = _pair(1 << 22)
+    os.ftruncate(worker.fd, 1 << 24)
+    worker.refresh()
+    pieces = _pipe_bytes(wire.encode(CallOutcome(outputs=(torch.randn(3 << 20),)), worker))
+    stream = io.BytesIO(pieces)
+    with pytest.raises(pickle.UnpicklingError, match="runs past the region's 4,194,304 bytes"):
+        wire.decode(lambda count: bytearray(stream.read(count)), region=auditor)
+
+
+def test_a_channel_without_a_region_refuses_a_tensor_placed_in_one() -> None:
+    _, worker = _pair(1 << 22)
+    stream = io.BytesIO(
+        _pipe_bytes(wire.encode(CallOutcome(outputs=(torch.randn(1 << 16),)), worker))
+    )
+    with pytest.raises(pickle.UnpicklingError, match="shared memory where this channel has none"):
+        wire.decode(lambda count: bytearray(stream.read(count)))
+
+
+def test_a_reader_taking_views_reads_the_region_itself() -> None:
+    """The worker's side: the invocation's tensors are views into the region, not copies."""
+    auditor, worker = _pair(1 << 22)
+    sent = CallOutcome(outputs=(torch.randn(1 << 16),))
+    stream = io.BytesIO(_pipe_bytes(wire.encode(sent, auditor)))
+    got = wire.decode(lambda count: bytearray(stream.read(count)), region=worker, views=True)
+    assert isinstance(got, CallOutcome)
+    assert torch.equal(got.outputs[0], sent.outputs[0])
+    auditor.put_at(torch.zeros(1 << 16), 0)
+    assert not got.outputs[0].any()

@@ -11,6 +11,7 @@ import torch
 
 from kernelaudit.inputs.layouts import geometry
 from kernelaudit.problem.spec import LAYOUTS
+from kernelaudit.runner import process
 from kernelaudit.runner.candidate import parse_candidate
 from kernelaudit.runner.messages import Call, Invocation, InvocationResult, OutputSlot, TensorArg
 from kernelaudit.runner.poison import AUDIT_SENTINEL, poison_value
@@ -248,3 +249,19 @@ def test_returning_a_non_tensor_breaks_the_contract(worker: Worker) -> None:
     result = run(worker, call("not_a_tensor", TensorArg(torch.randn(4))))
     assert result.error_kind == "contract"
     assert "returned a float" in result.error
+
+
+@pytest.mark.parametrize("region_most", [1 << 31, 1 << 16])
+def test_large_inputs_and_outputs_cross_whole_in_the_regions_or_past_them(
+    monkeypatch: pytest.MonkeyPatch, region_most: int
+) -> None:
+    """Through the shared regions where they fit, through the pipe where they do not: the
+    candidate gets the same values and the auditor the same results either way."""
+    monkeypatch.setattr(process, "region_most_bytes", lambda: region_most)
+    x, y = torch.randn(300, 1000), torch.randn(70_000)
+    with Worker(parse_candidate(f"{FIXTURE}::candidate"), "cpu", timeout_s=TIMEOUT_S) as fresh:
+        for values in (x, y, x):
+            result = run(fresh, call("twice", TensorArg(values)), call("identity", TensorArg(y)))
+            assert result.error == "", result.error
+            assert torch.equal(result.calls[0].outputs[0], values * 2)
+            assert torch.equal(result.calls[1].outputs[0], y)

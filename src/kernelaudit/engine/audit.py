@@ -36,8 +36,9 @@ from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile, profile_named
 from kernelaudit.runner.candidate import CandidateRef, from_callable
+from kernelaudit.runner.limits import Limits, default_limits
 from kernelaudit.runner.messages import CANDIDATE_MAINS
-from kernelaudit.runner.process import Limits, Worker, default_limits
+from kernelaudit.runner.process import Worker
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.threads import held_to, thread_share
 from kernelaudit.timing.roofline import measure_roofline

@@ -24,7 +24,7 @@ from kernelaudit.runner.autotuners import (
 from kernelaudit.runner.autotuners import describe as describe_autotuners
 from kernelaudit.runner.contention import Noise, bit_mismatches
 from kernelaudit.runner.failures import NOT_RUN, CandidateFailure, classify
-from kernelaudit.runner.guard import GuardedTensor, prepare, same_bits, storage_span
+from kernelaudit.runner.guard import GuardedTensor, holds, prepare, storage_span
 from kernelaudit.runner.memory import DeviceMemory, kept_since, peak_since, read_memory, start_peak
 from kernelaudit.runner.messages import (
     Call,
@@ -305,14 +305,15 @@ def _after(
 ) -> torch.Tensor | None:
     """What argument `position` holds after the call, on the CPU; with `only_changed`, None
     for a tensor that holds bit for bit the values the call gave it (`TensorArg.values`, on
-    the CPU already: nothing more is held on the device while the candidate runs)."""
+    the CPU: nothing more is held on the device while the candidate runs; compared on the
+    device after the call, `guard.holds`)."""
     if position not in inputs:
         return torch.tensor(call.args[position], device="cpu")
-    after = to_cpu(inputs[position].view)
+    view = inputs[position].view
     given = call.args[position]
-    if only_changed and isinstance(given, TensorArg) and same_bits(after, given.values):
+    if only_changed and isinstance(given, TensorArg) and holds(view, given.values):
         return None
-    return after
+    return to_cpu(view)
 
 
 def _timed(

@@ -144,6 +144,18 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
+def holds(view: torch.Tensor, values: torch.Tensor) -> bool:
+    """Whether `view` holds bit for bit `values` (on the CPU): compared where `view` lives,
+    the values copied there for it, so a device buffer is not copied back to the host to be
+    compared; on the host where the device has no room for the copy."""
+    if view.device.type == "cpu":
+        return same_bits(view, values)
+    try:
+        return same_bits(view, values.to(view.device))
+    except torch.OutOfMemoryError:
+        return same_bits(view.cpu(), values)
+
+
 def canary(first: int, end: int, device: torch.device) -> torch.Tensor:
     """Bytes first..end of the canary pattern repeated without end (a read-only view)."""
     pattern = _pattern(device)

@@ -21,12 +21,12 @@ import contextlib
 import os
 import signal
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
 from kernelaudit.errors import UsageError
-from kernelaudit.runner.launch import Piped, child_environment, start_piped
+from kernelaudit.runner.launch import Piped, child_environment, memory_file, start_piped
 from kernelaudit.runner.threads import visible_gpus
 
 WORKER = "kernelaudit.runner.worker"
@@ -90,8 +90,31 @@ def start_worker(
     candidate: str | Path, device: str, log: IO[bytes], gpus: int | None = None
 ) -> Piped:
     """Start a worker for the file `candidate` (`python -m kernelaudit.runner.worker READ_FD
-    WRITE_FD FILE`), its output to `log`; what to call and where comes in its first message."""
-    return start_piped(WORKER, [str(Path(candidate).resolve())], device, candidate, log, gpus)
+    WRITE_FD FILE ARGUMENTS_FD RESULTS_FD`), its output to `log`; what to call and where comes
+    in its first message. The last two are the memory files the calls' large tensors cross in
+    (`launch.memory_file`; "-" where there are none), one each way."""
+    regions = [memory_file("kernelaudit-arguments"), memory_file("kernelaudit-results")]
+    if min(regions) < 0:
+        for fd in regions:
+            if fd >= 0:
+                os.close(fd)
+        regions = []
+    named = [str(fd) for fd in regions] or ["-", "-"]
+    try:
+        child = start_piped(
+            WORKER,
+            [str(Path(candidate).resolve()), *named],
+            device,
+            candidate,
+            log,
+            gpus,
+            keep_fds=regions,
+        )
+    except BaseException:
+        for fd in regions:
+            os.close(fd)
+        raise
+    return replace(child, regions=tuple(regions))
 
 
 def worker_for(candidate: str | Path, device: str) -> tuple[Piped, IO[bytes]]:
@@ -128,7 +151,7 @@ def discard() -> None:
 
 
 def _end(early: Early) -> None:
-    for fd in (early.child.to_child, early.child.from_child):
+    for fd in (early.child.to_child, early.child.from_child, *early.child.regions):
         with contextlib.suppress(OSError):
             os.close(fd)
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -3,7 +3,10 @@
 The candidate runs in a child Python process (`kernelaudit.runner.worker`) in a session and
 process group of its own, so a hang is ended by killing the whole group and a crash takes
 only the child down. The two sides exchange messages over two private pipes in the format of
-`kernelaudit.runner.wire`.
+`kernelaudit.runner.wire`; large tensors cross in two memory regions both map (`runner.shared`),
+the invocation's in one and the reply's in the other. The auditor sizes both before each
+invocation, the reply's to what the calls' declared inputs and outputs can fill, and reads the
+reply's tensors only inside the size it chose.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import select
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -25,9 +28,11 @@ from kernelaudit.errors import UsageError
 from kernelaudit.runner import prestart
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import PIPE_BYTES
-from kernelaudit.runner.messages import Invocation, InvocationResult, Load
+from kernelaudit.runner.limits import Limits, group_resident_bytes, region_most_bytes
+from kernelaudit.runner.messages import Invocation, InvocationResult, Load, TensorArg
 from kernelaudit.runner.sandbox import isolation
-from kernelaudit.runner.wire import TooLarge, decode, encode
+from kernelaudit.runner.shared import Region, room
+from kernelaudit.runner.wire import REGION_LEAST_BYTES, TooLarge, decode, encode
 
 _POLL_S = 0.05
 _STDERR_TAIL_BYTES = 4000
@@ -50,37 +55,6 @@ class _OverLimit(Exception):
 
 _MEMORY_POLL_S = 0.2
 """How often the host memory of the worker's process group is read while waiting on it."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one candidate's worker may use. The worker's whole process group is killed when it
-    goes past one of them, and the call counts as failed.
-
-    timeout_s: wall time one call may take; an invocation of n calls gets n times as much.
-    host_memory_bytes: resident memory of the worker and every process it started.
-    gpu_memory_bytes: device memory: torch's allocator in the worker is capped at it, and the
-        device's use beyond what it was when the worker became ready is checked after every
-        invocation (memory taken around torch's allocator counts too). 0: no limit.
-    load_timeout_s: wall time the child may take to start and import the candidate (a
-        candidate that compiles an extension at import time needs minutes).
-    """
-
-    timeout_s: float = 120.0
-    host_memory_bytes: int = 0
-    gpu_memory_bytes: int = 0
-    load_timeout_s: float = 600.0
-
-
-def default_limits(timeout_s: float, device: str) -> Limits:
-    """Half of the host's memory, and three quarters of the device memory that is free now:
-    enough for any reasonable kernel, and the auditor keeps room for its own work."""
-    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-    gpu = 0
-    if torch.device(device).type == "cuda":
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
-        gpu = free * 3 // 4
-    return Limits(timeout_s=timeout_s, host_memory_bytes=host, gpu_memory_bytes=gpu)
 
 
 class Worker:
@@ -114,6 +88,8 @@ class Worker:
         self._stderr: IO[bytes] | None = None
         self._load_failure: InvocationResult | None = None
         self._ready = False
+        self._arguments: Region | None = None
+        self._results: Region | None = None
 
     def __enter__(self) -> Worker:
         self.launch()
@@ -199,9 +175,10 @@ class Worker:
         began = time.monotonic()
         mark = self._stderr_size()
         try:
-            self._send(invocation, began + limit)
             bound = reply_bytes or self.limits.host_memory_bytes or None
-            reply = self._receive(began + limit, bound)
+            self._size_regions(invocation, bound)
+            self._send(invocation, began + limit, self._arguments)
+            reply = self._receive(began + limit, bound, self._results)
         except _Timeout:
             text = (
                 f"the candidate was still running after {time.monotonic() - began:.1f} s "
@@ -229,10 +206,15 @@ class Worker:
             )
         if not isinstance(reply, InvocationResult):
             self._kill()
+            what = (
+                f"a reply that is not a message ({reply})"
+                if isinstance(reply, Exception)
+                else f"{type(reply).__name__} instead of a result"
+            )
             return InvocationResult(
                 calls=(),
-                error=f"the worker sent {type(reply).__name__} instead of a result; "
-                "the candidate may have written to the worker's channel.",
+                error=f"the worker sent {what}; the candidate may have written to the worker's "
+                "channel or forged its reply, and the worker was killed.",
                 error_kind="crash",
             )
         if reply.error_kind in ("cuda", "crash", "memory"):
@@ -272,6 +254,8 @@ class Worker:
         child, self._stderr = prestart.worker_for(self.candidate.path, self.device)
         self._proc = child.process
         self._to_child, self._from_child = child.to_child, child.from_child
+        if child.regions:
+            self._arguments, self._results = (Region(fd) for fd in child.regions)
         load = Load(
             self.device,
             self.limits.gpu_memory_bytes,
@@ -288,6 +272,10 @@ class Worker:
         proc = self._proc
         self._ready = False
         self._close_fds()
+        for region in (self._arguments, self._results):
+            if region is not None:
+                region.close()
+        self._arguments = self._results = None
         if proc is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -324,8 +312,19 @@ class Worker:
 
     # --- I/O with deadlines ---
 
-    def _send(self, message: object, deadline: float) -> None:
-        for view in encode(message):
+    def _size_regions(self, invocation: Invocation, reply_bytes: int | None) -> None:
+        """Grow the arguments' region to the invocation's large tensors and the results' to
+        what the reply may take, each within `limits.region_most_bytes`."""
+        if self._arguments is None or self._results is None:
+            return
+        most = region_most_bytes()
+        values = [a.values for c in invocation.calls for a in c.args if isinstance(a, TensorArg)]
+        large = [v for v in values if v.nbytes >= REGION_LEAST_BYTES]
+        self._arguments.grow(min(most, sum(room(v.dtype, tuple(v.shape)) for v in large)), most)
+        self._results.grow(min(most, reply_bytes or most), most)
+
+    def _send(self, message: object, deadline: float, region: Region | None = None) -> None:
+        for view in encode(message, region):
             while view:
                 self._wait_for(self._to_child, deadline, writing=True)
                 try:
@@ -336,9 +335,11 @@ class Worker:
                     raise _Died() from error
                 view = view[written:]
 
-    def _receive(self, deadline: float, most_bytes: int | None) -> object:
+    def _receive(
+        self, deadline: float, most_bytes: int | None, region: Region | None = None
+    ) -> object:
         try:
-            return decode(lambda count: self._read(count, deadline), most_bytes)
+            return decode(lambda count: self._read(count, deadline), most_bytes, region=region)
         except (_Died, _Timeout, _OverLimit):
             raise
         except Exception as error:  # whatever garbage on the channel made decoding fail
@@ -420,26 +421,6 @@ class Worker:
             return ""
         cut = "...\n" if start > since else ""
         return f"\nlast output on stderr:\n{cut}{text.rstrip()}"
-
-
-def group_resident_bytes(group: int) -> int:
-    """Resident memory of every process in process group `group`, from /proc (0 where /proc
-    is not there)."""
-    total = 0
-    page = os.sysconf("SC_PAGE_SIZE")
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) != group:
-                continue
-            with open(f"/proc/{entry.name}/statm", "rb") as statm:
-                total += int(statm.read().split()[1]) * page
-        except (OSError, ValueError, IndexError):
-            continue  # the process ended while being read
-    return total
 
 
 def _ready(fd: int, writing: bool, wait: float) -> bool:

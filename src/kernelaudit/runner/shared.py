@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelaudit.runner.launch import memory_file
+
 _ALIGN = 64
 _GROWTH = 1 << 22
 """Regions grow in steps of at least 4 MiB (and at least double), so a run whose calls grow
@@ -79,9 +81,10 @@ class Region:
 
     @classmethod
     def create(cls, name: str) -> Region:
-        # close-on-exec: only the child it is passed to (`pass_fds`) gets it
-        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        """A new region (`launch.memory_file`); OSError where none can be made."""
+        fd = memory_file(name)
+        if fd < 0:
+            raise OSError(f"no anonymous memory file could be made for {name}")
         return cls(fd)
 
     def _remap(self, size: int) -> None:
@@ -109,12 +112,15 @@ class Region:
             if int(getattr(failed, "value", failed)) == 0:
                 self._registered = address
 
-    def grow(self, size: int) -> None:
-        """At least `size` bytes (the auditor's side). The auditor maps the size it chose,
-        never the file's: a child that grew the file makes it map, read or pin no more."""
+    def grow(self, size: int, most: int | None = None) -> None:
+        """At least `size` bytes (the auditor's side), and, growing by steps, no more than
+        `most` past that. The auditor maps the size it chose, never the file's: a child that
+        grew the file makes it map, read or pin no more."""
         if size <= self.size:
             return
         wanted = max(size, 2 * self.size, _GROWTH)
+        if most is not None:
+            wanted = max(size, min(wanted, most))
         if os.fstat(self.fd).st_size < wanted:  # larger already where the child grew it
             os.ftruncate(self.fd, wanted)
         self._remap(wanted)
@@ -126,22 +132,35 @@ class Region:
     def put(self, tensors: list[torch.Tensor]) -> list[SharedTensor] | None:
         """Copy `tensors` in, one after another from the start; None when they do not fit
         (nothing is copied then)."""
-        places, offset = [], 0
-        for tensor in tensors:
-            places.append(offset)
-            offset += room(tensor.dtype, tuple(tensor.shape))
-        if offset > self.size:
+        if sum(room(t.dtype, tuple(t.shape)) for t in tensors) > self.size:
             return None
-        shared = []
-        for tensor, place in zip(tensors, places, strict=True):
-            shape = tuple(tensor.shape)
-            self._view(place, tensor.dtype, shape).copy_(tensor.detach().reshape(shape))
-            shared.append(SharedTensor(place, str(tensor.dtype).removeprefix("torch."), shape))
+        shared, offset = [], 0
+        for tensor in tensors:
+            place = self.put_at(tensor, offset)
+            assert place is not None, "they were counted to fit"
+            shared.append(place)
+            offset += room(tensor.dtype, tuple(tensor.shape))
         return shared
+
+    def put_at(self, tensor: torch.Tensor, offset: int) -> SharedTensor | None:
+        """Copy `tensor` in at `offset` (aligned up); None when it does not fit there."""
+        place, shape = _aligned(offset), tuple(tensor.shape)
+        if place + _nbytes(tensor.dtype, shape) > self.size:
+            return None
+        self._view(place, tensor.dtype, shape).copy_(tensor.detach().reshape(shape))
+        return SharedTensor(place, str(tensor.dtype).removeprefix("torch."), shape)
 
     def take(self, shared: SharedTensor, device: torch.device | str) -> torch.Tensor:
         """A tensor of its own on `device`, copied from the region; ValueError when the
         description is not one of a tensor inside the region."""
+        view = self.view(shared)
+        target = torch.device(device)
+        return view.clone() if target.type == "cpu" else view.to(target)
+
+    def view(self, shared: SharedTensor) -> torch.Tensor:
+        """The tensor `shared` names, in the region itself (no copy: it changes when the
+        region is written again); ValueError when the description is not one of a tensor
+        inside the region."""
         dtype = getattr(torch, shared.dtype, None) if isinstance(shared.dtype, str) else None
         shape = shared.shape
         if not isinstance(dtype, torch.dtype):
@@ -156,9 +175,7 @@ class Region:
                 f"{shared.dtype}{list(shape)} at offset {offset:,} runs past the region's "
                 f"{self.size:,} bytes"
             )
-        view = self._view(offset, dtype, shape)
-        target = torch.device(device)
-        return view.clone() if target.type == "cpu" else view.to(target)
+        return self._view(offset, dtype, shape)
 
     def _view(self, offset: int, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
         count = math.prod(shape)

@@ -66,7 +66,9 @@ def _overlapping(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
 
 def fingerprint(tensor: object) -> str:
     """A digest of a tensor's bits, computed where the tensor lives: two sums of its 32-bit
-    words (one position-weighted), so a change of any element changes it."""
+    words, one plain and one weighting the word at position i by i mod 65521 + 1, so a change
+    of any element changes it. Both come from one pass that sums the words by their weight
+    (a column of the words laid out 65521 to a row), in steps of at most `_CHUNK` words."""
     if type(tensor) is not torch.Tensor or tensor.layout != torch.strided:
         return "<not a plain tensor>"
     if tensor.device.type == "meta":
@@ -76,13 +78,15 @@ def fingerprint(tensor: object) -> str:
         return "<empty>"
     raw = flat.view(torch.uint8)
     words = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw.to(torch.int32)
-    plain = torch.zeros((), dtype=torch.int64, device=words.device)
-    weighted = torch.zeros((), dtype=torch.int64, device=words.device)
-    for start in range(0, words.numel(), _CHUNK):
-        piece = words[start : start + _CHUNK].to(torch.int64)
-        weights = torch.arange(start, start + piece.numel(), device=piece.device) % _PRIME + 1
-        plain += piece.sum()
-        weighted += (piece * weights).sum()
+    whole = words.numel() - words.numel() % _PRIME
+    rows = words[:whole].view(-1, _PRIME)
+    columns = torch.zeros(_PRIME, dtype=torch.int64, device=words.device)
+    for start in range(0, rows.shape[0], _CHUNK // _PRIME):
+        columns += rows[start : start + _CHUNK // _PRIME].sum(0, dtype=torch.int64)
+    tail = words[whole:].to(torch.int64)
+    weights = torch.arange(1, _PRIME + 1, device=words.device)
+    plain = columns.sum() + tail.sum()
+    weighted = (columns * weights).sum() + (tail * weights[: tail.numel()]).sum()
     return f"{int(plain):x}:{int(weighted):x}"
 
 

@@ -2,7 +2,9 @@
 `InvocationResult` (`runner.call`), and writes nothing but the channel's messages.
 
 Started by `kernelaudit.runner.process.Worker` as
-`python -m kernelaudit.runner.worker READ_FD WRITE_FD FILE`. Its first message names the
+`python -m kernelaudit.runner.worker READ_FD WRITE_FD FILE ARGUMENTS_FD RESULTS_FD`: the last
+two are memory files the auditor sizes (or "-"), which the invocations' large tensors come in
+and the results' go out in (`runner.wire`). Its first message names the
 device, the device memory it may hold and the function to call in FILE (`Load`), so the
 process can start before the auditor knows them (`runner.prestart`). It then takes a snapshot
 of the process-wide state, imports the candidate once, says it is ready, and answers every
@@ -13,7 +15,6 @@ memory limit it answers and exits; the auditor starts a new one.
 from __future__ import annotations
 
 import faulthandler
-import functools
 import gc
 import os
 import select
@@ -33,6 +34,7 @@ from kernelaudit.runner.failures import describe
 from kernelaudit.runner.guard import prepare
 from kernelaudit.runner.memory import read_memory
 from kernelaudit.runner.messages import Invocation, InvocationResult, Load
+from kernelaudit.runner.shared import Region
 from kernelaudit.runner.state import snapshot
 from kernelaudit.runner.wire import decode, encode
 
@@ -40,18 +42,37 @@ _CLOSE_GRACE_S = 1.0
 """After the auditor's end of the channel closes, the seconds a worker has to end on its own."""
 
 
-def _send(fd: int, message: object) -> None:
-    for view in encode(message):
+def _send(fd: int, message: object, region: Region | None = None) -> None:
+    if region is not None:
+        region.refresh()  # the size the auditor grew it to
+    for view in encode(message, region):
         while view:
             view = view[os.write(fd, view) :]
 
 
-def _receive(fd: int) -> object | None:
+def _receive(fd: int, region: Region | None = None) -> object | None:
     """The next message, or None when the auditor has closed the channel."""
+
+    def read(count: int) -> bytearray:
+        data = _read(fd, count)
+        if region is not None:
+            region.refresh()  # the auditor grew it before it sent the message
+        return data
+
     try:
-        return decode(functools.partial(_read, fd))
+        # the invocation's tensors stay in the region, which the auditor writes again only
+        # with the next one: the calls' buffers are filled from there, with no copy between
+        return decode(read, region=region, views=True)
     except EOFError:
         return None
+
+
+def _regions(named: Sequence[str]) -> tuple[Region | None, Region | None]:
+    """The arguments' and the results' regions the auditor passed ("-": none)."""
+    if "-" in named:
+        return None, None
+    arguments, results = (Region(int(fd)) for fd in named)
+    return arguments, results
 
 
 def _read(fd: int, count: int) -> bytearray:
@@ -83,13 +104,14 @@ def _exit_with_the_auditor(reader: int) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    read_fd, write_fd, path = argv
+    read_fd, write_fd, path, *named = argv
     reader, writer = int(read_fd), int(write_fd)
+    arguments, results = _regions(named or ["-", "-"])
     # Whatever the candidate prints goes to stderr, never into the channel.
     os.dup2(2, 1)
     faulthandler.enable()
     _exit_with_the_auditor(reader)
-    for fd in (reader, writer):
+    for fd in (reader, writer, *(r.fd for r in (arguments, results) if r is not None)):
         os.set_inheritable(fd, False)
     load = _receive(reader)
     if load is None:
@@ -101,6 +123,8 @@ def main(argv: Sequence[str]) -> int:
             device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
         _limit_device_memory(device, load.gpu_memory_bytes)
+        if arguments is not None:
+            arguments.pin()  # the calls' buffers are filled from it at the bus's speed
     watch = Watch()
     if device.type == "cuda":
         watch.streams.install()
@@ -122,7 +146,7 @@ def main(argv: Sequence[str]) -> int:
         watch.memory_at_load = read_memory(device)
     _send(writer, ("ready",))
     while True:
-        invocation = _receive(reader)
+        invocation = _receive(reader, arguments)
         if invocation is None:
             return 0
         try:
@@ -134,7 +158,7 @@ def main(argv: Sequence[str]) -> int:
                 error="the worker failed while running the candidate:\n" + traceback.format_exc(),
                 error_kind="crash",
             )
-        _send(writer, result)
+        _send(writer, result, results)
         if result.error_kind in ("cuda", "crash", "memory"):
             # The device context (or the worker) cannot be trusted any more; leave at once.
             sys.stderr.flush()
