@@ -6,7 +6,7 @@ Where the two sides share a memory region (`runner.shared`), a large tensor's by
 the sender's region instead of the pipe, the message naming its place, and the reader copies
 them out of its own mapping while decoding: one copy on each side instead of the pipe's
 system calls. The reader resolves a place only against a region it was given, through
-`Region.take`'s checks, so a place outside the reader's own mapping is refused like any other
+`Region.view`'s checks, so a place outside the reader's own mapping is refused like any other
 message that is not one."""
 
 from __future__ import annotations
