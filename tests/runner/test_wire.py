@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -56,22 +57,30 @@ def test_places_in_shared_memory_cross_only_channels_that_carry_it() -> None:
 
     assert decoded(shared=True) == ("result", place)
     with pytest.raises(pickle.UnpicklingError, match="may not cross"):
-        decoded(shared=False)  # the worker's channel: its auditor resolves no places
+        decoded(shared=False)  # the worker's: its places cross only as tensors in its region
 
 
-def _pair(size: int) -> tuple[Region, Region]:
-    """The auditor's mapping of a region it sized, and a worker's mapping of the same file."""
+Pair = tuple[Region, Region]
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    """The auditor's mapping of a 4 MiB region it sized, and a worker's mapping of the same
+    file."""
     auditor = Region.create("test-results")
-    auditor.grow(size)
-    return auditor, Region(os.dup(auditor.fd))
+    auditor.grow(1 << 22)
+    worker = Region(os.dup(auditor.fd))
+    yield auditor, worker
+    for region in (worker, auditor):
+        region.close()
 
 
 def _pipe_bytes(pieces: list[memoryview]) -> bytes:
     return b"".join(bytes(piece) for piece in pieces)
 
 
-def test_large_tensors_cross_in_the_region_and_small_ones_in_the_pipe() -> None:
-    auditor, worker = _pair(1 << 22)
+def test_large_tensors_cross_in_the_region_and_small_ones_in_the_pipe(pair: Pair) -> None:
+    auditor, worker = pair
     sent = CallOutcome(outputs=(torch.randn(512, 512).t(), torch.arange(10)))
     pieces = _pipe_bytes(wire.encode(sent, worker))
     assert len(pieces) < wire.REGION_LEAST_BYTES  # the 1 MiB output went into the region
@@ -84,8 +93,8 @@ def test_large_tensors_cross_in_the_region_and_small_ones_in_the_pipe() -> None:
     assert torch.equal(got.outputs[0], sent.outputs[0])
 
 
-def test_tensors_past_what_the_region_holds_cross_in_the_pipe() -> None:
-    auditor, worker = _pair(1 << 22)
+def test_tensors_past_what_the_region_holds_cross_in_the_pipe(pair: Pair) -> None:
+    auditor, worker = pair
     sent = CallOutcome(outputs=(torch.randn(1 << 20), torch.randn(1 << 19)))  # 4 MiB, 2 MiB
     pieces = _pipe_bytes(wire.encode(sent, worker))
     assert (1 << 21) <= len(pieces) < (1 << 22)  # the second did not fit
@@ -95,10 +104,10 @@ def test_tensors_past_what_the_region_holds_cross_in_the_pipe() -> None:
     assert all(torch.equal(a, b) for a, b in zip(got.outputs, sent.outputs, strict=True))
 
 
-def test_a_tensor_placed_past_the_readers_own_mapping_is_refused() -> None:
+def test_a_tensor_placed_past_the_readers_own_mapping_is_refused(pair: Pair) -> None:
     """A worker that grows the file itself and places a tensor past the size the auditor chose
     makes its reply one that is not a message."""
-    auditor, worker = _pair(1 << 22)
+    auditor, worker = pair
     os.ftruncate(worker.fd, 1 << 24)
     worker.refresh()
     pieces = _pipe_bytes(wire.encode(CallOutcome(outputs=(torch.randn(3 << 20),)), worker))
@@ -107,8 +116,8 @@ def test_a_tensor_placed_past_the_readers_own_mapping_is_refused() -> None:
         wire.decode(lambda count: bytearray(stream.read(count)), region=auditor)
 
 
-def test_a_channel_without_a_region_refuses_a_tensor_placed_in_one() -> None:
-    _, worker = _pair(1 << 22)
+def test_a_channel_without_a_region_refuses_a_tensor_placed_in_one(pair: Pair) -> None:
+    _, worker = pair
     stream = io.BytesIO(
         _pipe_bytes(wire.encode(CallOutcome(outputs=(torch.randn(1 << 16),)), worker))
     )
@@ -116,9 +125,9 @@ def test_a_channel_without_a_region_refuses_a_tensor_placed_in_one() -> None:
         wire.decode(lambda count: bytearray(stream.read(count)))
 
 
-def test_a_reader_taking_views_reads_the_region_itself() -> None:
+def test_a_reader_taking_views_reads_the_region_itself(pair: Pair) -> None:
     """The worker's side: the invocation's tensors are views into the region, not copies."""
-    auditor, worker = _pair(1 << 22)
+    auditor, worker = pair
     sent = CallOutcome(outputs=(torch.randn(1 << 16),))
     stream = io.BytesIO(_pipe_bytes(wire.encode(sent, auditor)))
     got = wire.decode(lambda count: bytearray(stream.read(count)), region=worker, views=True)
