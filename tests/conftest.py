@@ -1,5 +1,5 @@
-"""Suite-wide ordering (the longest tests first), and the `device` fixture: each test that
-takes it runs on the CPU and, marked `gpu`, on a CUDA device where there is one.
+"""Suite-wide ordering (the longest tests first), and the `device` fixtures: each test that
+takes one runs on the CPU and, marked `gpu`, on a CUDA device where there is one.
 
 The suite runs on two processes (`pytest -n 2 --dist load --maxschedchunk 1`): each starts on
 two tests, then takes one more whenever it comes free. Started last, an audit of a bundled
@@ -36,17 +36,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = sorted(items, key=lambda item: item.get_closest_marker("long") is None)
 
 
-@pytest.fixture(
-    params=[
-        "cpu",
-        pytest.param(
-            "cuda",
-            marks=[
-                pytest.mark.gpu,
-                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-            ],
-        ),
-    ]
-)
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+        ],
+    ),
+]
+
+
+@pytest.fixture(params=DEVICES)
 def device(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def module_device(request: pytest.FixtureRequest) -> str:
+    """`device` for fixtures that live as long as their module (a worker kept across tests)."""
     return request.param

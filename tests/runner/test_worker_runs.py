@@ -31,22 +31,11 @@ def _names() -> tuple[str, ...]:
 
 NAMES = _names()
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-        ],
-    ),
-]
 
-
-@pytest.fixture(scope="module", params=DEVICES)
-def worker(request: pytest.FixtureRequest):
+@pytest.fixture(scope="module")
+def worker(module_device: str):
     ref = parse_candidate(f"{FIXTURE}::candidate")
-    with Worker(ref, request.param, timeout_s=TIMEOUT_S) as running:
+    with Worker(ref, module_device, timeout_s=TIMEOUT_S) as running:
         yield running
 
 

@@ -78,15 +78,19 @@ def fingerprint(tensor: object) -> str:
         return "<empty>"
     raw = flat.view(torch.uint8)
     words = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw.to(torch.int32)
-    whole = words.numel() - words.numel() % _PRIME
-    rows = words[:whole].view(-1, _PRIME)
-    columns = torch.zeros(_PRIME, dtype=torch.int64, device=words.device)
-    for start in range(0, rows.shape[0], _CHUNK // _PRIME):
-        columns += rows[start : start + _CHUNK // _PRIME].sum(0, dtype=torch.int64)
+    count = words.numel()
+    whole = count - count % _PRIME
+    weights = torch.arange(1, min(count, _PRIME) + 1, device=words.device)
     tail = words[whole:].to(torch.int64)
-    weights = torch.arange(1, _PRIME + 1, device=words.device)
-    plain = columns.sum() + tail.sum()
-    weighted = (columns * weights).sum() + (tail * weights[: tail.numel()]).sum()
+    plain = tail.sum()
+    weighted = (tail * weights[: tail.numel()]).sum()
+    if whole:  # a tensor shorter than a row has only its tail
+        rows = words[:whole].view(-1, _PRIME)
+        columns = torch.zeros(_PRIME, dtype=torch.int64, device=words.device)
+        for start in range(0, rows.shape[0], _CHUNK // _PRIME):
+            columns += rows[start : start + _CHUNK // _PRIME].sum(0, dtype=torch.int64)
+        plain += columns.sum()
+        weighted += (columns * weights).sum()
     return f"{int(plain):x}:{int(weighted):x}"
 
 
