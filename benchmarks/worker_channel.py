@@ -7,17 +7,30 @@ Reported per size: the median seconds of a run, and what the candidate's own wor
 this process (the floor no channel can go under).
 
     python benchmarks/worker_channel.py --device cuda --out worker-channel.json
+
+With `--profile DIR`, the auditor's runs and the worker are profiled (cProfile; the sandbox
+switched off so the worker can write its statistics) and their top functions written there.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
+import io
 import json
+import os
+import pstats
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+with contextlib.suppress(ImportError):  # the code measured may predate it
+    from kernelaudit.runner.threads import settle_waits
+
+    settle_waits()  # as the `kernelaudit` command does, before torch starts its threads
 
 import torch
 
@@ -52,18 +65,45 @@ def _median_alone(device: str, megabytes: int, repeats: int) -> float:
     return statistics.median(seconds)
 
 
+def _top(stats: pstats.Stats) -> str:
+    text = io.StringIO()
+    stats.stream = text
+    stats.sort_stats("cumulative").print_stats(30)
+    stats.sort_stats("tottime").print_stats(20)
+    return text.getvalue()
+
+
+def _summarise(profiler: cProfile.Profile, folder: Path) -> None:
+    """The auditor's and each worker's top functions, as text beside their statistics."""
+    (folder / "auditor.txt").write_text(_top(pstats.Stats(profiler)))
+    for stats_file in sorted(folder.glob("*.pstats")):
+        stats_file.with_suffix(".txt").write_text(_top(pstats.Stats(str(stats_file))))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64, 256])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--profile", type=Path, help="profile into this folder")
     args = parser.parse_args()
+    profiler = None
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        sys.path.insert(0, str(Path(__file__).parent))
+        from profile_audit import _profile_children
+
+        os.environ["KERNELAUDIT_SANDBOX"] = "off"
+        _profile_children(args.profile)
+        profiler = cProfile.Profile()
     folder = Path(tempfile.mkdtemp(prefix="worker-channel-"))
     (folder / "candidate.py").write_text(_CANDIDATE)
     rows = []
     with Worker(CandidateRef(str(folder / "candidate.py"), "kernel"), args.device) as worker:
         worker.start()
+        if profiler is not None:
+            profiler.enable()
         for megabytes in args.sizes:
             row = {
                 "megabytes": megabytes,
@@ -72,6 +112,10 @@ def main() -> int:
             }
             print(json.dumps(row), flush=True)
             rows.append(row)
+        if profiler is not None:
+            profiler.disable()
+    if profiler is not None:
+        _summarise(profiler, args.profile)
     record = {
         "date": time.strftime("%Y-%m-%d"),
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",

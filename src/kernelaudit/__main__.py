@@ -1,7 +1,8 @@
 """The `kernelaudit` command (and `python -m kernelaudit`).
 
 A `check` starts its first candidate's worker before anything imports torch
-(`runner.prestart`), then the command line runs as usual."""
+(`runner.prestart`), then the command line runs as usual. The command's idle OpenMP threads
+sleep soon, as its children's do (`runner.threads.settle_waits`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import contextlib
 import sys
 from typing import NoReturn
 
-from kernelaudit.runner import prestart
+from kernelaudit.runner import prestart, threads
 
 
 def run() -> NoReturn:
+    threads.settle_waits()  # before torch starts OpenMP
     # only a head start: whatever goes wrong here, the audit starts its worker itself
     with contextlib.suppress(Exception):
         prestart.start_for(sys.argv[1:])

@@ -89,3 +89,44 @@ def test_draws_seeded_through_the_global_generator_follow_its_seed() -> None:
             drawn.append(draws.randn((3, 5), draws.from_global(), torch.float32))
     assert drawn[0].dtype == torch.float32
     assert torch.equal(drawn[0], drawn[1]) and not torch.equal(drawn[0], drawn[2])
+
+
+def _benchmark_inputs() -> tuple[torch.Tensor, ...]:
+    """What a benchmark's own input generator does: plain draws from the global generator."""
+    return torch.randn(3, 1234, dtype=torch.bfloat16), torch.rand((5000,)), torch.randn(10)
+
+
+def test_a_benchmarks_large_plain_draws_are_spread_and_follow_the_global_seed(
+    small_pieces: int,
+) -> None:
+    drawn = []
+    for _ in range(2):
+        torch.manual_seed(5)
+        with draws.spread_global_draws():
+            drawn.append(_benchmark_inputs())
+    torch.manual_seed(5)
+    expected = (
+        draws.randn((3, 1234), draws.from_global(), torch.bfloat16),
+        draws.rand((5000,), draws.from_global(), torch.float32),
+        torch.randn(10),  # one piece or less: torch's own draw from the global generator
+    )
+    for first, second, wanted in zip(*drawn, expected, strict=True):
+        assert first.dtype == wanted.dtype and first.shape == wanted.shape
+        assert torch.equal(first, second) and torch.equal(first, wanted)
+    torch.manual_seed(6)
+    with draws.spread_global_draws():
+        other = _benchmark_inputs()
+    assert not torch.equal(other[0], drawn[0][0])
+
+
+def test_draws_made_a_way_of_their_own_are_torchs(small_pieces: int) -> None:
+    torch.manual_seed(2)
+    with draws.spread_global_draws():
+        given = torch.randn(5000, generator=_seeded(1))
+        needing_grad = torch.randn(5000, requires_grad=True)
+        integers = torch.randint(0, 5, (5000,))
+    assert torch.equal(given, torch.randn(5000, generator=_seeded(1)))
+    torch.manual_seed(2)
+    assert torch.equal(needing_grad.detach(), torch.randn(5000))
+    assert torch.equal(integers, torch.randint(0, 5, (5000,)))
+    assert needing_grad.requires_grad

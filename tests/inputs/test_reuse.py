@@ -1,6 +1,8 @@
 """Large draws are made once and handed out as copies: the values are those drawing again
 gives, and no case's inputs reach another's."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -8,7 +10,7 @@ from kernelaudit.inputs import materialize as materialize_module
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.inputs.reuse import SMALLEST, Draws
-from kernelaudit.problem.spec import Output, Problem, TensorInput
+from kernelaudit.problem.spec import Output, Problem, Sampler, TensorInput
 
 # a layer's weight (its shape fixed by the model) and activations along a batch axis
 LAYER = Problem(
@@ -81,3 +83,27 @@ def test_kept_draws_stay_within_their_bytes_least_recently_used_dropped_first() 
     small.get("s", lambda: torch.zeros(8))
     small.get(("u", []), lambda: torch.zeros(SMALLEST))
     assert len(small) == 0
+
+
+def test_a_problems_own_generator_runs_once_per_sizes_and_seed(
+    kept: Draws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[int, int]] = []
+
+    def get_inputs(sizes, seed):  # a benchmark's generator: structured weights, seeded
+        calls.append((sizes["tokens"], seed))
+        generator = torch.Generator().manual_seed(seed)
+        w = torch.softmax(torch.randn(1024, 1024, generator=generator), dim=-1)
+        return {"x": torch.randn(sizes["tokens"], 1024, generator=generator), "w": w}
+
+    problem = replace(LAYER, sampler=Sampler(get_inputs, default_for=("w",)))
+    first = materialize(problem, _case(8))
+    first["w"].zero_()  # what one case does to its inputs reaches no other case
+    other_values = materialize(problem, _case(8, x="large"))  # the same sizes and seed
+    other_seed = materialize(problem, _case(8, seed=1))
+    assert calls == [(8, 0), (8, 1)]
+    monkeypatch.setattr(materialize_module, "DRAWS", Draws(0))  # nothing kept: made afresh
+    fresh = materialize(problem, _case(8, x="large"))
+    assert torch.equal(other_values["w"], fresh["w"]) and torch.equal(other_values["x"], fresh["x"])
+    assert not torch.equal(other_seed["w"], fresh["w"])
+    assert calls[-1] == (8, 0)

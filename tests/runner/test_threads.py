@@ -1,6 +1,7 @@
 """Each audit holds its thread pools, and those of every process it starts, to its share of
 the host's cores."""
 
+import os
 import subprocess
 import sys
 
@@ -54,3 +55,30 @@ def test_a_command_told_its_share_of_the_host_divides_that_among_its_lanes(monke
     monkeypatch.setenv(THREADS_VARIABLE, "2")
     assert lane_count("cpu", jobs) == 2
     assert thread_share("cpu") == 2
+
+
+def test_idle_threads_of_the_auditor_and_its_candidates_processes_sleep_soon(monkeypatch):
+    _no_waiting_policy(monkeypatch)
+    assert child_environment("cpu")["GOMP_SPINCOUNT"] == threads.WAIT_VARIABLES["GOMP_SPINCOUNT"]
+    threads.settle_waits()
+    assert os.environ["GOMP_SPINCOUNT"] == threads.WAIT_VARIABLES["GOMP_SPINCOUNT"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("OMP_WAIT_POLICY", "active"), ("GOMP_SPINCOUNT", "5")]
+)
+def test_a_waiting_policy_chosen_by_the_user_is_kept(monkeypatch, name, value):
+    _no_waiting_policy(monkeypatch)
+    monkeypatch.setenv(name, value)
+    threads.settle_waits()
+    env = child_environment("cpu")
+    assert env[name] == value
+    assert "GOMP_SPINCOUNT" not in env or name == "GOMP_SPINCOUNT"
+
+
+def _no_waiting_policy(monkeypatch):
+    """No waiting policy in this process's environment, and whatever a test sets there undone
+    after it."""
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)

@@ -6,15 +6,22 @@ is filled in pieces of `CHUNK` elements: the first from the case's own generator
 small tensor is, each further one from a generator of its own seeded by a draw of the case's
 generator. The pieces are filled in threads (torch releases the interpreter's lock while it
 fills), and the values depend on the seed alone, never on how many threads there are.
+
+A benchmark's own input generator (SOL-ExecBench's `get_inputs`, KernelBench's) calls
+`torch.randn` and `torch.rand` itself, on one core, from the global generator: inside
+`spread_global_draws` those calls are drawn the same way, on several cores.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 CHUNK = 1 << 22
 """Elements one generator fills. Tensors up to this size are drawn as torch draws them."""
@@ -80,3 +87,54 @@ def _filled(
     with ThreadPoolExecutor(workers, thread_name_prefix="draw") as pool:
         list(pool.map(piece, range(pieces)))
     return out
+
+
+_GLOBAL_FILLS: dict[Callable[..., Any], Fill] = {
+    torch.randn: lambda t, g: t.normal_(generator=g),
+    torch.rand: lambda t, g: t.uniform_(generator=g),
+}
+_PLAIN = {"dtype": None, "device": None, "layout": torch.strided, "requires_grad": False}
+
+
+def _plain_shape(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """The shape of a `torch.randn(*size, dtype=..., device="cpu")` call with nothing else
+    given (no generator, output, layout, gradient or pinning of its own); None otherwise."""
+    if any(key not in (*_PLAIN, "pin_memory") for key in kwargs):
+        return None
+    if kwargs.get("layout", torch.strided) != torch.strided or kwargs.get("requires_grad"):
+        return None
+    if kwargs.get("pin_memory"):
+        return None
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        return None
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    if not dtype.is_floating_point:
+        return None
+    size = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+    if not all(type(n) is int and n >= 0 for n in size):
+        return None
+    return tuple(size)
+
+
+class _SpreadDraws(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        fill = _GLOBAL_FILLS.get(func)
+        shape = None if fill is None else _plain_shape(tuple(args), kwargs)
+        if fill is None or shape is None or math.prod(shape) <= CHUNK:
+            return func(*args, **kwargs)
+        dtype = kwargs.get("dtype") or torch.get_default_dtype()
+        return _filled(shape, dtype, from_global(), fill)
+
+
+@contextmanager
+def spread_global_draws() -> Iterator[None]:
+    """Inside, a plain `torch.randn(*size)` or `torch.rand(*size)` on the host of more than
+    `CHUNK` elements is drawn on several cores, as `randn(size, from_global(), dtype)` draws
+    it: its values depend on the global generator's seed alone, as torch's own do, but are not
+    torch's. Smaller draws, and draws given a generator, an output, another device or layout,
+    are torch's own, bit for bit. For the benchmarks' input generators, whose large draws took
+    most of an audit's time (SOL-ExecBench L1/001 on an H100 host: 38 of its 82 s)."""
+    with _SpreadDraws():
+        yield

@@ -345,8 +345,12 @@ def _generated(problem: Problem, case: Case, sizes: dict[str, int]) -> dict[str,
     ]
     if not wanted:
         return {}
+    function = sampler.function
+    key = ("generator", function, tuple(sorted(sizes.items())), case.seed)
     try:
-        generated = sampler.function(dict(sizes), case.seed)
+        # its values depend on the sizes and the seed alone: made once for the cases that
+        # share them (`reuse`)
+        generated = DRAWS.get(key, lambda: dict(function(dict(sizes), case.seed)))
     except CaseUnavailable:
         raise
     except Exception as error:

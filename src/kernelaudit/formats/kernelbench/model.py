@@ -15,6 +15,7 @@ from types import ModuleType
 import numpy
 import torch
 
+from kernelaudit.inputs import draws
 from kernelaudit.sourcefile import import_source
 
 BATCH = "batch"
@@ -164,7 +165,7 @@ class GetInputs:
         return values
 
     def _call(self, seed: int) -> list[object]:
-        with seeded(seed):
+        with seeded(seed), draws.spread_global_draws():
             values = self.function()
         return [v.detach().to("cpu") if isinstance(v, torch.Tensor) else v for v in values]
 

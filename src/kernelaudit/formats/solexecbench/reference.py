@@ -82,7 +82,8 @@ def generator(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             if get_inputs:
-                given.update(get_inputs({**axes, **scalars}, "cpu"))
+                with draws.spread_global_draws():
+                    given.update(get_inputs({**axes, **scalars}, "cpu"))
             for name, shape in shapes.items():
                 # a structured input is drawn below, not twice
                 if name not in given and name not in reader.named:
