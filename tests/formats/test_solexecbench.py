@@ -302,3 +302,60 @@ def test_safetensors_inputs_are_read_when_their_files_are_present(tmp_path: Path
     assert torch.equal(values["qo_indptr"], indptr)
     with pytest.raises(CaseUnavailable, match="only at the sizes of the workloads"):
         materialize(problem, Case((*problem.workloads[0].sizes[:-1], ("total_kv", 3))))
+
+
+def _rmsnorm_backward(tmp_path: Path) -> Path:
+    """An RMSNorm backward that takes the forward's saved reciprocal standard deviation, every
+    input marked `random` as SOL-ExecBench's normalisation backwards mark theirs."""
+    folder = tmp_path / "rmsnorm_backward"
+    folder.mkdir()
+    reference = (
+        "import torch\n\n\n@torch.no_grad()\ndef run(grad_out, x, weight, rstd):\n"
+        "    return grad_out * weight * rstd - x * rstd**3 * (grad_out * weight * x).mean(-1, "
+        "keepdim=True)\n"
+    )
+    definition = {
+        "name": "rmsnorm_backward",
+        "description": "RMSNorm backward from the saved reciprocal standard deviation.",
+        "axes": {
+            "tokens": {"type": "var", "description": "tokens"},
+            "hidden": {"type": "const", "value": 32, "description": "hidden size"},
+        },
+        "inputs": {
+            "grad_out": {"shape": ["tokens", "hidden"], "dtype": "float32"},
+            "x": {"shape": ["tokens", "hidden"], "dtype": "float32"},
+            "weight": {"shape": ["hidden"], "dtype": "float32"},
+            "rstd": {
+                "shape": ["tokens", "1"],
+                "dtype": "float32",
+                "description": "reciprocal standard deviation saved from the forward",
+            },
+        },
+        "outputs": {"grad_x": {"shape": ["tokens", "hidden"], "dtype": "float32"}},
+        "reference": reference,
+    }
+    (folder / "definition.json").write_text(json.dumps(definition))
+    inputs = {name: {"type": "random"} for name in definition["inputs"]}
+    workload = {"uuid": "w0", "axes": {"tokens": 24}, "inputs": inputs}
+    (folder / "workload.jsonl").write_text(json.dumps(workload) + "\n")
+    return folder
+
+
+def test_a_saved_reciprocal_standard_deviation_is_never_drawn_where_no_forward_saves_one(
+    tmp_path: Path,
+) -> None:
+    problem = read_problem(_rmsnorm_backward(tmp_path))
+    rstd = problem.input("rstd")
+    assert isinstance(rstd, GeneratedInput)
+    assert distributions_for(rstd, problem) == (GENERATOR,)  # no case may name "large"
+    assert isinstance(problem.input("x"), TensorInput)  # the activations stay adversarial
+    assert any("rstd" in note and "reciprocal standard deviation" in note for note in problem.notes)
+    cases = [
+        case for case, _ in numerics_cases(PlanContext(problem, PROFILES["thorough"], "cpu", 1))
+    ]
+    assert any(case.value_of("x", "") == "large" for case in cases)
+    for case in cases:
+        saved = materialize(problem, case)["rstd"]
+        assert saved.shape == (case.size_map()["tokens"], 1)
+        # 1/rms of unit-scale activations: positive, finite, near 1
+        assert bool(torch.isfinite(saved).all()) and 0.25 < saved.min() <= saved.max() < 4.0

@@ -10,8 +10,9 @@ Two sources say which inputs these are:
   structure;
 - for inputs the workloads mark `random` (no generator), the names SOL-ExecBench problems give
   structured tensors: `cos`/`sin` tables, attention probabilities, dropout masks, float
-  positions and timesteps, rotary and sinusoidal frequencies. The reader's own generator then
-  draws them with their structure.
+  positions and timesteps, rotary and sinusoidal frequencies, the standard deviations and
+  their reciprocals a normalisation's forward saves for its backward. The reader's own
+  generator then draws them with their structure.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ _DROPOUT_RATE = re.compile(r"drop\w*(p|prob|rate)$|^p_drop\w*|^attention_dropout
 _POSITIONS = re.compile(r"(^|_)(ids|pos|positions?|timesteps?)$")
 _POSITIONS_DESCRIBED = re.compile(r"\b(position|timestep)s?\s+(ids?|indices|values)\b", re.I)
 _FREQUENCIES = re.compile(r"^(inv_freqs?|freqs|frequencies)$")
+_SCALE = re.compile(r"(^|_)(?P<inverse>r|inv_?)?std(_|$)")
+SCALE_SAMPLES = 64
+"""A saved standard deviation is drawn as the root mean square of this many unit normal
+values (its reciprocal, for `rstd`): what a normalisation's forward saves for activations of
+unit scale, the scale kernelaudit's default draws of the saved activations have."""
 _MASK = re.compile(r"(^|_)mask(_|$)")
 _FILLS = frozenset({"ones", "ones_like", "full", "full_like"})
 
@@ -256,8 +262,11 @@ class Structure:
     kind: "rotary" (a cos or sin table of position x inverse frequency, with `partner` the
         other table of the pair, drawn from the same angles), "probabilities" (softmax rows
         along the last axis), "dropout" (True with probability 1 - `rate`'s value), "positions"
-        (float positions or timesteps: integers in [0, POSITION_LIMIT)) or "frequencies" (the
-        inverse frequencies base^(-i/n), i < n, of a rotary or sinusoidal embedding).
+        (float positions or timesteps: integers in [0, POSITION_LIMIT)), "frequencies" (the
+        inverse frequencies base^(-i/n), i < n, of a rotary or sinusoidal embedding), "std" or
+        "rstd" (a standard deviation a normalisation's forward saved, or its reciprocal: never
+        negative, never past 1/sqrt(eps), so `large` or non-finite draws of it are values no
+        caller passes).
     """
 
     kind: str
@@ -273,6 +282,12 @@ class Structure:
             return f"{name}: positions (whole numbers in [0, {POSITION_LIMIT}))"
         if self.kind == "frequencies":
             return f"{name}: inverse frequencies {ROTARY_BASE:g}^(-i/n), i < n"
+        if self.kind in ("std", "rstd"):
+            inverse = "reciprocal " if self.kind == "rstd" else ""
+            return (
+                f"{name}: a {inverse}standard deviation saved by a forward (of unit-scale "
+                "activations, by its name)"
+            )
         return f"{name}: a dropout mask kept with probability 1 - {self.rate}"
 
 
@@ -300,6 +315,9 @@ def named_structure(
         return Structure("positions")
     if dtype.is_floating_point and len(shape) == 1 and _FREQUENCIES.match(name):
         return Structure("frequencies")
+    scale = _SCALE.search(name) if dtype.is_floating_point else None
+    if scale is not None:
+        return Structure("rstd" if scale.group("inverse") else "std")
     if dtype == torch.bool and _DROPOUT_MASK.search(name):
         rates = [n for n, s in others.items() if s.get("shape") is None and _DROPOUT_RATE.search(n)]
         if len(rates) == 1:
@@ -335,6 +353,11 @@ def draw_structured(
             count = shape[0]
             exponents = torch.arange(count, dtype=torch.float64) / max(count, 1)
             values[name] = (ROTARY_BASE**-exponents).to(dtype)
+        elif structure.kind in ("std", "rstd"):
+            # the mean of n squared unit normals is Gamma(n/2, rate n/2)
+            half = torch.tensor(SCALE_SAMPLES / 2, dtype=torch.float64)
+            rms = torch.distributions.Gamma(half, half).sample(shape).sqrt()
+            values[name] = (rms if structure.kind == "std" else 1.0 / rms).to(dtype)
         else:
             rate = float(scalars.get(structure.rate) or 0.0)  # type: ignore[arg-type]
             values[name] = draws.rand(shape, draws.from_global(), torch.float32) >= rate
