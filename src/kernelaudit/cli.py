@@ -20,6 +20,8 @@ from rich.table import Table
 from kernelaudit.checks import REGISTRY, build_checks
 from kernelaudit.checks.base import unavailable
 from kernelaudit.corpus.command import add_parser as add_corpus_parser
+from kernelaudit.corpus.jobs import Job as ReadJob
+from kernelaudit.corpus.jobs import changed_files
 from kernelaudit.demo import find_examples, load_examples
 from kernelaudit.engine.audit import audit_in_turn, limits_for, resolve_device, sm_count
 from kernelaudit.engine.budget import expected_seconds
@@ -27,7 +29,7 @@ from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.lanes import Job, audit_in_lanes, lane_count, most_lanes
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.errors import UsageError
-from kernelaudit.findings import AuditReport, read_reports, write_reports
+from kernelaudit.findings import AuditReport, read_reports, with_files_changed, write_reports
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.trace import write_traces
 from kernelaudit.problem.backward import autograd_signature, backward_problem
@@ -171,9 +173,12 @@ def _audit_all(
     checks: list[str] | None = None,
     announce: bool = False,
     named: list[Job] | None = None,
+    read: tuple[ReadJob, ...] = (),
 ) -> list[AuditReport]:
     """Audit every job, in lanes of their own when `named` gives the jobs as the command line
-    named them and more than one lane suits (`--lanes`)."""
+    named them and more than one lane suits (`--lanes`). `read`: each job's files as they were
+    read before any candidate ran; a job whose files changed by the end of its audit fails
+    (`with_files_changed`)."""
     profile = profile_with_budget(args.profile, args.budget)
     device = resolve_device(args.device)
     lanes = 1 if named is None else (args.lanes or lane_count(device, named))
@@ -218,6 +223,8 @@ def _audit_all(
                 bar(f"{problem.name} / {candidate.function}", event)
 
             for report in audit_in_turn(jobs, profile, device, checks, progress):
+                if read:
+                    report = with_files_changed(report, changed_files(read[len(reports)]))
                 reports.append(report)
                 done(report)
     write_reports(reports, args.json)
@@ -232,6 +239,7 @@ def _html_path(args: argparse.Namespace) -> Path:
 def _check(args: argparse.Namespace, console: Console) -> int:
     checks = [c.strip() for c in args.checks.split(",")] if args.checks else None
     _refuse_unavailable(checks, args)  # and unknown names, before any work starts
+    read = prestart.files_as_read(args.problem, args.candidates)
     assumed = [parse_assumption(text) for text in args.assume]  # refused before any work
     problem = assuming(read_problem(args.problem), [(n, d.describe()) for n, d in assumed])
     reason = unrunnable(problem)
@@ -240,7 +248,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     jobs = [read_candidate(spec, problem) for spec in args.candidates]
     # a reader may refine the problem for its candidate: the assumptions hold there too
     jobs = [(assuming(p, problem.assumed), ref) for p, ref in jobs]
-    reports = _audit_all(jobs, args, console, checks)
+    reports = _audit_all(jobs, args, console, checks, read=read)
     console.print(verdict_table(reports))
     for report in reports:
         print_findings(console, report, str(args.json))

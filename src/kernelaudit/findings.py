@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +240,32 @@ def report_document(report: AuditReport) -> dict[str, Any]:
     text = json.dumps(_strict(report.to_json()), default=_json_default, allow_nan=False)
     document: dict[str, Any] = json.loads(text)
     return document
+
+
+def with_files_changed(report: AuditReport, changes: list[str]) -> AuditReport:
+    """`report` when the files it audited changed while they were audited (`changes`: a
+    sentence for each): a failing `execution` finding says which, and the verdict is FAIL,
+    whatever the probes showed. No verdict stands on bytes other than the ones the command was
+    given: a candidate that rewrites its own file could show the scan and a reviewer a file it
+    is not."""
+    if not changes:
+        return report
+    # "the candidate PATH changed after the run read it (...)": the file, for the title
+    files = [change.split(" changed after", 1)[0] for change in changes]
+    finding = Finding(
+        id="T1",
+        check="execution",
+        key="files-changed",
+        severity="fail",
+        title=f"{' and '.join(files)} changed while {'they were' if len(files) > 1 else 'it was'} "
+        "audited: no verdict stands on bytes other than the ones the command was given",
+        evidence=tuple((f"change {k}", change) for k, change in enumerate(changes, start=1)),
+        probe=None,
+        original=None,
+        occurrences=1,
+        probes=0,
+    )
+    return replace(report, verdict="FAIL", findings=(finding, *report.findings))
 
 
 def write_reports(reports: list[AuditReport], path: Path) -> None:

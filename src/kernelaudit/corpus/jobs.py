@@ -124,6 +124,18 @@ def keyed(
     return result
 
 
+def as_read(job: Job) -> Job:
+    """`job` with the sha256 of its problem's and its candidate's files as they are now: what
+    `changed_files` compares them with later (`kernelaudit check` reads them before any
+    candidate runs)."""
+    return Job(
+        job.problem,
+        job.candidate,
+        hashlib.sha256(_problem_bytes(Path(job.problem))).hexdigest(),
+        hashlib.sha256(_read(job.candidate_file)).hexdigest(),
+    )
+
+
 def changed_files(job: Job) -> list[str]:
     """What changed in the job's files since the run read them for its key: a sentence for each
     file (the problem, the candidate) whose sha256 is no longer the one recorded in `job`."""

@@ -121,6 +121,8 @@ def _print_finding(console: Console, finding: Finding, report_path: str | None) 
     )
     if finding.probe is None and finding.check == "training":
         console.print("       found by training a model with the candidate", highlight=False)
+    elif finding.probe is None and finding.key == "files-changed":
+        console.print("       found by reading the files again after the audit", highlight=False)
     elif finding.probe is None:
         console.print("       found in the candidate's source, before it ran", highlight=False)
     else:

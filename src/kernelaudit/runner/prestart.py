@@ -11,6 +11,10 @@ killed and a worker started as usual: starting early changes when the worker sta
 what it runs. What to load comes in the worker's first message (`messages.Load`), as it does
 for any worker.
 
+Before that worker starts, the command's problem and candidate files are read and hashed
+(`files_as_read`): a candidate that rewrites its own file (or the problem's) once it runs
+cannot make the audit read other bytes than the ones the command was given unnoticed.
+
 This module and what it imports leave torch unimported.
 """
 
@@ -25,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
+from kernelaudit.corpus.jobs import Job, as_read
 from kernelaudit.errors import UsageError
 from kernelaudit.runner.launch import Piped, child_environment, memory_file, start_piped
 from kernelaudit.runner.threads import visible_gpus
@@ -56,19 +61,32 @@ class Early:
 
 
 _early: Early | None = None
+_read: tuple[Job, ...] = ()
+"""The command's (problem, candidate) files as read before its first worker started."""
+
+
+def files_as_read(problem: str, candidates: list[str]) -> tuple[Job, ...]:
+    """A job per candidate with the sha256 of its files as this process first read them: before
+    the early worker started, for the command line `start_for` was given; now, otherwise (no
+    candidate has run in this process yet)."""
+    wanted = tuple(Job(problem, candidate) for candidate in candidates)
+    if wanted == _read:  # jobs compare by their paths alone
+        return _read
+    return tuple(as_read(job) for job in wanted)
 
 
 def start_for(arguments: list[str]) -> None:
     """Start the worker of the first candidate `arguments` (a `kernelaudit` command line)
     name, when they are a `check` of a candidate whose file can be known ahead."""
-    global _early
+    global _early, _read
     if _early is not None or not arguments or arguments[0] != "check":
         return
     parsed = _parse(arguments[1:])
     if parsed is None:
         return
-    candidate, device = parsed
-    path = _candidate_file(candidate)
+    problem, candidates, device = parsed
+    _read = tuple(as_read(Job(problem, candidate)) for candidate in candidates)
+    path = _candidate_file(candidates[0])
     if path is None:
         return
     if device == "auto":
@@ -160,8 +178,8 @@ def _end(early: Early) -> None:
     early.log.close()
 
 
-def _parse(arguments: list[str]) -> tuple[str, str] | None:
-    """The first candidate and the device a `check` command line names, or None."""
+def _parse(arguments: list[str]) -> tuple[str, list[str], str] | None:
+    """The problem, the candidates and the device a `check` command line names, or None."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("problem")
     parser.add_argument("candidates", nargs="+")
@@ -171,7 +189,7 @@ def _parse(arguments: list[str]) -> tuple[str, str] | None:
         known, _ = parser.parse_known_args(arguments)
     except SystemExit:  # the real parser will say what is wrong
         return None
-    return known.candidates[0], known.device or "auto"
+    return known.problem, known.candidates, known.device or "auto"
 
 
 def _candidate_file(spec: str) -> Path | None:
