@@ -23,29 +23,26 @@ from kernelaudit.corpus.command import add_parser as add_corpus_parser
 from kernelaudit.corpus.jobs import Job as ReadJob
 from kernelaudit.corpus.jobs import changed_files
 from kernelaudit.demo import find_examples, load_examples
-from kernelaudit.engine.audit import audit_in_turn, limits_for, resolve_device, sm_count
+from kernelaudit.engine.audit import audit_in_turn, resolve_device, sm_count
 from kernelaudit.engine.budget import expected_seconds
-from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.lanes import Job, audit_in_lanes, lane_count, most_lanes
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.errors import UsageError
-from kernelaudit.findings import AuditReport, read_reports, with_files_changed, write_reports
+from kernelaudit.findings import AuditReport, with_files_changed, write_reports
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.trace import write_traces
-from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.domain import assuming, parse_assumption
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import PROFILES, profile_named, profile_with_budget
 from kernelaudit.report.html import write_html
 from kernelaudit.report.terminal import (
-    print_evidence,
     print_findings,
     progress_bar,
     verdict_table,
 )
+from kernelaudit.repro import replay
 from kernelaudit.runner import prestart
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.process import Worker
 
 DEFAULT_REPORT = "kernelaudit-report.json"
 
@@ -125,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     repro.add_argument("report", type=Path, help="JSON report written by check or demo")
     repro.add_argument("finding", help="finding id, e.g. F1")
     repro.add_argument("--device", default="auto", help="auto (default), cpu or cuda[:N]")
-    repro.set_defaults(run=_repro)
+    repro.set_defaults(run=replay)
     add_corpus_parser(sub)
     return parser
 
@@ -224,12 +221,20 @@ def _audit_all(
 
             for report in audit_in_turn(jobs, profile, device, checks, progress):
                 if read:
-                    report = with_files_changed(report, changed_files(read[len(reports)]))
+                    report = _as_read(report, read[len(reports)])
                 reports.append(report)
                 done(report)
     write_reports(reports, args.json)
     write_html(reports, _html_path(args))
     return reports
+
+
+def _as_read(report: AuditReport, read: ReadJob) -> AuditReport:
+    """`report` with the digests of the files its command read before any candidate ran, and
+    failed where they changed by the end of its audit."""
+    report = with_files_changed(report, changed_files(read))
+    digests = (("problem", read.problem_sha256), ("candidate", read.candidate_sha256))
+    return replace(report, files_sha256=tuple((k, v) for k, v in digests if v))
 
 
 def _html_path(args: argparse.Namespace) -> Path:
@@ -347,63 +352,6 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     if not (_isolated(reports, args, console) & _covered(reports, args, console)):
         return 1
     return 0 if all_met else 1
-
-
-def _repro(args: argparse.Namespace, console: Console) -> int:
-    matches = []
-    for report in read_reports(args.report):
-        if any(f.id == args.finding for f in report.findings):
-            matches.append(report)
-    if not matches:
-        known = sorted(
-            {f"{r.candidate}: {f.id}" for r in read_reports(args.report) for f in r.findings}
-        )
-        raise UsageError(
-            f"no finding {args.finding!r} in {args.report}; findings there: "
-            + (", ".join(known) or "none")
-        )
-    device = resolve_device(args.device)
-    failing = False
-    for report in matches:
-        finding = report.finding(args.finding)
-        problem = assuming(read_problem(report.problem_path), report.assumed)
-        if report.candidate_source:
-            problem, candidate = read_candidate(report.candidate_source, problem)
-            problem = assuming(problem, report.assumed)
-        else:
-            candidate = CandidateRef(report.candidate_path, report.candidate_function)
-        if finding.probe is None:
-            how = (
-                "by the training experiment, not in one case: "
-                f"{finding.title}; `kernelaudit check --checks training` runs it again"
-                if finding.check == "training"
-                else f"in the candidate's source, not in a run: {finding.title}; "
-                "`kernelaudit check` scans the source again"
-            )
-            console.print(f"{finding.id} was found {how}")
-            failing = failing or finding.severity == "fail"
-            continue
-        check = next(c for c in build_checks([finding.check]) if c.name == finding.check)
-        if finding.probe.check == "gradients" and problem.contract.gradients:
-            # found in the backward of an autograd-enabled candidate: differentiate again
-            candidate = replace(candidate, autograd=autograd_signature(problem))
-            problem = backward_problem(problem)
-        console.print(f"replaying {finding.id} of {report.candidate} on {problem.name} ({device})")
-        limits = limits_for(profile_named(report.profile), device)
-        with Worker(candidate, device, limits=limits) as worker:
-            observation = Executor(problem, worker, device).observe(finding.probe)
-        failures = [f for f in check.judge(observation) if f.key == finding.key]
-        console.print(f"recorded: {finding.title}")
-        if failures:
-            failing = failing or finding.severity == "fail"
-            console.print("[bold red]reproduced[/]")
-            for failure in failures:
-                print_evidence(
-                    console, replace(finding, title=failure.title, evidence=failure.evidence)
-                )
-        else:
-            console.print("[bold green]not reproduced[/]: the case passes now")
-    return 1 if failing else 0
 
 
 def _positive(text: str) -> int:

@@ -159,6 +159,10 @@ class AuditReport:
     assumed: tuple[tuple[str, str], ...] = ()
     """(input, guarantees) the problem or the command line stated for its callers
     (`problem.domain`): values and layouts outside them were not tried."""
+    files_sha256: tuple[tuple[str, str], ...] = ()
+    """("problem", sha256), ("candidate", sha256): the files `kernelaudit check` read before
+    any candidate ran (`corpus.jobs.as_read`), which `kernelaudit repro` compares with the
+    files it replays. Empty for audits run through the Python API or `demo`."""
 
     @property
     def confined(self) -> bool:
@@ -200,6 +204,7 @@ class AuditReport:
             "unverified": dict(self.unverified),
             "coverage": dict(self.coverage),
             "assumed": dict(self.assumed),
+            "files_sha256": dict(self.files_sha256),
             "findings": [f.to_json() for f in self.findings],
             "cases": [r.to_json() for r in self.records],
         }
@@ -231,6 +236,7 @@ class AuditReport:
             unverified=tuple(data.get("unverified", {}).items()),
             coverage=tuple(data.get("coverage", {}).items()),
             assumed=tuple(data.get("assumed", {}).items()),
+            files_sha256=tuple(data.get("files_sha256", {}).items()),
         )
 
 

@@ -181,3 +181,25 @@ def test_checks_that_cannot_run_here_are_refused_when_named_and_fail_under_stric
     assert "--strict: exiting 1" in out
     report = json.loads((tmp_path / "r.json").read_text())["reports"][0]
     assert report["verdict"] == "PASS" and list(report["unverified"]) == ["kernels"]
+
+
+def test_repro_says_when_the_candidate_is_not_the_file_the_report_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    candidates = tmp_path / "candidates.py"
+    candidates.write_text(CANDIDATES.read_text())
+    report = tmp_path / "report.json"
+    argv = ["check", str(PROBLEM), f"{candidates}::leave_second_half", "--profile", "quick"]
+    argv += ["--device", "cpu", "--checks", "execution,unwritten", "--json", str(report)]
+    assert main(argv) == 1
+    document = json.loads(report.read_text())["reports"][0]
+    assert set(document["files_sha256"]) == {"problem", "candidate"}
+    finding = document["findings"][0]["id"]
+    capsys.readouterr()
+    main(["repro", str(report), finding, "--device", "cpu"])
+    assert "not the file the report judged" not in capsys.readouterr().out
+    candidates.write_text(CANDIDATES.read_text() + "\n# edited since the audit\n")
+    assert main(["repro", str(report), finding, "--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    assert f"the candidate {candidates} is not the file the report judged" in out
+    assert "reproduced" in out
