@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from kernelaudit.engine.audit import audit
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport
 from kernelaudit.problem.load import load_problem
+from kernelaudit.runner import sandbox
 from kernelaudit.runner.launch import child_environment
 from kernelaudit.runner.sandbox import isolation
 
@@ -155,3 +158,31 @@ def test_nothing_in_a_candidates_environment_names_the_auditor() -> None:
     environment = child_environment("cpu")
     assert not [name for name, value in environment.items() if str(os.getpid()) == value]
     assert not [name for name in environment if "AUDITOR" in name]
+
+
+_SIZES = (
+    "import os\n"
+    "for folder in ('/tmp', '/dev/shm'):\n"
+    "    found = os.statvfs(folder)\n"
+    "    print(found.f_blocks * found.f_frsize)\n"
+)
+
+
+@confined
+def test_a_candidates_memory_backed_folders_are_bounded() -> None:
+    """/tmp and /dev/shm are memory that no worker's memory limit counts: a candidate that
+    filled them would take the host's memory from the auditor. Each is bounded."""
+    wrapper = shutil.which("bwrap") or "bwrap"
+    if not sandbox._sizes_tmpfs(wrapper):
+        pytest.skip("this bubblewrap cannot size a tmpfs (older than 0.7, or setuid)")
+    shown = subprocess.run(
+        sandbox.confine([sys.executable, "-c", _SIZES]),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert len(shown) == 2
+    for size in map(int, shown):
+        assert 0 < size <= sandbox.scratch_bytes() + page

@@ -22,6 +22,7 @@ import hashlib
 import os
 import shutil
 import site
+import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -128,10 +129,8 @@ def confine(
         "/proc",
         "--dev",
         "/dev",
-        "--tmpfs",
-        "/tmp",
-        "--tmpfs",
-        "/dev/shm",
+        *_scratch(wrapper, "/tmp"),
+        *_scratch(wrapper, "/dev/shm"),
     ]
     for folder in _SYSTEM:
         arguments += _bind_system(folder)
@@ -148,6 +147,36 @@ def confine(
         arguments += ["--bind", str(path), str(place)]
     arguments += ["--chdir", str(workdir or "/tmp"), "--"]
     return arguments + list(command)
+
+
+def scratch_bytes() -> int:
+    """The size of each of a confined process's private memory-backed folders (/tmp and
+    /dev/shm): a sixteenth of the host's memory, at most 4 GiB. They are memory (tmpfs) that
+    no worker's memory limit counts: unbounded, a candidate filling them would take the host's
+    memory from the auditor and every other candidate."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(64 << 20, min(4 << 30, memory // 16))
+
+
+def _scratch(wrapper: str, folder: str) -> list[str]:
+    """A private tmpfs at `folder`, of `scratch_bytes` where this bubblewrap can size one."""
+    sized = ["--size", str(scratch_bytes())] if _sizes_tmpfs(wrapper) else []
+    return [*sized, "--tmpfs", folder]
+
+
+@functools.cache
+def _sizes_tmpfs(wrapper: str) -> bool:
+    """Whether this bubblewrap takes `--size` for a tmpfs: 0.7 and later do, unless installed
+    setuid (where it refuses the option, and every confined start would fail)."""
+    try:
+        if os.stat(shutil.which(wrapper) or wrapper).st_mode & stat.S_ISUID:
+            return False
+        said = subprocess.run(
+            [wrapper, "--help"], capture_output=True, timeout=_TRIAL_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--size" in said.stdout + said.stderr
 
 
 def _bind_system(folder: str) -> list[str]:
