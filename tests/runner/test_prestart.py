@@ -124,3 +124,15 @@ def test_nothing_starts_early_where_the_arguments_do_not_name_a_file_to_import(
 ) -> None:
     prestart.start_for(arguments)
     assert prestart._early is None
+
+
+def test_the_files_read_before_the_early_worker_serve_one_command(tmp_path: Path) -> None:
+    problem, candidate = tmp_path / "problem.py", tmp_path / "model_new.py"
+    problem.write_text("# a problem\n")
+    candidate.write_text("# a KernelBench candidate: no worker starts early for it\n")
+    prestart.start_for(["check", str(problem), str(candidate), "--device", "cpu"])
+    candidate.write_text("# rewritten once the command had read it\n")
+    (early,) = prestart.files_as_read(str(problem), [str(candidate)])
+    (now,) = prestart.files_as_read(str(problem), [str(candidate)])
+    assert early.candidate_sha256 != now.candidate_sha256  # read before, then read afresh
+    assert early.problem_sha256 == now.problem_sha256

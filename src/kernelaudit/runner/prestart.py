@@ -68,10 +68,12 @@ _read: tuple[Job, ...] = ()
 def files_as_read(problem: str, candidates: list[str]) -> tuple[Job, ...]:
     """A job per candidate with the sha256 of its files as this process first read them: before
     the early worker started, for the command line `start_for` was given; now, otherwise (no
-    candidate has run in this process yet)."""
+    candidate has run in this process yet). The early reading serves one command."""
+    global _read
+    early, _read = _read, ()
     wanted = tuple(Job(problem, candidate) for candidate in candidates)
-    if wanted == _read:  # jobs compare by their paths alone
-        return _read
+    if wanted == early:  # jobs compare by their paths alone
+        return early
     return tuple(as_read(job) for job in wanted)
 
 
@@ -161,9 +163,9 @@ def take(candidate: str | Path, device: str) -> tuple[Piped, IO[bytes]] | None:
 
 
 def discard() -> None:
-    """End the early worker if no audit took it."""
-    global _early
-    early, _early = _early, None
+    """End the early worker if no audit took it, and forget the files read for it."""
+    global _early, _read
+    early, _early, _read = _early, None, ()
     if early is not None:
         _end(early)
 
