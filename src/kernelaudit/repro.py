@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kernelaudit.checks import build_checks
-from kernelaudit.corpus.jobs import Job, as_read
+from kernelaudit.corpus.jobs import Job, changed_files
 from kernelaudit.engine.audit import limits_for, resolve_device
 from kernelaudit.engine.executor import Executor
 from kernelaudit.errors import UsageError
@@ -44,7 +44,7 @@ def replay(args: argparse.Namespace, console: Console) -> int:
     for report in matches:
         finding = report.finding(args.finding)
         for change in files_changed_since(report):
-            console.print(f"[yellow]{escape(change)}: the replay runs it as it is now[/]")
+            console.print(f"[yellow]{escape(change)}; the replay runs it as it is now[/]")
         problem = assuming(read_problem(report.problem_path), report.assumed)
         if report.candidate_source:
             problem, candidate = read_candidate(report.candidate_source, problem)
@@ -99,19 +99,6 @@ def files_changed_since(report: AuditReport) -> list[str]:
     the one the command read before the audit (`AuditReport.files_sha256`); none where the
     report recorded none."""
     recorded = dict(report.files_sha256)
-    if not recorded:
-        return []
     spec = report.candidate_source or f"{report.candidate_path}::{report.candidate_function}"
-    now = as_read(Job(report.problem_path, spec))
-    changes = []
-    for what, path, digest in (
-        ("problem", report.problem_path, now.problem_sha256),
-        ("candidate", str(Job(report.problem_path, spec).candidate_file), now.candidate_sha256),
-    ):
-        then = recorded.get(what)
-        if then and digest != then:
-            changes.append(
-                f"the {what} {path} is not the file the report judged (sha256 {then[:16]} "
-                f"then, {str(digest)[:16]} now)"
-            )
-    return changes
+    job = Job(report.problem_path, spec, recorded.get("problem"), recorded.get("candidate"))
+    return changed_files(job)

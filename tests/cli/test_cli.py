@@ -197,9 +197,9 @@ def test_repro_says_when_the_candidate_is_not_the_file_the_report_judged(
     finding = document["findings"][0]["id"]
     capsys.readouterr()
     main(["repro", str(report), finding, "--device", "cpu"])
-    assert "not the file the report judged" not in capsys.readouterr().out
+    assert "changed after the run read it" not in capsys.readouterr().out
     candidates.write_text(CANDIDATES.read_text() + "\n# edited since the audit\n")
     assert main(["repro", str(report), finding, "--device", "cpu"]) == 1
     out = capsys.readouterr().out
-    assert f"the candidate {candidates} is not the file the report judged" in out
+    assert f"the candidate {candidates} changed after the run read it" in out
     assert "reproduced" in out

@@ -93,17 +93,16 @@ _GLOBAL_FILLS: dict[Callable[..., Any], Fill] = {
     torch.randn: lambda t, g: t.normal_(generator=g),
     torch.rand: lambda t, g: t.uniform_(generator=g),
 }
-_PLAIN = {"dtype": None, "device": None, "layout": torch.strided, "requires_grad": False}
+_PLAIN = frozenset({"dtype", "device", "layout", "requires_grad", "pin_memory"})
+"""The keywords a plain draw may be given (a generator or an output makes it one of its own)."""
 
 
 def _plain_shape(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[int, ...] | None:
     """The shape of a `torch.randn(*size, dtype=..., device="cpu")` call with nothing else
     given (no generator, output, layout, gradient or pinning of its own); None otherwise."""
-    if any(key not in (*_PLAIN, "pin_memory") for key in kwargs):
+    if not _PLAIN.issuperset(kwargs) or kwargs.get("requires_grad") or kwargs.get("pin_memory"):
         return None
-    if kwargs.get("layout", torch.strided) != torch.strided or kwargs.get("requires_grad"):
-        return None
-    if kwargs.get("pin_memory"):
+    if kwargs.get("layout", torch.strided) != torch.strided:
         return None
     device = kwargs.get("device")
     if device is not None and torch.device(device).type != "cpu":

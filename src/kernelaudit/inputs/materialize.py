@@ -347,9 +347,7 @@ def _generated(problem: Problem, case: Case, sizes: dict[str, int]) -> dict[str,
         return {}
     function = sampler.function
     key = ("generator", function, tuple(sorted(sizes.items())), case.seed)
-    try:
-        # its values depend on the sizes and the seed alone: made once for the cases that
-        # share them (`reuse`)
+    try:  # its values depend on the sizes and the seed alone: made once for them (`reuse`)
         generated = DRAWS.get(key, lambda: dict(function(dict(sizes), case.seed)))
     except CaseUnavailable:
         raise
