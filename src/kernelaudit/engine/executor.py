@@ -10,6 +10,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from kernelaudit.checks.base import Expected, Observation, Probe, Step
 from kernelaudit.engine.calls import call_for, reply_limit
 from kernelaudit.engine.measure import (
@@ -31,6 +33,9 @@ from kernelaudit.runner.process import Worker
 from kernelaudit.timing.roofline import measure_roofline
 
 _CACHE_SIZE = 16
+
+_CACHED_BYTES_KEPT = 256 << 20
+"""Device memory the auditor's allocator may keep cached, unused, while the candidate runs."""
 
 
 class Executor:
@@ -143,6 +148,7 @@ class Executor:
         writable = set(self.problem.contract.mutates)
         judged = tuple(i for i in tensor_positions if self.problem.inputs[i].name in writable)
         began = time.perf_counter()
+        release_cached(self.device)
         self.worker.start()  # waits for a worker launched earlier, or restarts a crashed one
         started = time.perf_counter()
         fallback = self.worker.limits.host_memory_bytes or (1 << 40)
@@ -203,6 +209,17 @@ class Executor:
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:
         return call_for(self.problem, case, inputs, poison)
+
+
+def release_cached(device: str) -> None:
+    """Give back the device memory this process's allocator keeps cached but unused (the
+    float64 truth of a large case leaves tens of GiB there), so the candidate's call, which
+    runs next in another process, has the room its limit promises."""
+    where = torch.device(device)
+    if where.type != "cuda":
+        return
+    if torch.cuda.memory_reserved(where) - torch.cuda.memory_allocated(where) > _CACHED_BYTES_KEPT:
+        torch.cuda.empty_cache()
 
 
 def at_a_workload(problem: Problem, case: Case) -> bool:
