@@ -31,8 +31,11 @@ BLOCK = 128
 HANG_LIMIT_S = 5.0
 
 
-def run(function: str, *calls: Call, timeout_s: float = 120.0) -> InterpretedRun:
-    return InterpretedRun(parse_candidate(f"{KERNELS}::{function}"), calls, ["x"], ["y"], timeout_s)
+def run(
+    function: str, *calls: Call, timeout_s: float = 120.0, host_memory_bytes: int = 0
+) -> InterpretedRun:
+    candidate = parse_candidate(f"{KERNELS}::{function}")
+    return InterpretedRun(candidate, calls, ["x"], ["y"], timeout_s, host_memory_bytes)
 
 
 def scale_of(n: int) -> Call:
@@ -70,6 +73,9 @@ def runs() -> Iterator[dict[str, InterpretedRun]]:
         "launches_then_hangs": run("launches_then_hangs", scale_of(3), timeout_s=HANG_LIMIT_S),
         "hangs_before_launching": run(
             "hangs_before_launching", scale_of(3), timeout_s=HANG_LIMIT_S
+        ),
+        "hoards_before_launching": run(
+            "hoards_before_launching", scale_of(3), host_memory_bytes=3 << 29
         ),
     }
     yield started
@@ -192,6 +198,19 @@ def test_a_hung_candidate_is_stopped_at_the_time_limit(runs: dict[str, Interpret
     assert f"still going after {HANG_LIMIT_S:.0f} s" in found.error
     # started with the others: it cannot take much longer than its limit from now
     assert time.monotonic() - began < HANG_LIMIT_S + 2.0
+
+
+def test_a_run_holding_more_host_memory_than_allowed_is_stopped(
+    runs: dict[str, InterpretedRun],
+) -> None:
+    found = runs["hoards_before_launching"].finish()
+    assert found.cause == "host-memory"
+    assert "GiB of host memory, more than the limit of 1.50 GiB" in found.error
+    # stopped when the watch saw the memory, not at its 120 s limit (that would be a timeout)
+    check = TritonBounds()
+    check._run = runs["hoards_before_launching"]
+    (note,) = check.conclude([])
+    assert note.key == "not-watched:host-memory"
 
 
 def test_a_run_stopped_before_any_launch_is_a_note_and_an_unverified_check(

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from kernelaudit.engine.audit import audit
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport
 from kernelaudit.problem.load import load_problem
+from kernelaudit.profiles import PROFILES
 from kernelaudit.runner import sandbox
 from kernelaudit.runner.launch import child_environment
 from kernelaudit.runner.sandbox import isolation
@@ -92,6 +94,23 @@ def test_what_a_candidate_starts_ends_with_its_audit(tmp_path: Path) -> None:
     while _survivors("kernelaudit-redteam-survivor") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _survivors("kernelaudit-redteam-survivor") == []
+
+
+@confined
+def test_memory_held_by_a_process_that_left_the_workers_group_counts(tmp_path: Path) -> None:
+    root = _copy(tmp_path)
+    problem = load_problem(root / "problem" / "double.py")
+    spec = f"{root / 'candidates' / 'hides_its_memory'}.py::double"
+    # the worker alone holds well under 1.5 GiB; its hoard, in a session of its own, 2 GiB
+    profile = replace(PROFILES["quick"], host_memory_bytes=3 << 29)
+    report = audit(problem, spec, profile, "cpu", ["numerics", "execution"])
+    assert report.verdict == "FAIL"
+    (memory,) = [f for f in report.failures if f.key == "memory:"]
+    assert "GiB of host memory, more than the limit of 1.50 GiB" in memory.title
+    deadline = time.monotonic() + 10
+    while _survivors("kernelaudit-redteam-hoard") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _survivors("kernelaudit-redteam-hoard") == []
 
 
 @confined

@@ -4,21 +4,22 @@ them, and a correct candidate passes it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
+from kernelaudit.profiles import PROFILES, Profile
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _audit(candidate: str, checks: list[str], device: str = "cpu"):
+def _audit(candidate: str, checks: list[str], device: str = "cpu", profile: Profile | None = None):
     problem = load_problem(FIXTURES / "problem" / "double.py")
-    return audit(
-        problem, f"{FIXTURES / 'candidates' / candidate}.py::double", "quick", device, checks
-    )
+    spec = f"{FIXTURES / 'candidates' / candidate}.py::double"
+    return audit(problem, spec, profile or PROFILES["quick"], device, checks)
 
 
 @pytest.mark.parametrize("candidate", ["knows_its_harness", "wrong_after_many_calls"])
@@ -44,3 +45,12 @@ def test_a_result_file_the_candidate_rewrote_is_refused_unread() -> None:
     (failure,) = [f for f in report.failures if f.check == "unwatched"]
     assert failure.key == "unwatched-bad-result"
     assert "could not be read" in failure.title
+
+
+def test_the_plain_runs_processes_are_held_to_the_host_memory_limit() -> None:
+    # the worker's processes are held to the profile's limit; the plain run's are too
+    profile = replace(PROFILES["quick"], host_memory_bytes=3 << 29)
+    report = _audit("hoards_memory", ["unwatched"], profile=profile)
+    (failure,) = [f for f in report.failures if f.check == "unwatched"]
+    assert failure.key == "unwatched-host-memory"
+    assert "GiB of host memory, more than the limit of 1.50 GiB" in failure.title

@@ -31,7 +31,7 @@ from kernelaudit.problem.spec import IndexInput, Problem, resolve_shape
 
 _VERBS = {"load": "reads", "store": "writes", "atomic": "updates atomically"}
 
-_STOPPED = ("unsupported", "timeout", "crash")
+_STOPPED = ("unsupported", "timeout", "crash", "host-memory")
 """Why an interpreted run can end without having watched anything, the candidate's fault or
 not: a note says so even when no kernel had launched yet."""
 
@@ -88,6 +88,7 @@ class TritonBounds(ConcludingOnly):
             [inp.name for inp in ctx.problem.inputs],
             [out.name for out in ctx.problem.outputs],
             ctx.profile.timeout_s * max(1, len(calls)),
+            ctx.profile.host_memory_bytes,
         )
         return []
 

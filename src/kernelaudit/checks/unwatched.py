@@ -77,6 +77,7 @@ class Unwatched(ConcludingOnly):
             SECONDS,
             ctx.profile.timeout_s * _TIMEOUT_FACTOR,
             limit,
+            ctx.profile.host_memory_bytes,
         )
         background.shutdown(wait=False)  # the thread ends with its one run
         return []

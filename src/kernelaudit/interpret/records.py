@@ -120,7 +120,8 @@ class Interpretation:
     error: why the run stopped early or could not watch ("" when it did not): the candidate's
         exception, a timeout, a crash, an interpreter the watch does not know.
     cause: what `error` is: "", "candidate" (the candidate raised), "no-triton" (Triton cannot
-        be imported), "unsupported" (its interpreter cannot be watched), "timeout", "crash".
+        be imported), "unsupported" (its interpreter cannot be watched), "timeout", "crash",
+        "host-memory" (its processes held more host memory than the audit allows).
     dropped: groups of out-of-bounds lanes not recorded once the cap was reached.
     """
 

@@ -25,6 +25,7 @@ import torch
 from kernelaudit.interpret.records import Interpretation, UnreadableResult
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import start_python
+from kernelaudit.runner.limits import MEMORY_POLL_S, host_share, over_memory, resident_bytes
 from kernelaudit.runner.messages import Call
 
 _STDERR_TAIL_LINES = 3
@@ -40,6 +41,8 @@ class InterpretedRun:
     inputs, outputs: the problem's input and output names, in declaration order.
     timeout_s: wall time for the whole run from now, the child's start included; `finish`
         kills the child's process group past it and keeps what the finished calls saw.
+    host_memory_bytes: host memory the child's processes may hold (0: half of the machine's);
+        `finish` kills them past it.
     """
 
     def __init__(
@@ -49,9 +52,11 @@ class InterpretedRun:
         inputs: Sequence[str],
         outputs: Sequence[str],
         timeout_s: float,
+        host_memory_bytes: int = 0,
     ) -> None:
         self._calls = len(calls)
         self._timeout_s = timeout_s
+        self._host_memory_bytes = host_memory_bytes or host_share()
         self._deadline = time.monotonic() + timeout_s
         self._folder = tempfile.TemporaryDirectory()
         request = Path(self._folder.name) / "request.pt"
@@ -88,11 +93,20 @@ class InterpretedRun:
         return self._seen
 
     def _collect(self) -> Interpretation:
-        timed_out = False
+        timed_out, over, namespaces = False, "", set[str]()
+        limit = self._host_memory_bytes
         try:
-            self._process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            while self._process.poll() is None:
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                used = resident_bytes(self._process.pid, namespaces)
+                if used > limit:
+                    over = over_memory(used, limit)
+                    break
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._process.wait(timeout=min(left, MEMORY_POLL_S))
         finally:
             # whatever the candidate started goes with it
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -106,6 +120,8 @@ class InterpretedRun:
         finally:
             self._stderr.close()
             self._folder.cleanup()
+        if over:
+            return replace(seen or Interpretation(), error=over, cause="host-memory")
         if timed_out:
             return replace(
                 seen or Interpretation(),

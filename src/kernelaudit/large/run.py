@@ -42,7 +42,8 @@ class LargeRun:
     after: the checked rows of every input the contract lets the candidate mutate, after the
         call.
     kind: "" when the call ran; else "load", "draw" or "memory" (the run could not be made),
-        "exception", "contract", "timeout" or "crash" (the candidate failed on the case).
+        "exception", "contract", "timeout", "crash" or "host-memory" (the candidate failed on
+        the case).
     """
 
     inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
@@ -134,6 +135,8 @@ def run_large(
             return LargeRun(
                 error=f"the candidate did not return within {timeout_s:.0f} s", kind="timeout"
             )
+        if done.over_memory:
+            return LargeRun(error=done.over_memory, kind="host-memory")
         if not result.is_file():
             died = f"the candidate's process died (exit {done.returncode}): "
             return LargeRun(error=died + (done.stderr_tail or "no message"), kind="crash")

@@ -22,8 +22,8 @@ CALLER = Path(__file__).with_name("caller.py")
 @dataclass(frozen=True)
 class PlainRun:
     """What a plain run brought back: the first and last call's outputs and mutated inputs,
-    or why it stopped (`kind`: "load", "exception", "timeout", "crash", "too-large",
-    "bad-result")."""
+    or why it stopped (`kind`: "load", "exception", "timeout", "crash", "host-memory",
+    "too-large", "bad-result")."""
 
     calls: int = 0
     seconds: float = 0.0
@@ -42,9 +42,12 @@ def run_plain(
     seconds: float,
     timeout_s: float,
     result_bytes: int,
+    host_memory_bytes: int = 0,
 ) -> PlainRun:
     """Call the candidate `call`'s way in a fresh process, again and again until `most_calls`
-    calls or `seconds` have gone by. A result file past `result_bytes` is not read."""
+    calls or `seconds` have gone by. A result file past `result_bytes` is not read; processes
+    holding more than `host_memory_bytes` of host memory (0: half of the machine's) are
+    killed."""
     request = {
         "path": str(Path(candidate.path).resolve()),
         "function": candidate.function,
@@ -62,10 +65,17 @@ def run_plain(
         asked, answer = Path(folder) / "request.pt", Path(folder) / "result.pt"
         torch.save(request, asked)
         done = run_python(
-            [script.name, asked.name, answer.name], device, timeout_s, candidate.path, folder
+            [script.name, asked.name, answer.name],
+            device,
+            timeout_s,
+            candidate.path,
+            folder,
+            host_memory_bytes=host_memory_bytes,
         )
         if done.timed_out:
             return PlainRun(error=f"no result within {timeout_s:.0f} s", kind="timeout")
+        if done.over_memory:
+            return PlainRun(error=done.over_memory, kind="host-memory")
         if not answer.is_file():
             died = f"its process died (exit {done.returncode}): "
             return PlainRun(error=died + (done.stderr_tail or "no message"), kind="crash")

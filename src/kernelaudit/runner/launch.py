@@ -12,12 +12,14 @@ import signal
 import site
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import kernelaudit
+from kernelaudit.runner.limits import MEMORY_POLL_S, host_share, over_memory, resident_bytes
 from kernelaudit.runner.sandbox import for_candidate
 from kernelaudit.runner.threads import THREADS_VARIABLE, thread_environment, thread_share
 
@@ -51,6 +53,8 @@ class ChildExit:
     returncode: int | None
     stderr_tail: str
     """Its last three lines of standard error, joined by " / " ("" when silent)."""
+    over_memory: str = ""
+    """Why it was killed for the host memory its processes held ("" when it was not)."""
 
 
 def start_python(
@@ -180,19 +184,33 @@ def run_python(
     candidate: str | Path,
     scratch: str | Path,
     readable: Sequence[str | Path] = (),
+    host_memory_bytes: int = 0,
 ) -> ChildExit:
     """Run `python *arguments`, which runs `candidate`, as `start_python` starts it, in
-    `scratch` as its working folder, and kill its whole process group once it is done or
-    past `timeout_s`: a candidate that leaves processes behind takes them with it."""
+    `scratch` as its working folder, and kill its whole process group once it is done, past
+    `timeout_s`, or once its processes (those in the sandbox that left the group too) hold more
+    than `host_memory_bytes` of host memory (0: half of the machine's): a candidate that
+    leaves processes behind takes them with it."""
+    limit = host_memory_bytes or host_share()
     process = start_python(arguments, device, candidate, scratch, readable, cwd=scratch)
+    deadline = time.monotonic() + timeout_s
+    namespaces: set[str] = set()
     try:
-        _, stderr = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        return ChildExit(True, None, "")
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                _, stderr = process.communicate(timeout=max(min(left, MEMORY_POLL_S), 0.0))
+                break
+            except subprocess.TimeoutExpired:
+                # the output read so far is kept: the next `communicate` goes on from there
+                if left <= 0:
+                    return ChildExit(True, None, "")
+                used = resident_bytes(process.pid, namespaces)
+                if used > limit:
+                    return ChildExit(False, None, "", over_memory=over_memory(used, limit))
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
     tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
     return ChildExit(False, process.returncode, " / ".join(tail))

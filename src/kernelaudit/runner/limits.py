@@ -1,5 +1,5 @@
 """What one candidate's worker may use, and how the auditor reads what it uses: wall time per
-call, host memory of its whole process group, device memory, and the shared regions its calls'
+call, host memory of every process it started, device memory, and the shared regions its calls'
 tensors cross in."""
 
 from __future__ import annotations
@@ -7,7 +7,22 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import torch
+MEMORY_POLL_S = 0.2
+"""How often the host memory of a candidate's processes is read while the auditor waits on
+them."""
+
+
+def host_share() -> int:
+    """The host memory a candidate's processes may hold by default: half of the machine's."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+
+
+def over_memory(used: int, limit: int) -> str:
+    """Why a candidate's processes were killed for the host memory they held."""
+    return (
+        f"the candidate's processes used {used / 2**30:.2f} GiB of host memory, more than the "
+        f"limit of {limit / 2**30:.2f} GiB; they were killed."
+    )
 
 
 def region_most_bytes() -> int:
@@ -40,7 +55,9 @@ class Limits:
 def default_limits(timeout_s: float, device: str) -> Limits:
     """Half of the host's memory, and three quarters of the device memory that is free now:
     enough for any reasonable kernel, and the auditor keeps room for its own work."""
-    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    import torch  # here, not above: the launcher imports this module before torch starts
+
+    host = host_share()
     gpu = 0
     if torch.device(device).type == "cuda":
         free, _ = torch.cuda.mem_get_info(torch.device(device))
@@ -48,21 +65,43 @@ def default_limits(timeout_s: float, device: str) -> Limits:
     return Limits(timeout_s=timeout_s, host_memory_bytes=host, gpu_memory_bytes=gpu)
 
 
-def group_resident_bytes(group: int) -> int:
-    """Resident memory of every process in process group `group`, from /proc (0 where /proc
-    is not there)."""
-    total = 0
-    page = os.sysconf("SC_PAGE_SIZE")
+def resident_bytes(group: int, namespaces: set[str] | None = None) -> int:
+    """Resident memory of the processes a worker started as process group `group`: every
+    process of the group and, under the sandbox, every process in the process-id namespace
+    the sandbox made for them, where a process that moved to a session of its own still is.
+    `namespaces` keeps those namespaces from one call to the next (the group's leader, the
+    sandbox, may be gone by then); 0 where /proc is not there."""
+    own = _namespace("self")
+    namespaces = set() if namespaces is None else namespaces
+    listed = []
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) != group:
-                continue
-            with open(f"/proc/{entry.name}/statm", "rb") as statm:
-                total += int(statm.read().split()[1]) * page
+                in_group = int(stat.read().rsplit(b")", 1)[1].split()[2]) == group
         except (OSError, ValueError, IndexError):
             continue  # the process ended while being read
+        namespace = _namespace(entry.name)
+        if in_group and namespace and namespace != own:
+            namespaces.add(namespace)
+        listed.append((entry.name, in_group, namespace))
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for pid, in_group, namespace in listed:
+        if not (in_group or namespace in namespaces):
+            continue
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as statm:
+                total += int(statm.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue
     return total
+
+
+def _namespace(pid: str) -> str:
+    """The process-id namespace process `pid` is in ("" where it cannot be read)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""

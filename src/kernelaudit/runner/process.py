@@ -28,7 +28,13 @@ from kernelaudit.errors import UsageError
 from kernelaudit.runner import prestart
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import PIPE_BYTES
-from kernelaudit.runner.limits import Limits, group_resident_bytes, region_most_bytes
+from kernelaudit.runner.limits import (
+    MEMORY_POLL_S,
+    Limits,
+    over_memory,
+    region_most_bytes,
+    resident_bytes,
+)
 from kernelaudit.runner.messages import Invocation, InvocationResult, Load, TensorArg
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.shared import Region, room
@@ -51,10 +57,6 @@ class _Died(Exception):
 
 class _OverLimit(Exception):
     pass
-
-
-_MEMORY_POLL_S = 0.2
-"""How often the host memory of the worker's process group is read while waiting on it."""
 
 
 class Worker:
@@ -83,6 +85,8 @@ class Worker:
         self._device_baseline = 0
         self._next_memory_poll = 0.0
         self._proc: subprocess.Popen[bytes] | None = None
+        self._namespaces: set[str] = set()
+        """The process-id namespaces the worker's processes were seen in (`resident_bytes`)."""
         self._to_child = -1
         self._from_child = -1
         self._stderr: IO[bytes] | None = None
@@ -253,6 +257,7 @@ class Worker:
     def _spawn(self) -> None:
         child, self._stderr = prestart.worker_for(self.candidate.path, self.device)
         self._proc = child.process
+        self._namespaces = set()
         self._to_child, self._from_child = child.to_child, child.from_child
         if child.regions:
             self._arguments, self._results = (Region(fd) for fd in child.regions)
@@ -386,13 +391,10 @@ class Worker:
         limit = self.limits.host_memory_bytes
         if not limit or self._proc is None or time.monotonic() < self._next_memory_poll:
             return
-        self._next_memory_poll = time.monotonic() + _MEMORY_POLL_S
-        used = group_resident_bytes(self._proc.pid)
+        self._next_memory_poll = time.monotonic() + MEMORY_POLL_S
+        used = resident_bytes(self._proc.pid, self._namespaces)
         if used > limit:
-            raise _OverLimit(
-                f"the worker's processes used {used / 2**30:.2f} GiB of host memory, more than "
-                f"the limit of {limit / 2**30:.2f} GiB; the worker was killed."
-            )
+            raise _OverLimit(over_memory(used, limit))
 
     def _device_used(self) -> int:
         """Device memory in use by every process, less what this process's allocator holds."""
