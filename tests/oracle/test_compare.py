@@ -129,6 +129,30 @@ def test_the_truths_own_nans_and_infinities_must_be_reproduced():
     assert compare("y", flipped, t, baseline, torch.float32).failure == "wrong-where-inf"
 
 
+def test_where_no_finite_answer_is_right_the_baselines_nonfinite_values_pass():
+    # a sum whose terms overflow with both signs is NaN at the reference's own precision where
+    # the float64 truth is merely too large, or infinite; NaN from an infinity times zero
+    big = torch.finfo(torch.bfloat16).max * 4
+    t = torch.tensor([big, math.inf, math.nan, -big, 1.0], dtype=F64)
+    baseline = torch.tensor([math.nan, math.nan, -math.inf, -math.inf, 1.0], dtype=torch.bfloat16)
+    assert compare("y", baseline.clone(), t, baseline, torch.bfloat16).passed
+    # the truth's own non-finite values pass as before
+    truths = torch.tensor([math.inf, math.inf, math.nan, -math.inf, 1.0], dtype=torch.bfloat16)
+    assert compare("y", truths, t, baseline, torch.bfloat16).passed
+    # neither the truth's class nor the baseline's: an infinity of the other sign, a finite value
+    other = torch.tensor([math.nan, math.nan, math.inf, -math.inf, 1.0], dtype=torch.bfloat16)
+    assert compare("y", other, t, baseline, torch.bfloat16).failure == "wrong-where-nan"
+    finite = torch.tensor([0.0, math.nan, -math.inf, -math.inf, 1.0], dtype=torch.bfloat16)
+    assert compare("y", finite, t, baseline, torch.bfloat16).failure == "wrong-where-overflow"
+
+
+def test_nan_where_the_truth_is_finite_fails_even_where_the_baseline_is_nan():
+    t = torch.tensor([1.0, 2.0, 3.0], dtype=F64)
+    baseline = torch.tensor([1.0, math.nan, 3.0])
+    result = compare("y", baseline.clone(), t, baseline, torch.float32)
+    assert result.failure == "nan-where-finite"
+
+
 def test_a_wrong_shape_or_dtype_fails_without_raising():
     t = truth_of((4, 8))
     result = compare("y", torch.zeros(8, 4), t, t.float(), torch.float32)

@@ -4,6 +4,7 @@ any disagreement, for a report to show."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -39,10 +40,20 @@ NONFINITE_KEYS = (
 
 
 def nonfinite_pattern(
-    candidate: torch.Tensor, truth: torch.Tensor, overflow: torch.Tensor, dtype: torch.dtype
+    candidate: torch.Tensor,
+    truth: torch.Tensor,
+    overflow: torch.Tensor,
+    dtype: torch.dtype,
+    baseline: Callable[[], torch.Tensor] | None = None,
 ) -> list[tuple[str, int, tuple[Mismatch, ...]]]:
     """(failure key, count, first positions) for each way the candidate's non-finite values
-    can disagree with the truth's."""
+    can disagree with the truth's.
+
+    Where the truth is NaN, infinite or beyond the dtype's range, no finite answer is right and
+    which non-finite one comes out is the algorithm's: there a candidate that gives what the
+    baseline gives (NaN where it is NaN, its infinity where it is infinite) does as well as the
+    reference. `baseline()` gives the baseline's values, asked for only where some value is not
+    finite."""
     finite = torch.isfinite(candidate).all() & torch.isfinite(truth).all() & ~overflow.any()
     if bool(finite):  # the common case, in one read-back: no way to disagree
         return [(key, 0, ()) for key in NONFINITE_KEYS]
@@ -53,15 +64,21 @@ def nonfinite_pattern(
     saturated = (c_inf | (candidate.abs() == torch.finfo(dtype).max)) & same_sign
     if not has_infinity(dtype):
         saturated |= c_nan
+    as_baseline = torch.zeros_like(c_nan)
+    if baseline is not None:
+        reference = baseline().to(candidate.device)
+        as_baseline = (c_nan & torch.isnan(reference)) | (
+            c_inf & torch.isinf(reference) & (torch.signbit(candidate) == torch.signbit(reference))
+        )
     masks = tuple(
         zip(
             NONFINITE_KEYS,
             (
                 representable & c_nan,
                 representable & c_inf,
-                t_nan & ~c_nan,
-                t_inf & ~(c_inf & same_sign),
-                overflow & ~saturated,
+                t_nan & ~c_nan & ~as_baseline,
+                t_inf & ~(c_inf & same_sign) & ~as_baseline,
+                overflow & ~saturated & ~as_baseline,
             ),
             strict=True,
         )

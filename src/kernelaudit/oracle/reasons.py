@@ -34,10 +34,11 @@ def listing(shown: tuple[Mismatch, ...]) -> str:
 _NONFINITE_WORDS = {
     "nan-where-finite": "NaN where the truth is finite",
     "inf-where-finite": "inf where the truth is finite and representable",
-    "wrong-where-nan": "not NaN where the truth is NaN",
-    "wrong-where-inf": "not the same infinity where the truth is infinite",
+    "wrong-where-nan": "not NaN (nor the baseline's NaN or infinity) where the truth is NaN",
+    "wrong-where-inf": "not the same infinity (nor the baseline's NaN or infinity) where the "
+    "truth is infinite",
     "wrong-where-overflow": "neither an infinity nor the largest finite value of the same sign "
-    "where the truth overflows the dtype",
+    "(nor the baseline's NaN or infinity) where the truth overflows the dtype",
 }
 
 
