@@ -326,6 +326,22 @@ def test_a_run_whose_audit_ended_is_stopped_at_once(tmp_path: Path) -> None:
     assert done.returncode is None and time.monotonic() - began < 10
 
 
+def test_a_run_holding_more_host_memory_than_allowed_is_stopped_and_noted(
+    tmp_path: Path,
+) -> None:
+    hoard = [sys.executable, "-c", "import time; b = b'x' * (2 << 30); time.sleep(60)"]
+    limit = 3 << 29
+    done = run("memcheck", hoard, environment("cpu"), 60.0, tmp_path / "x", None, limit)
+    assert done.returncode is None and not done.timed_out and done.seconds < 30
+    assert "GiB of host memory, more than the limit of 1.50 GiB" in done.over_memory
+    failures = judged(_synthetic(ToolRun(done, None)), audit_s=1.0)
+    assert [(f.key, f.severity) for f in failures] == [
+        ("memcheck:host-memory", "note"),
+        ("cost", "note"),
+    ]
+    assert "what it reported until then is judged" in failures[0].title
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

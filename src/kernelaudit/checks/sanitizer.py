@@ -296,7 +296,9 @@ def _plain_notes(session: Session) -> list[Failure]:
     plain, result = session.plain, session.plain_result
     if result is None:
         how = (
-            f"was stopped after {plain.seconds:.0f} s"
+            f"was stopped: {plain.over_memory}"
+            if plain.over_memory
+            else f"was stopped after {plain.seconds:.0f} s"
             if plain.timed_out
             else f"exited with code {plain.returncode} and wrote no result"
         )
@@ -326,6 +328,16 @@ def _tool_notes(tool_run: ToolRun) -> list[Failure]:
     run, output = tool_run.run, tool_run.output
     tool = run.tool
     command = ("sanitizer command", shlex.join(run.command))
+    if run.over_memory:
+        return [
+            _note(
+                f"{tool}:host-memory",
+                f"compute-sanitizer {tool} was stopped: {run.over_memory}; what it reported "
+                "until then is judged",
+                ("output", run.output.strip()),
+                command,
+            )
+        ]
     if run.timed_out:
         return [
             _note(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelaudit.runner.launch import child_environment
+from kernelaudit.runner.limits import host_share, over_memory, resident_bytes
 
 PADDING_BYTES = 1 << 16
 """memcheck's `--padding`: an unused gap after every allocation, so an overrun lands in no
@@ -39,10 +40,11 @@ class Run:
     """One finished (or killed) run.
 
     tool: the sanitizer tool, or "plain" for the run without one.
-    returncode: None when the run was killed at its time limit.
+    returncode: None when the run was killed (at its time limit, or for memory).
     log: what the sanitizer wrote to its log ("" for a plain run, or when it wrote nothing).
     output: the end of what the processes wrote to stdout and stderr (the sanitizer's own
         failures, the candidate's prints, a traceback).
+    over_memory: why it was killed for the host memory its processes held ("" if it was not).
     """
 
     tool: str
@@ -51,10 +53,11 @@ class Run:
     returncode: int | None
     log: str
     output: str
+    over_memory: str = ""
 
     @property
     def timed_out(self) -> bool:
-        return self.returncode is None
+        return self.returncode is None and not self.over_memory
 
 
 def child_command(request: Path, result: Path) -> list[str]:
@@ -126,9 +129,14 @@ def run(
     limit_s: float,
     log: Path,
     stop: threading.Event | None = None,
+    host_memory_bytes: int = 0,
 ) -> Run:
-    """Run `command` in a process group of its own for at most `limit_s` seconds, or until
-    `stop` is set (the audit it belongs to ended without it)."""
+    """Run `command` in a process group of its own for at most `limit_s` seconds, until `stop`
+    is set (the audit it belongs to ended without it), or until its processes hold more than
+    `host_memory_bytes` of host memory (0: half of the machine's)."""
+    limit = host_memory_bytes or host_share()
+    namespaces: set[str] = set()
+    over = ""
     with tempfile.TemporaryFile() as output:
         began = time.perf_counter()
         process = subprocess.Popen(
@@ -145,6 +153,10 @@ def run(
             while returncode is None and time.perf_counter() < deadline:
                 if stop is not None and stop.is_set():
                     break
+                used = resident_bytes(process.pid, namespaces)
+                if used > limit:
+                    over = over_memory(used, limit)
+                    break
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     left = deadline - time.perf_counter()
                     returncode = process.wait(timeout=max(0.0, min(_STOP_POLL_S, left)))
@@ -158,4 +170,4 @@ def run(
         output.seek(max(0, size - _TAIL_BYTES))
         tail = output.read().decode(errors="replace")
     text = log.read_text(errors="replace") if log.is_file() else ""
-    return Run(tool, tuple(command), seconds, returncode, text, tail)
+    return Run(tool, tuple(command), seconds, returncode, text, tail, over)

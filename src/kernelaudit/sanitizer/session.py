@@ -170,7 +170,7 @@ def run_session(
             )
 
             def sanitized() -> ToolRun:
-                done = run(tool, command, confined, left, log, halt)
+                done = run(tool, command, confined, left, log, halt, profile.host_memory_bytes)
                 return ToolRun(done, parse(done.log, tool) if done.log else None, kernels)
 
             return pool.submit(sanitized)
@@ -183,7 +183,14 @@ def run_session(
         limit = profile.timeout_s * PLAIN_LIMIT_FACTOR
         command, confined = confined_run(child_command(plain_request, work / "plain.json"))
         plain_running = pool.submit(
-            run, "plain", command, confined, limit, work / "plain.log", halt
+            run,
+            "plain",
+            command,
+            confined,
+            limit,
+            work / "plain.log",
+            halt,
+            profile.host_memory_bytes,
         )
         # the tools that need nothing from the plain run start beside it
         early = {tool: start(tool, ()) for tool in profile.sanitizer_tools}
