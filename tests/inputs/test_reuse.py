@@ -107,3 +107,14 @@ def test_a_problems_own_generator_runs_once_per_sizes_and_seed(
     assert torch.equal(other_values["w"], fresh["w"]) and torch.equal(other_values["x"], fresh["x"])
     assert not torch.equal(other_seed["w"], fresh["w"])
     assert calls[-1] == (8, 0)
+
+
+def test_values_by_name_are_given_and_copied_only_for_the_names_taken() -> None:
+    draws = Draws(1 << 30)
+    made = {"mask": torch.ones(SMALLEST, dtype=torch.bool), "w": torch.randn(SMALLEST), "n": 3}
+    first = draws.get("generator", lambda: dict(made), {"mask", "n"})
+    assert set(first) == {"mask", "n"}
+    again = draws.get("generator", lambda: pytest.fail("kept values are not made again"), {"w"})
+    assert set(again) == {"w"} and torch.equal(again["w"], made["w"])
+    again["w"].zero_()  # a copy: what is kept stays as made
+    assert torch.equal(draws.get("generator", dict, {"w"})["w"], made["w"])

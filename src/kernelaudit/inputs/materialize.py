@@ -348,7 +348,7 @@ def _generated(problem: Problem, case: Case, sizes: dict[str, int]) -> dict[str,
     function = sampler.function
     key = ("generator", function, tuple(sorted(sizes.items())), case.seed)
     try:  # its values depend on the sizes and the seed alone: made once for them (`reuse`)
-        generated = DRAWS.get(key, lambda: dict(function(dict(sizes), case.seed)))
+        generated = DRAWS.get(key, lambda: dict(function(dict(sizes), case.seed)), set(wanted))
     except CaseUnavailable:
         raise
     except Exception as error:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from typing import TypeVar
 
 import torch
@@ -58,34 +58,43 @@ class Draws:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def get(self, key: Hashable, draw: Callable[[], Kept]) -> Kept:
+    def get(
+        self, key: Hashable, draw: Callable[[], Kept], names: Collection[str] | None = None
+    ) -> Kept:
         """A copy of what is kept under `key` (each tensor copied), or `draw()`'s, kept when
         its tensors are large enough. A key that cannot be hashed (a declaration holding an
-        unhashable value) is drawn every time."""
+        unhashable value) is drawn every time. For values by name (a generator's), `names`
+        picks the entries the caller takes: only those are copied and given."""
         try:
             kept = self._kept.get(key)
         except TypeError:
-            return draw()
+            return _picked(draw(), names)
         if kept is not None:
             self._kept.move_to_end(key)
-            return _copy(kept)  # type: ignore[return-value]
+            return _copy(_picked(kept, names))  # type: ignore[type-var]
         drawn = draw()
         tensors = _tensors(drawn)
         size = sum(t.numel() * t.element_size() for t in tensors)
         if sum(t.numel() for t in tensors) < SMALLEST or size > self.most_bytes:
-            return drawn
+            return _picked(drawn, names)
         self._kept[key] = drawn
         self._bytes += size
         while self._bytes > self.most_bytes:
             _, dropped = self._kept.popitem(last=False)
             self._bytes -= sum(t.numel() * t.element_size() for t in _tensors(dropped))
-        return _copy(drawn)
+        return _copy(_picked(drawn, names))
 
 
 def _tensors(kept: torch.Tensor | dict[str, object]) -> list[torch.Tensor]:
     if isinstance(kept, torch.Tensor):
         return [kept]
     return [value for value in kept.values() if isinstance(value, torch.Tensor)]
+
+
+def _picked(kept: Kept, names: Collection[str] | None) -> Kept:
+    if names is None or isinstance(kept, torch.Tensor):
+        return kept
+    return {name: value for name, value in kept.items() if name in names}
 
 
 def _copy(kept: Kept) -> Kept:
