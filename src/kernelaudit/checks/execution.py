@@ -12,7 +12,7 @@ _TITLES = {
     "crash": "the candidate's process crashed",
     "timeout": "the candidate did not return in time (hang)",
     "cuda": "the candidate triggered a CUDA error",
-    "memory": "the candidate exceeded its memory limit",
+    "memory": "the candidate ran out of memory",
     "contract": "the candidate broke the calling contract",
 }
 
