@@ -10,9 +10,10 @@ from dataclasses import replace
 
 import torch
 
-from kernelaudit.errors import CaseUnavailable, ProblemError, UsageError
+from kernelaudit.errors import ProblemError, UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.distributions import FLOAT_DISTRIBUTIONS, default_float, draw_float
+from kernelaudit.inputs.generated import generated_tensor, generator_values
 from kernelaudit.inputs.indices import ARGMAX, INDEX_DISTRIBUTIONS, draw_index
 from kernelaudit.inputs.layouts import expand_dim
 from kernelaudit.inputs.masks import MASK_DISTRIBUTIONS, draw_mask
@@ -345,30 +346,7 @@ def _generated(problem: Problem, case: Case, sizes: dict[str, int]) -> dict[str,
     ]
     if not wanted:
         return {}
-    function = sampler.function
-    key = ("generator", function, tuple(sorted(sizes.items())), case.seed)
-    try:  # its values depend on the sizes and the seed alone: made once for them (`reuse`)
-        generated = DRAWS.get(key, lambda: dict(function(dict(sizes), case.seed)), set(wanted))
-    except CaseUnavailable:
-        raise
-    except Exception as error:
-        raise ProblemError(
-            file=problem.source or problem.name,
-            field="get_inputs",
-            message=f"the problem's own input generator failed for sizes {sizes}: "
-            f"{type(error).__name__}: {error}",
-            fix="make the generator run on the CPU at these sizes, or narrow the axes it "
-            "cannot take",
-        ) from error
-    missing = [name for name in wanted if name not in generated]
-    if missing:
-        raise ProblemError(
-            file=problem.source or problem.name,
-            field="get_inputs",
-            message=f"the problem's own input generator gives no value for {', '.join(missing)}",
-            fix="return every input the workload says it generates",
-        )
-    return dict(generated)
+    return generator_values(problem, sizes, case.seed, wanted, DRAWS)
 
 
 def _from_generator(
@@ -379,17 +357,7 @@ def _from_generator(
     dtype: torch.dtype,
     layout: str,
 ) -> torch.Tensor:
-    value = generated[inp.name]
-    if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
-        got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ProblemError(
-            file=problem.source or problem.name,
-            field="get_inputs",
-            message=f"the problem's own input generator gives {got} for input {inp.name!r}, "
-            f"declared {shape}",
-            fix="make the generator and the declared shape agree",
-        )
-    value = value.detach().to(device="cpu", dtype=dtype).contiguous()
+    value = generated_tensor(problem, inp.name, generated, shape, dtype)
     # the generator's first slice stands for the rest where the layout broadcasts
     return _as_presented(value, shape, layout)
 
