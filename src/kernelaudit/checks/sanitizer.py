@@ -328,22 +328,13 @@ def _tool_notes(tool_run: ToolRun) -> list[Failure]:
     run, output = tool_run.run, tool_run.output
     tool = run.tool
     command = ("sanitizer command", shlex.join(run.command))
-    if run.over_memory:
+    if run.returncode is None:  # stopped: for memory, or at the budget's limit
+        limit = f" at the budget's limit after {run.seconds:.0f} s"
+        why = f": {run.over_memory}" if run.over_memory else limit
         return [
             _note(
-                f"{tool}:host-memory",
-                f"compute-sanitizer {tool} was stopped: {run.over_memory}; what it reported "
-                "until then is judged",
-                ("output", run.output.strip()),
-                command,
-            )
-        ]
-    if run.timed_out:
-        return [
-            _note(
-                f"{tool}:stopped",
-                f"compute-sanitizer {tool} was stopped at the budget's limit after "
-                f"{run.seconds:.0f} s; what it reported until then is judged",
+                f"{tool}:host-memory" if run.over_memory else f"{tool}:stopped",
+                f"compute-sanitizer {tool} was stopped{why}; what it reported until then is judged",
                 ("output", run.output.strip()),
                 command,
             )

@@ -5,12 +5,12 @@ memory again on every run."""
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
 from kernelaudit.formats import unrunnable
 from kernelaudit.problem.spec import Problem, ScalarInput, resolve_shape
+from kernelaudit.runner.limits import machine_memory
 
 _TRUTH_BYTES = torch.finfo(torch.float64).bits // 8
 
@@ -57,7 +57,7 @@ def device_memory(device: str) -> tuple[int, str]:
     if torch.device(device).type == "cuda":
         properties = torch.cuda.get_device_properties(torch.device(device))
         return properties.total_memory, f"the GPU ({properties.name})"
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this host's memory"
+    return machine_memory(), "this host's memory"
 
 
 def _gib(count: int) -> str:

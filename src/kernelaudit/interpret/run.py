@@ -13,7 +13,6 @@ import json
 import math
 import os
 import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ import torch
 from kernelaudit.interpret.records import Interpretation, UnreadableResult
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import start_python
-from kernelaudit.runner.limits import MEMORY_POLL_S, host_share, over_memory, resident_bytes
+from kernelaudit.runner.limits import wait_within
 from kernelaudit.runner.messages import Call
 
 _STDERR_TAIL_LINES = 3
@@ -56,7 +55,7 @@ class InterpretedRun:
     ) -> None:
         self._calls = len(calls)
         self._timeout_s = timeout_s
-        self._host_memory_bytes = host_memory_bytes or host_share()
+        self._host_memory_bytes = host_memory_bytes
         self._deadline = time.monotonic() + timeout_s
         self._folder = tempfile.TemporaryDirectory()
         request = Path(self._folder.name) / "request.pt"
@@ -93,20 +92,8 @@ class InterpretedRun:
         return self._seen
 
     def _collect(self) -> Interpretation:
-        timed_out, over, namespaces = False, "", set[str]()
-        limit = self._host_memory_bytes
         try:
-            while self._process.poll() is None:
-                left = self._deadline - time.monotonic()
-                if left <= 0:
-                    timed_out = True
-                    break
-                used = resident_bytes(self._process.pid, namespaces)
-                if used > limit:
-                    over = over_memory(used, limit)
-                    break
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._process.wait(timeout=min(left, MEMORY_POLL_S))
+            waited = wait_within(self._process, self._deadline, self._host_memory_bytes)
         finally:
             # whatever the candidate started goes with it
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -120,9 +107,9 @@ class InterpretedRun:
         finally:
             self._stderr.close()
             self._folder.cleanup()
-        if over:
-            return replace(seen or Interpretation(), error=over, cause="host-memory")
-        if timed_out:
+        if waited.over_memory:
+            return replace(seen or Interpretation(), error=waited.over_memory, cause="host-memory")
+        if waited.timed_out:
             return replace(
                 seen or Interpretation(),
                 error=f"the interpreted run was still going after {self._timeout_s:.0f} s and "

@@ -233,7 +233,7 @@ def _compare_floating(
     truth = truth.to(where, torch.float64)
 
     overflow = torch.isfinite(truth) & (truth.abs() > torch.finfo(dtype).max)
-    pattern = nonfinite_pattern(candidate, truth, overflow, dtype, lambda: baseline.to(where))
+    pattern = nonfinite_pattern(candidate, truth, overflow, dtype, lambda: baseline)
     # positions where the truth overflows the dtype are judged by the pattern alone
     compared_truth = truth.masked_fill(overflow, math.nan)
     compared = torch.isfinite(compared_truth)

@@ -52,8 +52,8 @@ def nonfinite_pattern(
     Where the truth is NaN, infinite or beyond the dtype's range, no finite answer is right and
     which non-finite one comes out is the algorithm's: there a candidate that gives what the
     baseline gives (NaN where it is NaN, its infinity where it is infinite) does as well as the
-    reference. `baseline()` gives the baseline's values, asked for only where some value is not
-    finite."""
+    reference. `baseline()` gives the baseline's values (anywhere: they are moved to the
+    candidate's device), asked for only where some value is not finite."""
     finite = torch.isfinite(candidate).all() & torch.isfinite(truth).all() & ~overflow.any()
     if bool(finite):  # the common case, in one read-back: no way to disagree
         return [(key, 0, ()) for key in NONFINITE_KEYS]

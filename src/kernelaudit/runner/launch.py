@@ -12,6 +12,7 @@ import signal
 import site
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 import kernelaudit
-from kernelaudit.runner.limits import MEMORY_POLL_S, host_share, over_memory, resident_bytes
+from kernelaudit.runner.limits import wait_within
 from kernelaudit.runner.sandbox import for_candidate
 from kernelaudit.runner.threads import THREADS_VARIABLE, thread_environment, thread_share
 
@@ -126,6 +127,9 @@ def memory_file(name: str) -> int:
     return fd
 
 
+_STDERR_TAIL_BYTES = 4096
+"""How much of the end of a one-shot child's standard error is read for its last lines."""
+
 PIPE_BYTES = 1 << 20
 """The pipes' buffer, where Linux allows it: large tensors move in fewer steps."""
 
@@ -188,29 +192,21 @@ def run_python(
 ) -> ChildExit:
     """Run `python *arguments`, which runs `candidate`, as `start_python` starts it, in
     `scratch` as its working folder, and kill its whole process group once it is done, past
-    `timeout_s`, or once its processes (those in the sandbox that left the group too) hold more
-    than `host_memory_bytes` of host memory (0: half of the machine's): a candidate that
-    leaves processes behind takes them with it."""
-    limit = host_memory_bytes or host_share()
-    process = start_python(arguments, device, candidate, scratch, readable, cwd=scratch)
-    deadline = time.monotonic() + timeout_s
-    namespaces: set[str] = set()
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                _, stderr = process.communicate(timeout=max(min(left, MEMORY_POLL_S), 0.0))
-                break
-            except subprocess.TimeoutExpired:
-                # the output read so far is kept: the next `communicate` goes on from there
-                if left <= 0:
-                    return ChildExit(True, None, "")
-                used = resident_bytes(process.pid, namespaces)
-                if used > limit:
-                    return ChildExit(False, None, "", over_memory=over_memory(used, limit))
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    tail = stderr.decode(errors="replace").strip().splitlines()[-3:]
-    return ChildExit(False, process.returncode, " / ".join(tail))
+    `timeout_s`, or once its processes hold more than `host_memory_bytes` of host memory
+    (`limits.wait_within`): a candidate that leaves processes behind takes them with it."""
+    with tempfile.TemporaryFile() as stderr:
+        process = start_python(
+            arguments, device, candidate, scratch, readable, stderr=stderr, cwd=scratch
+        )
+        try:
+            waited = wait_within(process, time.monotonic() + timeout_s, host_memory_bytes)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if waited.returncode is None:
+            return ChildExit(waited.timed_out, None, "", over_memory=waited.over_memory)
+        size = stderr.seek(0, os.SEEK_END)
+        stderr.seek(max(0, size - _STDERR_TAIL_BYTES))
+        tail = stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+    return ChildExit(False, waited.returncode, " / ".join(tail))

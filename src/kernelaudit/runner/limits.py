@@ -4,7 +4,11 @@ tensors cross in."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import threading
+import time
 from dataclasses import dataclass
 
 MEMORY_POLL_S = 0.2
@@ -12,9 +16,14 @@ MEMORY_POLL_S = 0.2
 them."""
 
 
+def machine_memory() -> int:
+    """The host's physical memory, in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def host_share() -> int:
     """The host memory a candidate's processes may hold by default: half of the machine's."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    return machine_memory() // 2
 
 
 def over_memory(used: int, limit: int) -> str:
@@ -29,7 +38,7 @@ def region_most_bytes() -> int:
     """The most each of a worker's two regions grows to: 2 GiB, or a sixteenth of the host's
     memory where that is less. Tensors past it cross in the pipe. (What a region's pages
     once held stays resident until the worker ends: the region's most is what that costs.)"""
-    return min(1 << 31, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 16)
+    return min(1 << 31, machine_memory() // 16)
 
 
 @dataclass(frozen=True)
@@ -105,3 +114,41 @@ def _namespace(pid: str) -> str:
         return os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
         return ""
+
+
+@dataclass(frozen=True)
+class Waited:
+    """How a wait on a one-shot child (`wait_within`) ended."""
+
+    returncode: int | None
+    """Its exit code; None when it was still running (past its deadline, over its memory or
+    stopped), for the caller to kill."""
+    timed_out: bool = False
+    over_memory: str = ""
+    """Why its processes hold more host memory than allowed ("" when they do not)."""
+
+
+def wait_within(
+    process: subprocess.Popen[bytes],
+    deadline: float,
+    host_memory_bytes: int = 0,
+    stop: threading.Event | None = None,
+) -> Waited:
+    """Wait for `process` until it exits, until `deadline` (`time.monotonic`), until `stop` is
+    set, or until its processes (`resident_bytes`) hold more than `host_memory_bytes` of host
+    memory (0: half of the machine's), reading their memory every `MEMORY_POLL_S`. Its output
+    must go to files, not pipes this wait does not read."""
+    limit = host_memory_bytes or host_share()
+    namespaces: set[str] = set()
+    while (returncode := process.poll()) is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return Waited(None, timed_out=True)
+        if stop is not None and stop.is_set():
+            return Waited(None)
+        used = resident_bytes(process.pid, namespaces)
+        if used > limit:
+            return Waited(None, over_memory=over_memory(used, limit))
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=min(left, MEMORY_POLL_S))
+    return Waited(returncode)

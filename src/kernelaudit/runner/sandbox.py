@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kernelaudit
+from kernelaudit.runner.limits import machine_memory
 
 BUBBLEWRAP = "bwrap"
 
@@ -154,8 +155,7 @@ def scratch_bytes() -> int:
     /dev/shm): a sixteenth of the host's memory, at most 4 GiB. They are memory (tmpfs) that
     no worker's memory limit counts: unbounded, a candidate filling them would take the host's
     memory from the auditor and every other candidate."""
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return max(64 << 20, min(4 << 30, memory // 16))
+    return max(64 << 20, min(4 << 30, machine_memory() // 16))
 
 
 def _scratch(wrapper: str, folder: str) -> list[str]:

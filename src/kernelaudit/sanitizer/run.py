@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelaudit.runner.launch import child_environment
-from kernelaudit.runner.limits import host_share, over_memory, resident_bytes
+from kernelaudit.runner.limits import wait_within
 
 PADDING_BYTES = 1 << 16
 """memcheck's `--padding`: an unused gap after every allocation, so an overrun lands in no
@@ -118,10 +118,6 @@ def environment(device: str) -> dict[str, str]:
     return env
 
 
-_STOP_POLL_S = 0.2
-"""How often a run looks whether its audit has ended without it."""
-
-
 def run(
     tool: str,
     command: Sequence[str],
@@ -134,9 +130,6 @@ def run(
     """Run `command` in a process group of its own for at most `limit_s` seconds, until `stop`
     is set (the audit it belongs to ended without it), or until its processes hold more than
     `host_memory_bytes` of host memory (0: half of the machine's)."""
-    limit = host_memory_bytes or host_share()
-    namespaces: set[str] = set()
-    over = ""
     with tempfile.TemporaryFile() as output:
         began = time.perf_counter()
         process = subprocess.Popen(
@@ -147,19 +140,9 @@ def run(
             start_new_session=True,
             env=env,
         )
-        deadline = began + max(limit_s, 1.0)
-        returncode: int | None = None
+        deadline = time.monotonic() + max(limit_s, 1.0)
         try:
-            while returncode is None and time.perf_counter() < deadline:
-                if stop is not None and stop.is_set():
-                    break
-                used = resident_bytes(process.pid, namespaces)
-                if used > limit:
-                    over = over_memory(used, limit)
-                    break
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    left = deadline - time.perf_counter()
-                    returncode = process.wait(timeout=max(0.0, min(_STOP_POLL_S, left)))
+            waited = wait_within(process, deadline, host_memory_bytes, stop)
         finally:
             # whatever the candidate left running dies with the run
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -170,4 +153,4 @@ def run(
         output.seek(max(0, size - _TAIL_BYTES))
         tail = output.read().decode(errors="replace")
     text = log.read_text(errors="replace") if log.is_file() else ""
-    return Run(tool, tuple(command), seconds, returncode, text, tail, over)
+    return Run(tool, tuple(command), seconds, waited.returncode, text, tail, waited.over_memory)
