@@ -7,7 +7,8 @@ profiler runs, which replaces the interpreter's profiling hook).
     python benchmarks/profile_audit.py PROBLEM CANDIDATE --profile quick --out profile-dir
     python benchmarks/profile_audit.py --sol path/to/solexecbench/L1/016_... --out profile-dir
 
---sol audits a SOL-ExecBench problem with its own reference as the candidate. The folder gets
+--sol audits a SOL-ExecBench problem with its own reference as the candidate. --stop-after
+SECONDS interrupts an audit that runs longer and writes what was seen until then. The folder gets
 timeline.json (every progress event with the seconds since the start), report.json, one
 <name>-<pid>.pstats per profiled process and summary.txt: the slowest functions of each.
 """
@@ -22,6 +23,7 @@ import os
 import pstats
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -114,6 +116,12 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--checks", nargs="+", default=None)
     parser.add_argument("--top", type=int, default=45, help="functions listed per process")
+    parser.add_argument(
+        "--stop-after",
+        type=float,
+        default=None,
+        help="interrupt the audit after this many seconds and summarise what it did until then",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -149,24 +157,35 @@ def main() -> None:
         )
 
     watches = _stopwatches()
+    if args.stop_after is not None:
+        import _thread
+
+        alarm = threading.Timer(args.stop_after, _thread.interrupt_main)
+        alarm.daemon = True
+        alarm.start()
     profiler = cProfile.Profile()
     profiler.enable()
-    report = audit(
-        problem,
-        candidate,
-        profile=args.profile,
-        device=args.device,
-        checks=args.checks,
-        progress=seen,
-    )
+    try:
+        report = audit(
+            problem,
+            candidate,
+            profile=args.profile,
+            device=args.device,
+            checks=args.checks,
+            progress=seen,
+        )
+        verdict = str(report.verdict)
+    except KeyboardInterrupt:
+        report, verdict = None, f"interrupted after {args.stop_after} s"
     profiler.disable()
     wall = time.perf_counter() - began
     profiler.dump_stats(str(args.out / f"auditor-{os.getpid()}.pstats"))
     (args.out / "timeline.json").write_text(json.dumps(timeline, indent=1))
-    (args.out / "report.json").write_text(json.dumps(report.to_json(), indent=1, default=str))
+    if report is not None:
+        (args.out / "report.json").write_text(json.dumps(report.to_json(), indent=1, default=str))
     time.sleep(3.0)  # the children write their stats as they exit
 
-    lines = [f"{problem} / {candidate}, {args.profile}: {report.verdict} in {wall:.1f} s", ""]
+    lines = [f"{problem} / {candidate}, {args.profile}: {verdict} in {wall:.1f} s", ""]
     for event in timeline:
         if event["kind"] != "probe":
             lines.append(

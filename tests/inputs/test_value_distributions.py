@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from kernelaudit.errors import UsageError
+from kernelaudit.inputs import draws
 from kernelaudit.inputs.distributions import (
     FLOAT_DISTRIBUTIONS,
     Distribution,
@@ -143,6 +144,27 @@ def test_nonfinite_holds_each_kind_in_a_small_fraction() -> None:
     assert 3 <= count <= 30
     assert torch.isnan(values).any()
     assert (values == math.inf).any() and (values == -math.inf).any()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_large_nonfinite_draw_holds_a_tenth_of_a_percent_without_permuting_it(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    n = 2 * draws.CHUNK + 5
+    permute = torch.randperm
+
+    def small_only(count: int, *args: object, **kwargs: object) -> torch.Tensor:
+        assert count < n, "every position of a large tensor permuted"
+        return permute(count, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "randperm", small_only)
+    values = draw("nonfinite", (n,), torch.float32, seed=seed)
+    count = int((~torch.isfinite(values)).sum())
+    assert 0.0009 * n < count < 0.0011 * n
+    assert torch.isnan(values).any()
+    assert (values == math.inf).any() and (values == -math.inf).any()
+    again = draw("nonfinite", (n,), torch.float32, seed=seed)
+    assert torch.equal(values.view(torch.int32), again.view(torch.int32))
 
 
 @pytest.mark.parametrize("seed", range(5))

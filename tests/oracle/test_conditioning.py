@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kernelaudit.checks.numerics import judge_results
+from kernelaudit.inputs import draws
 from kernelaudit.oracle.compare import compare
 from kernelaudit.oracle.conditioning import Nudged, nudged
 from kernelaudit.oracle.truth import expected
@@ -66,6 +67,20 @@ def test_inputs_move_to_a_neighbouring_value_the_same_way_in_every_run():
     assert bool((steps > 0).all()) and float(steps.max()) <= 2 * torch.finfo(torch.bfloat16).eps
     assert not torch.equal(nudged(x, 1), moved)  # another input, other signs
     assert torch.equal(nudged(torch.arange(4), 0), torch.arange(4))  # integers stay
+
+
+def test_a_large_input_moves_by_one_rounding_with_the_same_bits_on_every_device(device: str):
+    x = torch.randn(3, draws.CHUNK + 7, generator=torch.Generator().manual_seed(3)).bfloat16()
+    moved = nudged(x.to(device), 2).cpu()
+    assert torch.equal(moved, nudged(x, 2))
+    nonzero = x != 0
+    assert torch.equal(moved[~nonzero], x[~nonzero])
+    steps = (moved.double() - x.double())[nonzero] / x.double()[nonzero].abs()
+    eps = torch.finfo(torch.bfloat16).eps
+    assert bool((steps.abs() > 0).all()) and float(steps.abs().max()) <= 2 * eps
+    up = float((steps > 0).double().mean())
+    assert 0.49 < up < 0.51  # either way, as often
+    assert not torch.equal(moved, nudged(x, 3))  # another input, other signs
 
 
 def test_a_constant_upstream_gradient_leaves_only_rounding_residue_and_is_judged_by_it():

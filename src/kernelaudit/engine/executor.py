@@ -28,11 +28,22 @@ from kernelaudit.inputs.distributions import UNDEFINED_WHERE_NAN
 from kernelaudit.inputs.materialize import materialize, shapes_only
 from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import Problem, ScalarInput
+from kernelaudit.runner.limits import machine_memory
 from kernelaudit.runner.messages import Call, Invocation
 from kernelaudit.runner.process import Worker
 from kernelaudit.timing.roofline import measure_roofline
 
 _CACHE_SIZE = 16
+"""Cases whose inputs and trusted results are kept for the checks that run them again."""
+
+
+def cache_bytes() -> int:
+    """Host memory the kept cases may take together: an eighth of the machine's (the most
+    recent case is kept whatever its size). Sixteen cases of a mixture of experts, 4 GB of
+    weights each, were more than half of a 128 GiB host, and the auditor was killed for
+    memory."""
+    return machine_memory() // 8
+
 
 _CACHED_BYTES_KEPT = 256 << 20
 """Device memory the auditor's allocator may keep cached, unused, while the candidate runs."""
@@ -46,6 +57,7 @@ class Executor:
         self.worker = worker
         self.device = device
         self._expected: OrderedDict[Case, tuple[dict[str, object], Expected]] = OrderedDict()
+        self._expected_bytes: dict[Case, int] = {}
         self.seconds: dict[str, float] = {
             "worker start": 0.0,
             "truth and baseline": 0.0,
@@ -109,8 +121,13 @@ class Executor:
         prepared = self._truth(case)
         self.seconds["truth and baseline"] += time.perf_counter() - began
         self._expected[case] = prepared
-        if len(self._expected) > _CACHE_SIZE:
-            self._expected.popitem(last=False)
+        self._expected_bytes[case] = _host_bytes(prepared)
+        most = cache_bytes()
+        while len(self._expected) > 1 and (
+            len(self._expected) > _CACHE_SIZE or sum(self._expected_bytes.values()) > most
+        ):
+            oldest, _ = self._expected.popitem(last=False)
+            del self._expected_bytes[oldest]
         return prepared
 
     def _truth(self, case: Case) -> tuple[dict[str, object], Expected]:
@@ -209,6 +226,17 @@ class Executor:
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:
         return call_for(self.problem, case, inputs, poison)
+
+
+def _host_bytes(prepared: tuple[dict[str, object], Expected]) -> int:
+    """Host memory a prepared case holds: its inputs, truth and baseline (each storage once)."""
+    inputs, expect = prepared
+    storages = {}
+    for value in (*inputs.values(), *expect.truth, *expect.baseline):
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            storage = value.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
 
 
 def release_cached(device: str) -> None:

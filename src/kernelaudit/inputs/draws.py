@@ -55,11 +55,15 @@ def from_global() -> torch.Generator:
 
 
 def randint(
-    low: int, high: int, shape: tuple[int, ...], generator: torch.Generator
+    low: int,
+    high: int,
+    shape: tuple[int, ...],
+    generator: torch.Generator,
+    dtype: torch.dtype = torch.int64,
 ) -> torch.Tensor:
-    """Integers in [low, high) as int64: `torch.randint(low, high, shape, generator=generator)`
-    up to `CHUNK` elements."""
-    return _filled(shape, torch.int64, generator, lambda t, g: t.random_(low, high, generator=g))
+    """Integers in [low, high): `torch.randint(low, high, shape, generator=generator)` up to
+    `CHUNK` elements, stored as `dtype` (the same values in a narrower one, where they fit)."""
+    return _filled(shape, dtype, generator, lambda t, g: t.random_(low, high, generator=g))
 
 
 def _filled(

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelaudit.inputs import draws
+
 NUDGE_SEED = 0x6E75
 """The seed of the nudges' signs: fixed, so verdicts do not depend on the run."""
 
@@ -46,15 +48,20 @@ def nudged(value: object, position: int) -> object:
     """A floating tensor (at its native dtype) with every element moved by about one unit in
     the last place (times 1 +/- eps, rounded back), up or down by a sign drawn for the input at
     `position` (so two inputs of one shape are not nudged alike); zeros stay zero; any other
-    value as it is."""
+    value as it is.
+
+    The signs are drawn on the host (large tensors on several cores, `inputs.draws`) and the
+    arithmetic runs where `value` is: every step is exact or correctly rounded, so a tensor
+    nudged on a GPU holds the bits it would on the CPU."""
     if not isinstance(value, torch.Tensor) or value.numel() == 0:
         return value
     if not (value.dtype.is_floating_point or value.dtype.is_complex):
         return value
     real = value.dtype.to_real() if value.dtype.is_complex else value.dtype
     eps = torch.finfo(real).eps
-    generator = torch.Generator(device=value.device).manual_seed(NUDGE_SEED + position)
-    signs = torch.randint(0, 2, value.shape, generator=generator, device=value.device)
-    factor = 1.0 + eps * (2.0 * signs.to(torch.float64) - 1.0)
+    generator = torch.Generator().manual_seed(NUDGE_SEED + position)
+    signs = draws.randint(0, 2, tuple(value.shape), generator, dtype=torch.uint8)
+    factor = 1.0 + eps * (2.0 * signs.to(value.device, torch.float64) - 1.0)
+    del signs
     wide = torch.complex128 if value.dtype.is_complex else torch.float64
-    return (value.to(wide) * factor).to(value.dtype)
+    return value.to(wide).mul_(factor).to(value.dtype)

@@ -1,0 +1,43 @@
+"""The auditor keeps the cases it prepared for the checks that run them again, within a share
+of the host's memory: a large problem's cases are dropped, oldest first, where a small one's
+are all kept."""
+
+import pytest
+import torch
+
+from kernelaudit.engine import executor
+from kernelaudit.engine.executor import Executor
+from kernelaudit.inputs.case import Case
+from kernelaudit.problem.spec import Output, Problem, TensorInput
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+PROBLEM = Problem(
+    name="scale",
+    reference=scale,
+    axes=("rows", "cols"),
+    inputs=(TensorInput("x", ("rows", "cols"), torch.float32),),
+    outputs=(Output("y", ("rows", "cols"), "x"),),
+    workloads=({"rows": 256, "cols": 256},),
+)
+CASES = [Case(sizes=(("rows", 256), ("cols", 256)), seed=seed) for seed in range(4)]
+CASE_BYTES = 256 * 256 * (4 + 8 + 4)  # the input, the float64 truth, the float32 baseline
+
+
+@pytest.mark.parametrize(("most", "kept"), [(10 * CASE_BYTES, 4), (2 * CASE_BYTES, 2), (1, 1)])
+def test_prepared_cases_are_kept_within_the_memory_share(
+    monkeypatch: pytest.MonkeyPatch, most: int, kept: int
+) -> None:
+    monkeypatch.setattr(executor, "cache_bytes", lambda: most)
+    runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
+    first = [runs.prepare(case) for case in CASES]
+    # the most recent first: kept ones come back as they were, dropped ones are made again
+    again = [runs.prepare(case) for case in reversed(CASES)][::-1]
+    same = [a is b for a, b in zip(first, again, strict=True)]
+    assert same == [False] * (len(CASES) - kept) + [True] * kept
+    for (inputs, expect), (inputs_again, expect_again) in zip(first, again, strict=True):
+        assert torch.equal(inputs["x"], inputs_again["x"])  # with the same values
+        assert torch.equal(expect.truth[0], expect_again.truth[0])
