@@ -36,9 +36,9 @@ def over_memory(used: int, limit: int) -> str:
 
 def region_most_bytes() -> int:
     """The most each of a worker's two regions grows to: a sixteenth of the host's memory, at
-    most 16 GiB. Tensors past it cross in the pipe, about twenty times slower: a mixture of
-    64 experts (4 GB of weights a call) spent a third of its audit writing to the pipe when
-    regions stopped at 2 GiB. A region grows only as far as a call's tensors need, and what
+    most 16 GiB. Tensors past it cross in the pipe, in writes of 64 KiB: a mixture of 64
+    experts (4 GB of weights a call) spent 145 s of 450 sending its calls when regions stopped
+    at 2 GiB. A region grows only as far as a call's tensors need, and what
     its pages once held stays resident until the worker ends: the most is what that costs."""
     return min(16 << 30, machine_memory() // 16)
 
@@ -118,7 +118,7 @@ def resident_bytes(group: int, namespaces: set[str] | None = None) -> int:
 _NAMESPACES: dict[tuple[str, int], str] = {}
 """The process-id namespace of each process seen by the last `resident_bytes`, by its pid and
 start time: a process never changes its own, so each is read once, not at every poll (a host's
-hundreds of processes, five times a second, took a tenth of an audit's time on a 16-core
+hundreds of processes read five times a second took 34 s of a 450 s audit on a 16-core
 host)."""
 _NAMESPACES_LOCK = threading.Lock()
 
