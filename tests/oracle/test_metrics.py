@@ -120,3 +120,54 @@ def test_large_results_are_measured_in_chunks_with_the_same_answer(monkeypatch):
 def test_empty_results_have_zero_error():
     t = torch.zeros(0, 4, dtype=F64)
     assert error_metrics(t, t, torch.float32).normwise == 0.0
+
+
+@pytest.mark.parametrize(
+    ("dtype", "scale"),
+    [
+        (torch.float16, 1.0),
+        (torch.bfloat16, 2.0**100),
+        (torch.float32, 2.0**-140),  # subnormal results
+        (torch.float32, 2.0**120),
+        (torch.float64, 2.0**600),  # squares past float64's range: still rescaled
+    ],
+)
+def test_a_clean_comparison_gives_the_figures_the_masked_one_does(dtype, scale, monkeypatch):
+    monkeypatch.setattr(metrics, "_CHUNK_ELEMENTS", 3 * 257)  # several chunks of rows
+    generator = torch.Generator().manual_seed(7)
+    truth = (torch.randn(33, 257, dtype=torch.float64, generator=generator) * scale).to(dtype)
+    truth = truth.to(torch.float64)
+    eps = torch.finfo(dtype).eps
+    moved = truth * (1 + eps * torch.randint(-3, 4, truth.shape, generator=generator))
+    values = moved.to(dtype).to(torch.float64)
+    off = truth[5, 17] * 1.5 + 1e4 * torch.finfo(dtype).smallest_normal  # one element far off
+    values[5, 17] = off.to(dtype).to(torch.float64)
+    assert metrics.all_clean(values, truth, dtype)
+    clean = error_metrics(values, truth, dtype, depth=257, clean=True)
+    masked = error_metrics(values, truth, dtype, depth=257)
+    assert (clean.worst_row_index, clean.worst_element_index) == (5, 5 * 257 + 17)
+    assert (clean.worst_row_index, clean.worst_element_index, clean.compared) == (
+        masked.worst_row_index,
+        masked.worst_element_index,
+        masked.compared,
+    )
+    for figure in ("normwise", "worst_row", "componentwise"):
+        assert getattr(clean, figure) == pytest.approx(getattr(masked, figure), rel=1e-12)
+        assert getattr(clean, figure) > 0
+
+
+def test_only_finite_results_within_range_count_as_clean():
+    truth = torch.linspace(-2, 2, 64, dtype=torch.float64)
+    assert metrics.all_clean(truth.clone(), truth, torch.float16)
+    for bad in (math.nan, math.inf, -math.inf):
+        values = truth.clone()
+        values[3] = bad
+        assert not metrics.all_clean(values, truth, torch.float16)
+        assert not metrics.all_clean(truth, values, torch.float16)
+    beyond = truth.clone()
+    beyond[9] = 70000.0  # past float16's largest
+    assert not metrics.all_clean(truth, beyond, torch.float16)
+    assert metrics.all_clean(truth, beyond, torch.float32)
+    huge = torch.full((4,), 1e308, dtype=torch.float64)  # finite, but its sum is not
+    assert not metrics.all_clean(huge, huge, torch.float64)
+    assert not metrics.all_clean(truth[:0], truth[:0], torch.float16)

@@ -23,8 +23,9 @@ import torch
 
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.oracle.conditioning import Nudged
-from kernelaudit.oracle.metrics import ErrorMetrics, error_metrics
+from kernelaudit.oracle.metrics import ErrorMetrics, all_clean, error_metrics
 from kernelaudit.oracle.mismatches import (
+    NONFINITE_KEYS,
     Mismatch,
     Value,
     bit_exact_applies,
@@ -232,17 +233,24 @@ def _compare_floating(
     candidate = values.to(where, torch.float64)
     truth = truth.to(where, torch.float64)
 
-    overflow = torch.isfinite(truth) & (truth.abs() > torch.finfo(dtype).max)
-    pattern = nonfinite_pattern(candidate, truth, overflow, dtype, lambda: baseline)
-    # positions where the truth overflows the dtype are judged by the pattern alone
-    compared_truth = truth.masked_fill(overflow, math.nan)
-    compared = torch.isfinite(compared_truth)
-    measured = error_metrics(candidate, compared_truth, dtype, depth)
+    clean = all_clean(candidate, truth, dtype)
+    if clean:  # nearly every comparison: nothing non-finite, nothing beyond the dtype's range
+        pattern = [(key, 0, ()) for key in NONFINITE_KEYS]
+        compared_truth = truth
+        compared = torch.ones_like(truth, dtype=torch.bool)
+    else:
+        overflow = torch.isfinite(truth) & (truth.abs() > torch.finfo(dtype).max)
+        pattern = nonfinite_pattern(candidate, truth, overflow, dtype, lambda: baseline)
+        # positions where the truth overflows the dtype are judged by the pattern alone
+        compared_truth = truth.masked_fill(overflow, math.nan)
+        compared = torch.isfinite(compared_truth)
+    measured = error_metrics(candidate, compared_truth, dtype, depth, clean)
     judged = memo.get(name) if memo is not None else None
     if judged is None:
         reference = baseline.to(where, torch.float64)
+        clean_reference = clean and math.isfinite(float(reference.sum()))
         judged = BaselineJudgement(
-            error=error_metrics(reference, compared_truth, dtype, depth),
+            error=error_metrics(reference, compared_truth, dtype, depth, clean_reference),
             bit_exact=bit_exact_applies(reference, compared_truth, compared, dtype),
         )
         del reference
