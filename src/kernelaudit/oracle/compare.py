@@ -25,12 +25,12 @@ from kernelaudit.inputs.case import dtype_name
 from kernelaudit.oracle.conditioning import Nudged
 from kernelaudit.oracle.metrics import ErrorMetrics, all_clean, error_metrics
 from kernelaudit.oracle.mismatches import (
-    NONFINITE_KEYS,
     Mismatch,
     Value,
     bit_exact_applies,
     bit_exact_mismatches,
     first_mismatches,
+    no_nonfinite_mismatches,
     nonfinite_pattern,
     unravel,
 )
@@ -235,15 +235,17 @@ def _compare_floating(
 
     clean = all_clean(candidate, truth, dtype)
     if clean:  # nearly every comparison: nothing non-finite, nothing beyond the dtype's range
-        pattern = [(key, 0, ()) for key in NONFINITE_KEYS]
+        pattern = no_nonfinite_mismatches()
         compared_truth = truth
-        compared = torch.ones_like(truth, dtype=torch.bool)
     else:
         overflow = torch.isfinite(truth) & (truth.abs() > torch.finfo(dtype).max)
         pattern = nonfinite_pattern(candidate, truth, overflow, dtype, lambda: baseline)
         # positions where the truth overflows the dtype are judged by the pattern alone
         compared_truth = truth.masked_fill(overflow, math.nan)
-        compared = torch.isfinite(compared_truth)
+
+    def compared() -> torch.Tensor:  # only the bit-exact rule needs the positions
+        return torch.isfinite(compared_truth)
+
     measured = error_metrics(candidate, compared_truth, dtype, depth, clean)
     judged = memo.get(name) if memo is not None else None
     if judged is None:
@@ -251,7 +253,7 @@ def _compare_floating(
         clean_reference = clean and math.isfinite(float(reference.sum()))
         judged = BaselineJudgement(
             error=error_metrics(reference, compared_truth, dtype, depth, clean_reference),
-            bit_exact=bit_exact_applies(reference, compared_truth, compared, dtype),
+            bit_exact=bit_exact_applies(reference, compared_truth, compared(), dtype),
         )
         del reference
         if memo is not None:
@@ -261,7 +263,7 @@ def _compare_floating(
         _judge(m, measured, judged.error, nudge, dtype, ratio_limit, depth) for m in METRICS
     )
     exact = (
-        bit_exact_mismatches(candidate, compared_truth, compared, dtype)
+        bit_exact_mismatches(candidate, compared_truth, compared(), dtype)
         if judged.bit_exact
         else None
     )

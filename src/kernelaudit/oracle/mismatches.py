@@ -39,6 +39,11 @@ NONFINITE_KEYS = (
 """The ways a candidate's non-finite values can disagree with the truth's, in report order."""
 
 
+def no_nonfinite_mismatches() -> list[tuple[str, int, tuple[Mismatch, ...]]]:
+    """`nonfinite_pattern`'s answer where nothing is non-finite or beyond the dtype's range."""
+    return [(key, 0, ()) for key in NONFINITE_KEYS]
+
+
 def nonfinite_pattern(
     candidate: torch.Tensor,
     truth: torch.Tensor,
@@ -56,7 +61,7 @@ def nonfinite_pattern(
     candidate's device), asked for only where some value is not finite."""
     finite = torch.isfinite(candidate).all() & torch.isfinite(truth).all() & ~overflow.any()
     if bool(finite):  # the common case, in one read-back: no way to disagree
-        return [(key, 0, ()) for key in NONFINITE_KEYS]
+        return no_nonfinite_mismatches()
     c_nan, c_inf = torch.isnan(candidate), torch.isinf(candidate)
     t_nan, t_inf = torch.isnan(truth), torch.isinf(truth)
     representable = ~(t_nan | t_inf | overflow)

@@ -127,8 +127,16 @@ def memory_file(name: str) -> int:
     return fd
 
 
-_STDERR_TAIL_BYTES = 4096
-"""How much of the end of a one-shot child's standard error is read for its last lines."""
+_TAIL_BYTES = 4000
+"""How much of the end of a one-shot child's output is read for its last lines."""
+
+
+def file_tail(output: IO[bytes], most_bytes: int = _TAIL_BYTES) -> str:
+    """The last `most_bytes` of what a child wrote to the file `output`, as text."""
+    size = output.seek(0, os.SEEK_END)
+    output.seek(max(0, size - most_bytes))
+    return output.read().decode(errors="replace")
+
 
 PIPE_BYTES = 1 << 20
 """The pipes' buffer, where Linux allows it: large tensors move in fewer steps."""
@@ -206,7 +214,5 @@ def run_python(
                 process.wait()
         if waited.returncode is None:
             return ChildExit(waited.timed_out, None, "", over_memory=waited.over_memory)
-        size = stderr.seek(0, os.SEEK_END)
-        stderr.seek(max(0, size - _STDERR_TAIL_BYTES))
-        tail = stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+        tail = file_tail(stderr).strip().splitlines()[-3:]
     return ChildExit(False, waited.returncode, " / ".join(tail))

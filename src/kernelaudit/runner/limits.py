@@ -38,8 +38,8 @@ def region_most_bytes() -> int:
     """The most each of a worker's two regions grows to: a sixteenth of the host's memory, at
     most 16 GiB. Tensors past it cross in the pipe, in writes of 64 KiB: a mixture of 64
     experts (4 GB of weights a call) spent 145 s of 450 sending its calls when regions stopped
-    at 2 GiB. A region grows only as far as a call's tensors need, and what
-    its pages once held stays resident until the worker ends: the most is what that costs."""
+    at 2 GiB. A region grows only as far as a call's tensors need, and what its pages once
+    held stays resident until the worker ends: the most is what that costs."""
     return min(16 << 30, machine_memory() // 16)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelaudit.runner.launch import child_environment
+from kernelaudit.runner.launch import child_environment, file_tail
 from kernelaudit.runner.limits import wait_within
 
 PADDING_BYTES = 1 << 16
@@ -31,8 +31,6 @@ PRINT_LIMIT = 64
 
 ERROR_EXITCODE = 86
 """The exit code the sanitizer returns when it found errors (the child itself exits 0)."""
-
-_TAIL_BYTES = 4000
 
 
 @dataclass(frozen=True)
@@ -149,8 +147,6 @@ def run(
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         seconds = time.perf_counter() - began
-        size = output.tell()
-        output.seek(max(0, size - _TAIL_BYTES))
-        tail = output.read().decode(errors="replace")
+        tail = file_tail(output)
     text = log.read_text(errors="replace") if log.is_file() else ""
     return Run(tool, tuple(command), seconds, waited.returncode, text, tail, waited.over_memory)
