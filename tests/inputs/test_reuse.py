@@ -118,3 +118,19 @@ def test_values_by_name_are_given_and_copied_only_for_the_names_taken() -> None:
     assert set(again) == {"w"} and torch.equal(again["w"], made["w"])
     again["w"].zero_()  # a copy: what is kept stays as made
     assert torch.equal(draws.get("generator", dict, {"w"})["w"], made["w"])
+
+
+def test_a_copy_given_out_names_its_draw_until_it_is_written_to(kept: Draws) -> None:
+    first = materialize(LAYER, _case(8))
+    again = materialize(LAYER, _case(17))  # another case, the same weight
+    assert kept.origin(first["w"]) is not None
+    assert kept.origin(first["w"]) == kept.origin(again["w"])
+    assert kept.origin(first["x"]) is None  # too small to keep: drawn, not copied
+    assert kept.origin(first["w"].clone()) is None  # a tensor this did not give out
+    first["w"][0, 0] = 7.0  # a case's own values, written to: no longer the draw's copy
+    assert kept.origin(first["w"]) is None
+    assert kept.origin(again["w"]) is not None
+    large = materialize(LAYER, _case(8, w="large"))["w"]
+    assert kept.origin(large) not in (None, kept.origin(again["w"]))
+    generated = Draws(1 << 30).get("generator", lambda: {"w": torch.zeros(SMALLEST)}, {"w"})
+    assert generated["w"] is not None

@@ -32,6 +32,7 @@ from kernelaudit.engine.probing import (
 from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
+from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile, profile_named
@@ -167,6 +168,8 @@ def run_audit(
                 if cancel is not None:
                     cancel()
             raise
+        finally:
+            RESIDENT.clear()  # the kept draws' device copies: the next audit's are its own
 
 
 def _audit(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -26,6 +26,7 @@ from kernelaudit.errors import CaseUnavailable, ProblemError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.distributions import UNDEFINED_WHERE_NAN
 from kernelaudit.inputs.materialize import materialize, shapes_only
+from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.runner.limits import machine_memory
@@ -134,7 +135,7 @@ class Executor:
         inputs = materialize(self.problem, case)
         config = self.problem.dtype_configs()[case.dtype_config]
         try:
-            expect = expected(self.problem, inputs, config, self.device)
+            expect = _expected(self.problem, inputs, config, self.device)
         except ProblemError as error:
             if at_a_workload(self.problem, case) or device_fault(error):
                 raise
@@ -226,6 +227,23 @@ class Executor:
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:
         return call_for(self.problem, case, inputs, poison)
+
+
+def _expected(
+    problem: Problem, inputs: Mapping[str, object], config: Mapping[str, torch.dtype], device: str
+) -> Expected:
+    """`oracle.truth.expected`; where the device runs out of memory while it holds copies of
+    kept draws (`oracle.resident`), computed again without them, so a case that fits the
+    device without them still runs."""
+    try:
+        return expected(problem, inputs, config, device)
+    except torch.cuda.OutOfMemoryError:
+        if not RESIDENT.held_bytes():
+            raise
+    RESIDENT.clear()
+    torch.cuda.empty_cache()
+    with RESIDENT.paused():
+        return expected(problem, inputs, config, device)
 
 
 def _host_bytes(prepared: tuple[dict[str, object], Expected]) -> int:

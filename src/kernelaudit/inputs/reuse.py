@@ -17,11 +17,16 @@ host, 84 calls in one `default` audit, for 19 sets of values.
 
 Only tensors of at least `SMALLEST` elements are kept, at most `limit_bytes()` of them in all
 (a sixteenth of the machine's memory, at most 8 GiB), the least recently used dropped first.
+
+Each copy given out is remembered with what it is a copy of (`Draws.origin`), for as long as
+it lives and is not written to: the trusted side keeps a kept draw's copy on the device once
+(`oracle.resident`) instead of copying each case's weights there again.
 """
 
 from __future__ import annotations
 
 import os
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable
 from typing import TypeVar
@@ -54,6 +59,7 @@ class Draws:
         self.most_bytes = most_bytes
         self._kept: OrderedDict[Hashable, torch.Tensor | dict[str, object]] = OrderedDict()
         self._bytes = 0
+        self._given: dict[int, tuple[weakref.ref[torch.Tensor], Hashable, int]] = {}
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -71,7 +77,7 @@ class Draws:
             return _picked(draw(), names)
         if kept is not None:
             self._kept.move_to_end(key)
-            return _copy(_picked(kept, names))  # type: ignore[type-var]
+            return self._given_out(key, _picked(kept, names))  # type: ignore[type-var]
         drawn = draw()
         tensors = _tensors(drawn)
         size = sum(t.numel() * t.element_size() for t in tensors)
@@ -82,7 +88,38 @@ class Draws:
         while self._bytes > self.most_bytes:
             _, dropped = self._kept.popitem(last=False)
             self._bytes -= sum(t.numel() * t.element_size() for t in _tensors(dropped))
-        return _copy(_picked(drawn, names))
+        return self._given_out(key, _picked(drawn, names))
+
+    def origin(self, tensor: torch.Tensor) -> Hashable | None:
+        """What `tensor` is a copy of, if it is one this gave out and nothing has written to
+        it since (its version counter unchanged): the same key for every copy of the same
+        values, whether or not the draw is still kept. None for any other tensor."""
+        given = self._given.get(id(tensor))
+        if given is None:
+            return None
+        ref, key, version = given
+        if ref() is not tensor or tensor._version != version:
+            return None
+        return key
+
+    def _given_out(self, key: Hashable, kept: Kept) -> Kept:
+        """A copy of `kept`, each tensor remembered with its origin (`origin`)."""
+        copied = _copy(kept)
+        if isinstance(copied, torch.Tensor):
+            self._remember(copied, key)
+        else:
+            for name, value in copied.items():
+                if isinstance(value, torch.Tensor):
+                    self._remember(value, (key, name))
+        return copied
+
+    def _remember(self, copy: torch.Tensor, key: Hashable) -> None:
+        number = id(copy)
+
+        def forget(_: object, number: int = number) -> None:
+            self._given.pop(number, None)
+
+        self._given[number] = (weakref.ref(copy, forget), key, copy._version)
 
 
 def _tensors(kept: torch.Tensor | dict[str, object]) -> list[torch.Tensor]:

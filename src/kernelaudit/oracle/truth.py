@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from contextlib import AbstractContextManager
 
 import torch
@@ -18,6 +18,7 @@ from kernelaudit.oracle.promote import (
     promoted_dtype,
     promoted_to_fp64,
 )
+from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.oracle.selection import held, matched, recording, selections
 from kernelaudit.problem.spec import Dim, Problem, ScalarInput, dim_axes, dim_size
 
@@ -140,17 +141,36 @@ def _baseline(
 
 
 def native_copy(value: object, dtype: torch.dtype | None, device: str) -> object:
-    """A tensor copied to `device` at `dtype` (its own dtype when None); other values as is."""
+    """A tensor copied to `device` at `dtype` (its own dtype when None); other values as is.
+    A kept draw's copy is made on the device from the one held there (`oracle.resident`)."""
     if not isinstance(value, torch.Tensor):
         return value
+    kept = _on_device(value, dtype, device)
+    if kept is not None:
+        return kept.clone()
     return value.detach().to(device=device, dtype=dtype or value.dtype, copy=True)
 
 
 def _nudged_on_host(value: object, dtype: torch.dtype | None, position: int, device: str) -> object:
     """`conditioning.nudged` of the native value, computed on `device` (the same bits as on
-    the host, many times faster for a large tensor) and returned on the host."""
+    the host, many times faster for a large tensor) and returned on the host; a kept draw's
+    is held on the device instead, made once for every case that takes that draw
+    (`oracle.resident`), and only ever copied from."""
+    if isinstance(value, torch.Tensor):
+        kept = _on_device(value, dtype, device, (("nudged", position), _nudge_of(position)))
+        if kept is not None:
+            return kept
     moved = nudged(native_copy(value, dtype, device), position)
     return moved.to("cpu") if isinstance(moved, torch.Tensor) else moved
+
+
+def _nudge_of(position: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def nudge(native: torch.Tensor) -> torch.Tensor:
+        moved = nudged(native.clone(), position)  # a float64 input is nudged in place
+        assert isinstance(moved, torch.Tensor)
+        return moved
+
+    return nudge
 
 
 def _promoted_on(value: object, dtype: torch.dtype | None, device: str) -> object:
@@ -158,7 +178,26 @@ def _promoted_on(value: object, dtype: torch.dtype | None, device: str) -> objec
     the native value is a temporary, never a second copy held beside it."""
     if not isinstance(value, torch.Tensor):
         return value
+    kept = _on_device(value, dtype, device)
+    if kept is not None:
+        return promoted_copy(kept)  # a copy, whatever the dtype: `kept` is shared
     return promoted_copy(value.detach().to(device=device, dtype=dtype or value.dtype))
+
+
+def _on_device(
+    value: torch.Tensor,
+    dtype: torch.dtype | None,
+    device: str,
+    derived: tuple[Hashable, Callable[[torch.Tensor], torch.Tensor]] | None = None,
+) -> torch.Tensor | None:
+    """The copy held on a GPU of the kept draw `value` is a copy of, or what `derived` makes
+    of it (never to be written to), or None (`oracle.resident`)."""
+    where = torch.device(device)
+    if where.type != "cuda":
+        return None
+    if where.index is None:
+        where = torch.device("cuda", torch.cuda.current_device())
+    return RESIDENT.get(value, dtype or value.dtype, where, derived)
 
 
 def _on_cpu(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
