@@ -75,6 +75,31 @@ def test_what_is_made_of_a_draw_is_made_once_and_held_beside_it() -> None:
     assert held.held_bytes() == 2 * SMALLEST * 4
 
 
+def test_out_of_device_memory_with_copies_held_is_computed_again_without_them() -> None:
+    draws = Draws(1 << 30)
+    held = Resident(draws, most_bytes=1 << 30)
+    weight = _kept(draws, "w")
+    tries: list[bool] = []
+
+    def truth() -> str:
+        copy = held.get(weight, torch.float32, CPU)
+        tries.append(copy is not None)
+        if copy is not None:
+            raise torch.cuda.OutOfMemoryError("no room beside the held copies")
+        return "computed"
+
+    assert held.retried_without(truth) == "computed"
+    assert tries == [True, False] and held.held_bytes() == 0
+    assert held.get(weight, torch.float32, CPU) is not None  # held again afterwards
+
+    def never_fits() -> str:
+        raise torch.cuda.OutOfMemoryError("no room at all")
+
+    held.clear()
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        held.retried_without(never_fits)  # nothing held: nothing to give back
+
+
 # a layer whose reference writes into its weight: the contract says it may
 def _writes_into_its_weight(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     y = x @ w

@@ -232,18 +232,9 @@ class Executor:
 def _expected(
     problem: Problem, inputs: Mapping[str, object], config: Mapping[str, torch.dtype], device: str
 ) -> Expected:
-    """`oracle.truth.expected`; where the device runs out of memory while it holds copies of
-    kept draws (`oracle.resident`), computed again without them, so a case that fits the
-    device without them still runs."""
-    try:
-        return expected(problem, inputs, config, device)
-    except torch.cuda.OutOfMemoryError:
-        if not RESIDENT.held_bytes():
-            raise
-    RESIDENT.clear()
-    torch.cuda.empty_cache()
-    with RESIDENT.paused():
-        return expected(problem, inputs, config, device)
+    """`oracle.truth.expected`, made again without the device copies of kept draws where the
+    device runs out of memory while they are held (`oracle.resident`)."""
+    return RESIDENT.retried_without(lambda: expected(problem, inputs, config, device))
 
 
 def _host_bytes(prepared: tuple[dict[str, object], Expected]) -> int:

@@ -20,10 +20,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import torch
 
 from kernelaudit.inputs.reuse import DRAWS, Draws
+
+Made = TypeVar("Made")
 
 SHARE = 8
 """What is held is at most the device's memory divided by this."""
@@ -86,6 +89,20 @@ class Resident:
     def clear(self) -> None:
         """Give back everything held (the audit is over)."""
         self._held.clear()
+
+    def retried_without(self, compute: Callable[[], Made]) -> Made:
+        """`compute()`; where the device runs out of memory while copies are held, they are
+        all given back and `compute()` runs again with nothing held, so what fits the device
+        without them still runs."""
+        try:
+            return compute()
+        except torch.cuda.OutOfMemoryError:
+            if not self._held:
+                raise
+        self.clear()
+        torch.cuda.empty_cache()
+        with self.paused():
+            return compute()
 
     @contextmanager
     def paused(self) -> Iterator[None]:

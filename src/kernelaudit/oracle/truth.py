@@ -80,24 +80,27 @@ def expected(
     declared = dtypes
     dtypes += tuple(t.dtype for t in _tensors(native, mutated))
 
+    def nudged_case() -> tuple[Nudged, ...]:
+        # nudged one input at a time on the device and kept on the host (or held there), then
+        # run as above: float64 copies first and alone
+        shaken = [
+            _nudged_on_host(inputs[spec.name], dtype_config.get(spec.name), position, device)
+            for position, spec in enumerate(problem.inputs)
+        ]
+        promoted = [_promoted_on(value, None, device) for value in shaken]
+        truth = _truth(problem, promoted, sizes, declared, mutated, _NUDGED_RUN)
+        del promoted
+        on_device = [native_copy(value, None, device) for value in shaken]
+        baseline = _baseline(problem, on_device, sizes, declared, mutated, _NUDGED_RUN)
+        return tuple(Nudged(t, b) for t, b in zip(truth, baseline, strict=True))
+
     def nudge() -> tuple[Nudged, ...] | None:
-        # nudged one input at a time on the device and kept on the host, then run as above:
-        # float64 copies first and alone
         try:
-            shaken = [
-                _nudged_on_host(inputs[spec.name], dtype_config.get(spec.name), position, device)
-                for position, spec in enumerate(problem.inputs)
-            ]
-            promoted = [_promoted_on(value, None, device) for value in shaken]
-            truth = _truth(problem, promoted, sizes, declared, mutated, _NUDGED_RUN)
-            del promoted
-            on_device = [native_copy(value, None, device) for value in shaken]
-            baseline = _baseline(problem, on_device, sizes, declared, mutated, _NUDGED_RUN)
+            return RESIDENT.retried_without(nudged_case)
         except (ProblemError, torch.cuda.OutOfMemoryError):
             # a reference that refuses inputs off its structure, or no room for a second
             # case: the result is judged as it was
             return None
-        return tuple(Nudged(t, b) for t, b in zip(truth, baseline, strict=True))
 
     return Expected(
         names=names,
