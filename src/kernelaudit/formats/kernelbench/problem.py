@@ -22,6 +22,7 @@ import torch
 
 from kernelaudit.errors import ProblemError
 from kernelaudit.formats.kernelbench.axes import AxisNames, Batch, infer_batch
+from kernelaudit.formats.kernelbench.indices import integer_input
 from kernelaudit.formats.kernelbench.model import (
     BATCH,
     MODEL_SEED,
@@ -38,8 +39,6 @@ from kernelaudit.problem.spec import (
     Axis,
     Contract,
     Dim,
-    GeneratedInput,
-    IndexInput,
     Input,
     MaskInput,
     Output,
@@ -356,37 +355,9 @@ class _Reader:
             self.notes.append(f"{name}: bool tensor read as a mask over its last axis")
             return MaskInput(name, shape, kind="bool")
         drawn = [sample[position] for sample in self.samples]
-        values = [t for t in drawn if isinstance(t, torch.Tensor) and t.numel()]
-        low = min((int(t.min()) for t in values), default=0)
-        high = max((int(t.max()) for t in values), default=0)
-        seen = f"values {low}..{high} in get_inputs() samples"
-        why = ""
-        if value.dtype == torch.bool:
-            why = "it is a single bool"
-        elif not values:
-            why = "it is empty"
-        elif low < 0:
-            why = f"its values are negative ({seen})"
-        elif any(_structured(t) for t in values):
-            why = f"its values have structure, sorted or a permutation ({seen})"
-        sizes = dict(axes.by_size)
-        if batch.free:
-            sizes.setdefault(batch.size, BATCH)
-        # a fixed axis before the batch axis of the same size: classes index a class axis
-        above = sorted((size, axis == BATCH, axis) for size, axis in sizes.items() if size > high)
-        if not why and not above:
-            why = f"no axis is larger than its values ({seen})"
-        if why:
-            self.notes.append(
-                f"{name}: {value.dtype} tensor kept as get_inputs() gives it, since {why}; "
-                "kernelaudit varies only its layout"
-            )
-            return GeneratedInput(name, shape, dtype=value.dtype)
-        size, _, bound = above[0]
-        self.notes.append(
-            f"{name}: integer tensor read as indices into axis {bound} (size {size}), {seen}"
-        )
-        return IndexInput(name, shape, bound=bound, dtype=value.dtype)
+        declared, note = integer_input(name, shape, value.dtype, drawn, axes, batch)
+        self.notes.append(note)
+        return declared
 
     def outputs(
         self, outputs: tuple[torch.Tensor, ...], batch: Batch, axes: AxisNames
@@ -443,17 +414,6 @@ class _Reader:
         else:
             notes.append(f"Every size is held fixed: {batch.why}.")
         return notes
-
-
-def _structured(t: torch.Tensor) -> bool:
-    """Values kernelaudit would break by redrawing them uniformly: rows sorted along the last
-    axis (offsets, boundaries) or rows that are permutations."""
-    if t.dim() == 0 or t.shape[-1] < 3:
-        return False
-    rows = t.reshape(-1, t.shape[-1])
-    if bool((rows.diff(dim=-1) >= 0).all()):
-        return True
-    return bool((rows.sort(dim=-1).values == torch.arange(rows.shape[-1])).all())
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -4,7 +4,6 @@ workload; `definition.read_definition` makes the kernelaudit problem of them."""
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from typing import Any
 import torch
 
 from kernelaudit.errors import ProblemError
+from kernelaudit.formats.solexecbench.indices import GeneratorSource
 from kernelaudit.formats.solexecbench.structure import (
     KEPT_FROM_GENERATOR,
     Structure,
@@ -391,70 +391,22 @@ class DefinitionReader:
         return any(self.axes.get(word, {}).get("type") == "var" for word in _NAME.findall(dim))
 
     def index_bound(self, name: str) -> tuple[str | None, str]:
-        """The axis an integer input indexes, read from how the benchmark's generator draws it:
-        `torch.randint(0, n, ...)` with n an axis's size. None (with the reason) for anything
-        else: offsets, positions, top-k picks and grids have a structure kernelaudit would
-        break by redrawing them, so they keep the generator's values."""
-        assigned = self.generator_locals.get(name, [])
-        call = assigned[0] if len(assigned) == 1 else None
-        if not isinstance(call, ast.Call) or not _is_randint(call):
-            return None, "integer values kept as the benchmark's generator gives them"
-        low, high = call.args[:2]
-        if not _is_zero(low):
-            return None, "integer values kept as the generator gives them (not drawn from 0)"
-        axis = self.axis_of(high)
+        """The axis (an expression over const and var axes for an expr axis) an integer input
+        indexes, read from the benchmark's generator (`indices.GeneratorSource`); None, with
+        the reason, where its values are kept as the generator gives them."""
+        axis, why = self.generator_source.indexed_axis(name)
         if axis is None:
-            return None, "integer values kept as the generator gives them (bound is not an axis)"
+            return None, why
         kind = self.axes[axis].get("type")
-        bound = self.expression(axis) if kind == "expr" else axis
-        return bound, f"read as indices into axis {axis} (get_inputs draws randint(0, {axis}))"
+        return (self.expression(axis) if kind == "expr" else axis), why
 
     @cached_property
-    def generator_locals(self) -> dict[str, list[ast.expr]]:
-        """Within the generator function: every value assigned to each local name."""
-        entry = self.data.get("custom_inputs_entrypoint")
-        tree = ast.parse(str(self.data.get("reference", "")))
-        found: dict[str, list[ast.expr]] = {}
-        for function in tree.body:
-            if not isinstance(function, ast.FunctionDef) or function.name != entry:
-                continue
-            for node in ast.walk(function):
-                if (
-                    isinstance(node, ast.Assign)
-                    and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name)
-                ):
-                    found.setdefault(node.targets[0].id, []).append(node.value)
-        return found
-
-    def axis_of(self, node: ast.expr) -> str | None:
-        if isinstance(node, ast.Name):
-            assigned = self.generator_locals.get(node.id, [])
-            if not assigned:
-                return node.id if node.id in self.axes else None
-            return self.axis_of(assigned[0]) if len(assigned) == 1 else None
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-            key = node.slice.value
-            return key if isinstance(key, str) and key in self.axes else None
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            matches = [
-                a
-                for a, spec in self.axes.items()
-                if spec.get("type") == "const" and spec.get("value") == node.value
-            ]
-            return matches[0] if len(matches) == 1 else None
-        return None
-
-
-def _is_randint(call: ast.Call) -> bool:
-    function = call.func
-    return (
-        isinstance(function, ast.Attribute) and function.attr == "randint" and len(call.args) >= 2
-    )
-
-
-def _is_zero(node: ast.expr) -> bool:
-    return isinstance(node, ast.Constant) and node.value == 0
+    def generator_source(self) -> GeneratorSource:
+        return GeneratorSource(
+            str(self.data.get("reference", "")),
+            self.data.get("custom_inputs_entrypoint"),
+            self.axes,
+        )
 
 
 def _is_integer(dtype: torch.dtype) -> bool:
