@@ -82,8 +82,9 @@ def _heavy_tailed(
     # is exponential. Its variance is infinite, so a few values are far larger than the rest.
     z = draws.randn(shape, generator)
     u = draws.rand(shape, generator)
-    half_chi2 = (-torch.log1p(-u)).clamp_(min=1e-300)
-    return _clip_finite(z / half_chi2.sqrt(), dtype)
+    # in place: the same operations, without a tensor of the case's size for each step
+    half_chi2 = u.neg_().log1p_().neg_().clamp_(min=1e-300)
+    return _clip_finite(z.div_(half_chi2.sqrt_()), dtype)
 
 
 def _large_scale(dtype: torch.dtype) -> float:
@@ -99,7 +100,7 @@ def _large_scale(dtype: torch.dtype) -> float:
 
 
 def _large(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
-    values = draws.randn(shape, generator) * _large_scale(dtype)
+    values = draws.randn(shape, generator).mul_(_large_scale(dtype))
     return _clip_finite(values, dtype)
 
 
@@ -112,16 +113,19 @@ def _tiny(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator
     k_max = round(1 / info.eps) - 1
     k_min = max(1, round(2.0**-10 / info.eps))
     u = draws.rand(shape, generator)
-    k = (k_min * (k_max / k_min) ** u).floor_().clamp_(k_min, k_max)
-    subnormal = k * (tiny * info.eps)
-    normal = tiny * (1 + 15 * draws.rand(shape, generator))
+    # in place where the values allow it: the same operations, without a tensor of the case's
+    # size for each step (the signs in one byte each, the same values)
+    subnormal = ((k_max / k_min) ** u).mul_(k_min).floor_().clamp_(k_min, k_max)
+    del u
+    subnormal.mul_(tiny * info.eps)
+    normal = draws.rand(shape, generator).mul_(15).add_(1).mul_(tiny)
     picks = draws.rand(shape, generator) < 0.5
     if picks.numel():
         # At least one subnormal, whatever the size, so a flush-to-zero is always visible.
         forced = int(torch.randint(picks.numel(), (), generator=generator))
         picks.view(-1)[forced] = True
-    signs = draws.randint(0, 2, shape, generator) * 2 - 1
-    return torch.where(picks, subnormal, normal) * signs
+    signs = draws.randint(0, 2, shape, generator, dtype=torch.int8).mul_(2).sub_(1)
+    return torch.where(picks, subnormal, normal).mul_(signs)
 
 
 def _constant_rows(
