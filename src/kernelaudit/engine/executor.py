@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -135,7 +135,11 @@ class Executor:
         inputs = materialize(self.problem, case)
         config = self.problem.dtype_configs()[case.dtype_config]
         try:
-            expect = _expected(self.problem, inputs, config, self.device)
+            # made again without the device copies of kept draws where the device runs out of
+            # memory while they are held (`oracle.resident`)
+            expect = RESIDENT.retried_without(
+                lambda: expected(self.problem, inputs, config, self.device)
+            )
         except ProblemError as error:
             if at_a_workload(self.problem, case) or device_fault(error):
                 raise
@@ -227,14 +231,6 @@ class Executor:
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:
         return call_for(self.problem, case, inputs, poison)
-
-
-def _expected(
-    problem: Problem, inputs: Mapping[str, object], config: Mapping[str, torch.dtype], device: str
-) -> Expected:
-    """`oracle.truth.expected`, made again without the device copies of kept draws where the
-    device runs out of memory while they are held (`oracle.resident`)."""
-    return RESIDENT.retried_without(lambda: expected(problem, inputs, config, device))
 
 
 def _host_bytes(prepared: tuple[dict[str, object], Expected]) -> int:

@@ -81,10 +81,10 @@ def expected(
     dtypes += tuple(t.dtype for t in _tensors(native, mutated))
 
     def nudged_case() -> tuple[Nudged, ...]:
-        # nudged one input at a time on the device and kept on the host (or held there), then
-        # run as above: float64 copies first and alone
+        # nudged one input at a time on the device (`_nudged_native`), then run as above:
+        # float64 copies first and alone
         shaken = [
-            _nudged_on_host(inputs[spec.name], dtype_config.get(spec.name), position, device)
+            _nudged_native(inputs[spec.name], dtype_config.get(spec.name), position, device)
             for position, spec in enumerate(problem.inputs)
         ]
         promoted = [_promoted_on(value, None, device) for value in shaken]
@@ -154,11 +154,11 @@ def native_copy(value: object, dtype: torch.dtype | None, device: str) -> object
     return value.detach().to(device=device, dtype=dtype or value.dtype, copy=True)
 
 
-def _nudged_on_host(value: object, dtype: torch.dtype | None, position: int, device: str) -> object:
+def _nudged_native(value: object, dtype: torch.dtype | None, position: int, device: str) -> object:
     """`conditioning.nudged` of the native value, computed on `device` (the same bits as on
-    the host, many times faster for a large tensor) and returned on the host; a kept draw's
-    is held on the device instead, made once for every case that takes that draw
-    (`oracle.resident`), and only ever copied from."""
+    the host, many times faster for a large tensor) and returned on the host, where it takes
+    no room while the truth runs; a kept draw's stays on the device instead, held once for
+    every case that takes that draw (`oracle.resident`) and only ever copied from."""
     if isinstance(value, torch.Tensor):
         kept = _on_device(value, dtype, device, (("nudged", position), _nudge_of(position)))
         if kept is not None:
