@@ -15,17 +15,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import torch
 
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.problem.spec import IndexInput, Problem, TensorInput
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.sourcefile import compiled_digest
 from kernelaudit.training.channel import CandidateProcess
 from kernelaudit.training.data import batches, token_counts, token_stream
 from kernelaudit.training.envelope import Judgement, conclusion, judge
+from kernelaudit.training.helpers import (
+    Envelope,
+    HelpersFailed,
+    envelope_members,
+    helper_count,
+    reference_mark,
+    train_references,
+)
 from kernelaudit.training.loop import (
     OPTIMIZERS,
     Biased,
@@ -50,8 +59,8 @@ _CURVE_POINTS = 120
 _HOT_SHARE = 100
 """The most frequent 1/_HOT_SHARE of the vocabulary (at least one token) are the hot rows."""
 
-_Envelope = tuple[Trajectory, list[Trajectory], list[Shadowed]]
-"""The reference's run, the perturbed runs and the perturbed runs' shadows of one optimizer."""
+_Envelope = Envelope
+_T = TypeVar("_T")
 
 _references: dict[tuple[Any, ...], dict[str, _Envelope]] = {}
 """Reference, perturbed and shadowing runs by (problem, configuration, experiment, device): every
@@ -73,6 +82,11 @@ class Outcome:
     conclusion: str
     seconds: float
     error: str = ""
+    parts: dict[str, float] = field(default_factory=dict)
+    """Seconds of the reference's runs and of the candidate's, which go on side by side."""
+    trained_by: str = ""
+    """Where the reference's runs were trained: "N helper processes", "the auditor" (with why
+    not in helpers, where they failed), or "kept" (another candidate's audit made them)."""
 
 
 def slot_dtypes(problem: Problem, config: int) -> tuple[torch.dtype | None, ...]:
@@ -109,7 +123,7 @@ def run_experiment(
             ThreadPoolExecutor(1, thread_name_prefix="kernelaudit-training") as pool,
         ):
             side = pool.submit(
-                _candidate_runs, problem, process, dtypes, experiment, tokens, device
+                _timed, _candidate_runs, problem, process, dtypes, experiment, tokens, device
             )
 
             # Once the candidate's runs are done, the reference's stop at what judging them
@@ -117,20 +131,22 @@ def run_experiment(
             def wanted() -> str:
                 if not side.done():
                     return "all"
-                if side.exception() is not None or side.result()[2]:
+                if side.exception() is not None or side.result()[0][2]:
                     return "none"  # it could not train at all
-                runs, shadows, _ = side.result()
+                runs, shadows, _ = side.result()[0]
                 # every run stopped: the reference's own runs still tell whether it stops too
                 return "plain" if all(r.error for r in (*runs, *shadows)) else "all"
 
-            references = _reference_runs(
-                problem, config, dtypes, experiment, tokens, device, wanted
+            (references, trained_by), reference_s = _timed(
+                _reference_runs, problem, config, dtypes, experiment, tokens, device, wanted
             )
-            runs, shadows, error = side.result()
+            (runs, shadows, error), candidate_s = side.result()
     finally:
         torch.set_num_threads(threads)
+    parts = {"reference's runs": reference_s, "candidate's runs": candidate_s}
     if error:
-        return Outcome(label, (), {}, [], error, time.perf_counter() - began, error)
+        seconds = time.perf_counter() - began
+        return Outcome(label, (), {}, [], error, seconds, error, parts, trained_by)
     assert references is not None, "only a candidate that could not train stops them all"
     counts = token_counts(tokens, experiment.config.vocab)
     hot = torch.topk(counts, max(1, experiment.config.vocab // _HOT_SHARE)).indices
@@ -148,7 +164,14 @@ def run_experiment(
         _rows(worst, counts),
         conclusion(judgements),
         time.perf_counter() - began,
+        parts=parts,
+        trained_by=trained_by,
     )
+
+
+def _timed(function: Callable[..., _T], *args: Any) -> tuple[_T, float]:
+    began = time.perf_counter()
+    return function(*args), time.perf_counter() - began
 
 
 def _reference_runs(
@@ -159,14 +182,62 @@ def _reference_runs(
     tokens: torch.Tensor,
     device: str,
     wanted: Callable[[], str] = lambda: "all",
-) -> dict[str, _Envelope] | None:
+    helpers: int | None = None,
+) -> tuple[dict[str, _Envelope] | None, str]:
     """The reference's runs for every optimizer, from the cache when another candidate of the
-    problem made them. `wanted()`, asked before each run, may cut them short: "plain" keeps
-    only the reference's own run per optimizer (no envelope), "none" returns None. Only a
-    whole set is cached."""
+    problem made them, and where they were trained (`Outcome.trained_by`). `wanted()`, asked
+    before each run, may cut them short: "plain" keeps only the reference's own run per
+    optimizer (no envelope), "none" returns None. Only a whole set is cached. They train in
+    `helpers` processes (`training.helpers`; by default as many as the audit's cores leave room
+    for) where the reference was compiled from the problem's file, and here otherwise or when
+    a helper fails."""
     key = (problem.source or problem.name, problem.slot, config, experiment, device)
     if key in _references:
-        return _references[key]
+        return _references[key], "kept"
+    biased = biased_member(_result_dtypes(problem, config))
+    count = helper_count(device) if helpers is None else helpers
+    trained_by = "the auditor"
+    digest = compiled_digest(problem.reference, problem.source) if problem.source else None
+    if count >= 2 and digest is not None:
+        try:
+            runs = train_references(
+                problem.source,
+                digest,
+                reference_mark(problem.reference),
+                problem.slot,
+                dtypes,
+                envelope_members(experiment, biased),
+                experiment,
+                tokens,
+                device,
+                count,
+                wanted,
+            )
+            return _kept(key, runs), f"{count} helper processes"
+        except HelpersFailed as failure:
+            trained_by = f"the auditor ({failure})"
+    runs = _trained_here(problem, dtypes, biased, experiment, tokens, device, wanted)
+    return _kept(key, runs), trained_by
+
+
+def _kept(key: tuple[Any, ...], runs: dict[str, _Envelope] | None) -> dict[str, _Envelope] | None:
+    """`runs`, kept for the problem's next candidates when whole (runs cut short hold no
+    shadows)."""
+    if runs is not None and all(shadows for _, _, shadows in runs.values()):
+        _references[key] = runs
+    return runs
+
+
+def _trained_here(
+    problem: Problem,
+    dtypes: tuple[torch.dtype | None, ...],
+    biased: bool,
+    experiment: Experiment,
+    tokens: torch.Tensor,
+    device: str,
+    wanted: Callable[[], str],
+) -> dict[str, _Envelope] | None:
+    """`_reference_runs` in this process, one run after another."""
     plain = Plug(problem.slot, Native(problem.reference), dtypes)
     references = {}
     for optimizer in OPTIMIZERS:
@@ -179,7 +250,7 @@ def _reference_runs(
             Plug(problem.slot, Perturbed(problem.reference, seed), dtypes)
             for seed in range(1, experiment.perturbed_runs + 1)
         ]
-        if biased_member(_result_dtypes(problem, config)):
+        if biased:
             nudged.append(Plug(problem.slot, Biased(problem.reference), dtypes))
         perturbed = []
         for plug in nudged:
@@ -193,7 +264,6 @@ def _reference_runs(
         centre = Plug(problem.slot, Rounded(problem.reference), dtypes)
         shadows = shadow_all(experiment, optimizer, centre, (*nudged, plain), tokens, device)
         runs[optimizer] = (references[optimizer], perturbed, shadows)
-    _references[key] = runs
     return runs
 
 
