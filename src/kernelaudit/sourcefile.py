@@ -9,35 +9,19 @@ their text every time, and no bytecode is written for them.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import importlib.util
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import CodeType, ModuleType
 
 
 class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
-    """A loader that compiles the file's source every time: no bytecode read or written. It
-    keeps the sha256 of the text it compiled (`digest`)."""
-
-    digest = ""
+    """A loader that compiles the file's source every time: no bytecode read or written."""
 
     def get_code(self, fullname: str) -> CodeType:
         source = self.get_data(self.path)
-        self.digest = hashlib.sha256(source).hexdigest()
         return compile(source, self.path, "exec", dont_inherit=True)
-
-
-def compiled_digest(function: Callable[..., object], file: str | Path) -> str | None:
-    """The sha256 of the text of `file` that the module defining `function` was compiled
-    from, where `import_source` imported that module from that file; None otherwise."""
-    module = sys.modules.get(getattr(function, "__module__", None) or "")
-    loader = getattr(getattr(module, "__spec__", None), "loader", None)
-    if not isinstance(loader, SourceOnlyLoader) or not loader.digest:
-        return None
-    return loader.digest if Path(loader.path).resolve() == Path(file).resolve() else None
 
 
 def import_source(

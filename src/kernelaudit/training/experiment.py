@@ -23,18 +23,9 @@ import torch
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.problem.spec import IndexInput, Problem, TensorInput
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.sourcefile import compiled_digest
 from kernelaudit.training.channel import CandidateProcess
 from kernelaudit.training.data import batches, token_counts, token_stream
 from kernelaudit.training.envelope import Judgement, conclusion, judge
-from kernelaudit.training.helpers import (
-    Envelope,
-    HelpersFailed,
-    envelope_members,
-    helper_count,
-    reference_mark,
-    train_references,
-)
 from kernelaudit.training.loop import (
     OPTIMIZERS,
     Biased,
@@ -59,7 +50,8 @@ _CURVE_POINTS = 120
 _HOT_SHARE = 100
 """The most frequent 1/_HOT_SHARE of the vocabulary (at least one token) are the hot rows."""
 
-_Envelope = Envelope
+_Envelope = tuple[Trajectory, list[Trajectory], list[Shadowed]]
+"""The reference's run, the perturbed runs and the perturbed runs' shadows of one optimizer."""
 _T = TypeVar("_T")
 
 _references: dict[tuple[Any, ...], dict[str, _Envelope]] = {}
@@ -83,10 +75,8 @@ class Outcome:
     seconds: float
     error: str = ""
     parts: dict[str, float] = field(default_factory=dict)
-    """Seconds of the reference's runs and of the candidate's, which go on side by side."""
-    trained_by: str = ""
-    """Where the reference's runs were trained: "N helper processes", "the auditor" (with why
-    not in helpers, where they failed), or "kept" (another candidate's audit made them)."""
+    """Seconds of the reference's runs (none where an earlier candidate of the problem made
+    them) and of the candidate's, which go on side by side."""
 
 
 def slot_dtypes(problem: Problem, config: int) -> tuple[torch.dtype | None, ...]:
@@ -137,7 +127,7 @@ def run_experiment(
                 # every run stopped: the reference's own runs still tell whether it stops too
                 return "plain" if all(r.error for r in (*runs, *shadows)) else "all"
 
-            (references, trained_by), reference_s = _timed(
+            references, reference_s = _timed(
                 _reference_runs, problem, config, dtypes, experiment, tokens, device, wanted
             )
             (runs, shadows, error), candidate_s = side.result()
@@ -146,7 +136,7 @@ def run_experiment(
     parts = {"reference's runs": reference_s, "candidate's runs": candidate_s}
     if error:
         seconds = time.perf_counter() - began
-        return Outcome(label, (), {}, [], error, seconds, error, parts, trained_by)
+        return Outcome(label, (), {}, [], error, seconds, error, parts)
     assert references is not None, "only a candidate that could not train stops them all"
     counts = token_counts(tokens, experiment.config.vocab)
     hot = torch.topk(counts, max(1, experiment.config.vocab // _HOT_SHARE)).indices
@@ -165,7 +155,6 @@ def run_experiment(
         conclusion(judgements),
         time.perf_counter() - began,
         parts=parts,
-        trained_by=trained_by,
     )
 
 
@@ -182,62 +171,14 @@ def _reference_runs(
     tokens: torch.Tensor,
     device: str,
     wanted: Callable[[], str] = lambda: "all",
-    helpers: int | None = None,
-) -> tuple[dict[str, _Envelope] | None, str]:
+) -> dict[str, _Envelope] | None:
     """The reference's runs for every optimizer, from the cache when another candidate of the
-    problem made them, and where they were trained (`Outcome.trained_by`). `wanted()`, asked
-    before each run, may cut them short: "plain" keeps only the reference's own run per
-    optimizer (no envelope), "none" returns None. Only a whole set is cached. They train in
-    `helpers` processes (`training.helpers`; by default as many as the audit's cores leave room
-    for) where the reference was compiled from the problem's file, and here otherwise or when
-    a helper fails."""
+    problem made them. `wanted()`, asked before each run, may cut them short: "plain" keeps
+    only the reference's own run per optimizer (no envelope), "none" returns None. Only a
+    whole set is cached."""
     key = (problem.source or problem.name, problem.slot, config, experiment, device)
     if key in _references:
-        return _references[key], "kept"
-    biased = biased_member(_result_dtypes(problem, config))
-    count = helper_count(device) if helpers is None else helpers
-    trained_by = "the auditor"
-    digest = compiled_digest(problem.reference, problem.source) if problem.source else None
-    if count >= 2 and digest is not None:
-        try:
-            runs = train_references(
-                problem.source,
-                digest,
-                reference_mark(problem.reference),
-                problem.slot,
-                dtypes,
-                envelope_members(experiment, biased),
-                experiment,
-                tokens,
-                device,
-                count,
-                wanted,
-            )
-            return _kept(key, runs), f"{count} helper processes"
-        except HelpersFailed as failure:
-            trained_by = f"the auditor ({failure})"
-    runs = _trained_here(problem, dtypes, biased, experiment, tokens, device, wanted)
-    return _kept(key, runs), trained_by
-
-
-def _kept(key: tuple[Any, ...], runs: dict[str, _Envelope] | None) -> dict[str, _Envelope] | None:
-    """`runs`, kept for the problem's next candidates when whole (runs cut short hold no
-    shadows)."""
-    if runs is not None and all(shadows for _, _, shadows in runs.values()):
-        _references[key] = runs
-    return runs
-
-
-def _trained_here(
-    problem: Problem,
-    dtypes: tuple[torch.dtype | None, ...],
-    biased: bool,
-    experiment: Experiment,
-    tokens: torch.Tensor,
-    device: str,
-    wanted: Callable[[], str],
-) -> dict[str, _Envelope] | None:
-    """`_reference_runs` in this process, one run after another."""
+        return _references[key]
     plain = Plug(problem.slot, Native(problem.reference), dtypes)
     references = {}
     for optimizer in OPTIMIZERS:
@@ -250,7 +191,7 @@ def _trained_here(
             Plug(problem.slot, Perturbed(problem.reference, seed), dtypes)
             for seed in range(1, experiment.perturbed_runs + 1)
         ]
-        if biased:
+        if biased_member(_result_dtypes(problem, config)):
             nudged.append(Plug(problem.slot, Biased(problem.reference), dtypes))
         perturbed = []
         for plug in nudged:
@@ -264,6 +205,7 @@ def _trained_here(
         centre = Plug(problem.slot, Rounded(problem.reference), dtypes)
         shadows = shadow_all(experiment, optimizer, centre, (*nudged, plain), tokens, device)
         runs[optimizer] = (references[optimizer], perturbed, shadows)
+    _references[key] = runs
     return runs
 
 
