@@ -281,6 +281,7 @@ def _audit(
             ("planned_s", round(fitted.estimate_s, 3)),
             ("probes_planned", len(fitted.probes)),
             ("probes_untried", len(fitted.untried)),
+            ("probes_sharing_a_run", probing.shared),
         ),
         untried=untried_summary(fitted.untried + (backward.untried if backward else ()))
         + unavailable_summary((*probing.unavailable, *(backward.unavailable if backward else ()))),

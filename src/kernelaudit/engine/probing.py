@@ -1,21 +1,29 @@
 """Probing: run every planned probe against the candidate's worker, judge each observation with
-every check, ask for one round of follow-ups, and let the concluding checks speak at the end."""
+every check, ask for one round of follow-ups, and let the concluding checks speak at the end.
+
+Probes of different checks that make the same calls on the same case (the numerics sweep's
+plain run of a workload and the gradients check's, say) share one run: the candidate is called
+once, and the observation is judged again as each probe's own."""
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernelaudit.checks.base import Check, Failure, Observation, Probe
-from kernelaudit.engine.executor import Executor
+import torch
+
+from kernelaudit.checks.base import Check, Failure, Observation, Probe, RunPlan
+from kernelaudit.engine.executor import Executor, cache_bytes
 from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.findings import CaseRecord, Finding
+from kernelaudit.inputs.case import Case
 from kernelaudit.oracle.plain import plain_errors
 from kernelaudit.problem.spec import Problem
+from kernelaudit.runner.messages import InvocationResult
 
 _HANGS_BEFORE_STOPPING = 2
 """Hung calls (or calls killed at a memory limit) after which an audit stops running further
@@ -57,6 +65,8 @@ class Probing:
     """Seconds each concluding check's `conclude` took."""
     judged: dict[str, float] = field(default_factory=dict)
     """Seconds each check spent judging observations (its own probes' and the others')."""
+    shared: int = 0
+    """Probes judged on another probe's run of the same calls on the same case."""
 
 
 def measures_the_device(probe: Probe) -> bool:
@@ -85,6 +95,7 @@ def probe_all(
     seen = set(queue)
     followups: set[Probe] = set()
     probing = Probing(groups={}, records=[], seconds={}, judging=0.0)
+    runs = _SharedRuns(queue)
     hangs = 0
     current, current_s = "", 0.0
     while queue:
@@ -98,11 +109,18 @@ def probe_all(
                 hook()
             waiting.clear()
         tick = time.perf_counter()
-        try:
-            observation = executor.observe(probe)
-        except CaseUnavailable as error:
-            probing.unavailable.append((probe, error.reason))
-            continue
+        observation = runs.taken(probe)
+        if observation is not None:
+            probing.shared += 1
+        else:
+            try:
+                observation = executor.observe(probe)
+            except CaseUnavailable as error:
+                probing.unavailable.append((probe, error.reason))
+                continue
+            runs.made(probe, observation)
+            # a hang costs a whole timeout, a memory kill as long as the candidate takes
+            hangs += observation.result.error_kind in ("timeout", "memory")
         judging_began = time.perf_counter()
         _note_workload_errors(probing, executor.problem, observation)
         keys = []
@@ -121,9 +139,8 @@ def probe_all(
                     seen.add(extra)
                     followups.add(extra)
                     queue.append(extra)
+                    runs.planned(extra)
         probing.judging += time.perf_counter() - judging_began
-        # a hang costs a whole timeout, a memory kill as long as the candidate takes to fill it
-        hangs += observation.result.error_kind in ("timeout", "memory")
         if hangs >= _HANGS_BEFORE_STOPPING and queue:
             # every further hang costs a whole timeout: the verdict is already FAIL
             stopped = Failure(
@@ -145,6 +162,55 @@ def probe_all(
         tell(progress, _check_done(probing, queue, current, current_s))
     probing.seconds = dict(executor.seconds)
     return probing
+
+
+class _SharedRuns:
+    """The runs that probes still to come share: for each case and plan, how many probes are
+    yet to run it, and the observation of its run while any is. What is held is bounded
+    (`_SHARED_SHARE` of `cache_bytes`, the outputs counted); a run past that is not held, and
+    the next probe with the same calls makes its own."""
+
+    def __init__(self, probes: Sequence[Probe]) -> None:
+        self._owners: Counter[tuple[Case, RunPlan]] = Counter((p.case, p.plan) for p in probes)
+        self._held: dict[tuple[Case, RunPlan], tuple[Observation, int]] = {}
+
+    def planned(self, probe: Probe) -> None:
+        self._owners[(probe.case, probe.plan)] += 1
+
+    def taken(self, probe: Probe) -> Observation | None:
+        """The run another probe made of the same calls, as `probe`'s own observation."""
+        key = (probe.case, probe.plan)
+        self._owners[key] -= 1
+        held = self._held.get(key)
+        if held is None:
+            return None
+        if self._owners[key] <= 0:
+            del self._held[key]
+        return replace(held[0], probe=probe)
+
+    def made(self, probe: Probe, observation: Observation) -> None:
+        key = (probe.case, probe.plan)
+        if self._owners[key] <= 0:
+            return
+        size = _result_bytes(observation.result)
+        held = sum(bytes_ for _, bytes_ in self._held.values())
+        if held + size <= cache_bytes() * _SHARED_SHARE:
+            self._held[key] = (observation, size)
+
+
+_SHARED_SHARE = 0.5
+"""Of the host memory kept cases may take (`executor.cache_bytes`), the share the runs held for
+later probes may take besides."""
+
+
+def _result_bytes(result: InvocationResult) -> int:
+    """Host memory the tensors an invocation's result holds take."""
+    total = 0
+    for outcome in result.calls:
+        for tensor in (*outcome.outputs, *outcome.inputs_after, *outcome.timed_outputs):
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
 
 
 def _check_done(probing: Probing, queue: deque[Probe], check: str, seconds: float) -> ProgressEvent:
