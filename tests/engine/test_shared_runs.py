@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from kernelaudit.engine import probing
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
 from kernelaudit.runner import process
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rmsnorm_backward"
 
-_CANDIDATES = '''
+_CANDIDATES = """
 import torch
 
 
@@ -31,7 +32,7 @@ def correct(grad_out, x, weight, rstd):
 def weight_gradient_halved(grad_out, x, weight, rstd):
     grad_x, grad_weight = correct(grad_out, x, weight, rstd)
     return grad_x, grad_weight * 0.5
-'''
+"""
 
 
 @pytest.fixture
@@ -75,3 +76,18 @@ def test_a_defect_on_a_shared_run_fails_every_check_that_looks_for_it(tmp_path: 
     # and each check's failures name its own probes' cases, shared runs among them
     by_check = Counter(r.check for r in report.records if r.failures)
     assert by_check["numerics"] > 0 and by_check["gradients"] > 0
+
+
+def test_a_run_too_large_to_hold_is_made_again(
+    tmp_path: Path, invocations: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # no host memory to spare for held runs: every probe calls the candidate itself
+    monkeypatch.setattr(probing, "cache_bytes", lambda: 0)
+    (tmp_path / "candidates.py").write_text(_CANDIDATES)
+    problem = load_problem(EXAMPLE / "problem.py")
+    report = audit(
+        problem, f"{tmp_path / 'candidates.py'}::correct", "quick", "cpu", ["numerics", "gradients"]
+    )
+    assert report.verdict == "PASS"
+    assert dict(report.budget)["probes_sharing_a_run"] == 0
+    assert invocations["invocations"] == len(report.records)
