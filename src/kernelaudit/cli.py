@@ -31,6 +31,7 @@ from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, with_files_changed, write_reports
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.trace import write_traces
+from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.problem.domain import assuming, parse_assumption
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import PROFILES, profile_named, profile_with_budget
@@ -184,6 +185,9 @@ def _audit_all(
             f"--lanes {lanes} on {device}: each lane's candidate may take three quarters of its "
             f"GPU's memory, so give at most one lane per GPU ({most_lanes(device)})"
         )
+    if not device.startswith("cuda"):
+        for defect in interpreter_defects():
+            console.print(f"[yellow]warning: {escape(defect)}.[/]")
     if announce:
         sms = sm_count(device)
         expected = sum(expected_seconds(p, c, profile, device, sms) for p, c in jobs)

@@ -19,6 +19,7 @@ from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult, Store, Stored
 from kernelaudit.corpus.summary import job_label, print_summary, summarise, untrusted_label
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, write_reports
+from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.profiles import PROFILES
 from kernelaudit.report.html import write_html
 from kernelaudit.runner.sandbox import isolation
@@ -325,6 +326,9 @@ def _audit(
             f"auditing on {len(places)} slot(s): "
             + ", ".join(dict.fromkeys(p.label for p in places))
         )
+        if any(p.device == "cpu" for p in places):
+            for defect in interpreter_defects():
+                console.print(f"[yellow]warning: {escape(defect)}.[/]")
         logs = reports / "slot-logs"
         run_local(pending, places, args.profile, checks, logs, finished, store, args.job_timeout)
     return unconfined

@@ -32,6 +32,7 @@ from kernelaudit.engine.probing import (
 from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
+from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.spec import Problem
@@ -374,4 +375,5 @@ def environment(device: str) -> tuple[tuple[str, str], ...]:
         env.append(("cuda", str(torch.version.cuda)))
     else:
         env.append(("cpu", platform.processor() or platform.machine()))
+        env += [("triton interpreter", defect) for defect in interpreter_defects()]
     return tuple(env)
