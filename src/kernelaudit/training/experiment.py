@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
@@ -52,7 +52,6 @@ _HOT_SHARE = 100
 
 _Envelope = tuple[Trajectory, list[Trajectory], list[Shadowed]]
 """The reference's run, the perturbed runs and the perturbed runs' shadows of one optimizer."""
-_T = TypeVar("_T")
 
 _references: dict[tuple[Any, ...], dict[str, _Envelope]] = {}
 """Reference, perturbed and shadowing runs by (problem, configuration, experiment, device): every
@@ -112,28 +111,37 @@ def run_experiment(
             CandidateProcess(candidate, problem.slot, device, timeout_s) as process,
             ThreadPoolExecutor(1, thread_name_prefix="kernelaudit-training") as pool,
         ):
-            side = pool.submit(
-                _timed, _candidate_runs, problem, process, dtypes, experiment, tokens, device
-            )
+            candidate_s: list[float] = []  # set in the candidate's thread before it returns
+
+            def candidate_side() -> tuple[list[Trajectory], list[Shadowed], str]:
+                began_side = time.perf_counter()
+                try:
+                    return _candidate_runs(problem, process, dtypes, experiment, tokens, device)
+                finally:
+                    candidate_s.append(time.perf_counter() - began_side)
+
+            side = pool.submit(candidate_side)
 
             # Once the candidate's runs are done, the reference's stop at what judging them
             # still needs.
             def wanted() -> str:
                 if not side.done():
                     return "all"
-                if side.exception() is not None or side.result()[0][2]:
+                if side.exception() is not None or side.result()[2]:
                     return "none"  # it could not train at all
-                runs, shadows, _ = side.result()[0]
+                runs, shadows, _ = side.result()
                 # every run stopped: the reference's own runs still tell whether it stops too
                 return "plain" if all(r.error for r in (*runs, *shadows)) else "all"
 
-            references, reference_s = _timed(
-                _reference_runs, problem, config, dtypes, experiment, tokens, device, wanted
+            began_reference = time.perf_counter()
+            references = _reference_runs(
+                problem, config, dtypes, experiment, tokens, device, wanted
             )
-            (runs, shadows, error), candidate_s = side.result()
+            reference_s = time.perf_counter() - began_reference
+            runs, shadows, error = side.result()
     finally:
         torch.set_num_threads(threads)
-    parts = {"reference's runs": reference_s, "candidate's runs": candidate_s}
+    parts = {"reference's runs": reference_s, "candidate's runs": candidate_s[0]}
     if error:
         seconds = time.perf_counter() - began
         return Outcome(label, (), {}, [], error, seconds, error, parts)
@@ -156,11 +164,6 @@ def run_experiment(
         time.perf_counter() - began,
         parts=parts,
     )
-
-
-def _timed(function: Callable[..., _T], *args: Any) -> tuple[_T, float]:
-    began = time.perf_counter()
-    return function(*args), time.perf_counter() - began
 
 
 def _reference_runs(
