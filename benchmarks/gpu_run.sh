@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -42,6 +42,23 @@ for step in ${steps[@]}; do
       python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
         --out "$out/sol-sample.json" --profile default --timeout 240 --device cuda \
         --only 022_rmsnorm_h512 034_flux_multi_axis 071_kv_cache_update 2>&1 | tail -n 30
+      ;;
+    ab)
+      # the same SOL-ExecBench problems audited by an older tree's code ($BASE/src, say
+      # `git archive OLD src benchmarks | tar -x -C build/base`) and by this one, alternating
+      # which goes first, default profile: what a change to the auditor saves
+      problems=(${AB_PROBLEMS:-L1/072_cross L2/057_residual})
+      sides=(new base)
+      for problem in "${problems[@]}"; do
+        for side in "${sides[@]}"; do
+          src="$PWD/src"; [ "$side" = base ] && src="$PWD/${BASE:-build/base}/src"
+          kept=(); [ -f "$out/ab/$side.json" ] && kept=(--skip-done)
+          PYTHONPATH="$src" python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
+            --out "$out/ab/$side.json" "${kept[@]}" --profile default --timeout 240 \
+            --device cuda --only "$problem" 2>&1 | tail -n 3
+        done
+        sides=("${sides[1]}" "${sides[0]}")
+      done
       ;;
     sol-samples)
       # the smallest SOL-ExecBench problems, each audited with its own reference, in the quick

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from kernelaudit.errors import ProblemError
+from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import (
     Contract,
@@ -209,13 +210,16 @@ def test_truth_and_baseline_on_a_gpu():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_the_truth_run_holds_only_the_float64_inputs_and_the_baseline_only_the_native_ones():
     # Two 32 MiB float32 inputs: 128 MiB as float64, 64 MiB as they are. Holding both sets at
-    # once would shut out the largest problems a device can otherwise run in float64.
+    # once would shut out the largest problems a device can otherwise run in float64. Besides
+    # them, only the results kept on the device for judging (`oracle.kept_results`, bounded).
     torch.manual_seed(0)
     a, b = torch.randn(2048, 4096), torch.randn(2048, 4096)
     held: list[int] = []
+    kept: list[int] = []
 
     def reference(a, b):
         held.append(torch.cuda.memory_allocated())
+        kept.append(KEPT_RESULTS.held_bytes())
         return a + b
 
     p = Problem(
@@ -229,10 +233,12 @@ def test_the_truth_run_holds_only_the_float64_inputs_and_the_baseline_only_the_n
         outputs=(Output("y", ("m", "n"), "a"),),
         workloads=({"m": 2048, "n": 4096},),
     )
+    KEPT_RESULTS.clear()
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     expected(p, {"a": a, "b": b}, {"a": torch.float32, "b": torch.float32}, "cuda")
     mib = 1 << 20
-    truth_run, baseline_run = (bytes_ - before for bytes_ in held)
+    truth_run, baseline_run = (bytes_ - before - k for bytes_, k in zip(held, kept, strict=True))
     assert 128 * mib <= truth_run <= 136 * mib
     assert 64 * mib <= baseline_run <= 72 * mib
+    assert kept == [0, 64 * mib]  # the truth, kept while the baseline runs

@@ -33,6 +33,7 @@ from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
 from kernelaudit.interpret.versions import interpreter_defects
+from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.spec import Problem
@@ -171,6 +172,7 @@ def run_audit(
             raise
         finally:
             RESIDENT.clear()  # the kept draws' device copies: the next audit's are its own
+            KEPT_RESULTS.clear()
 
 
 def _audit(
@@ -218,6 +220,7 @@ def _audit(
         ]
         shrinking = time.perf_counter() - shrinking_began
         tell(progress, phase_done(probing, "shrinking", shrinking))
+        KEPT_RESULTS.clear()  # every case is judged: the device is the concluding checks'
         findings += concluded(checks, probing, progress)
     concluding = time.perf_counter() - shrinking_began - shrinking
     tell(progress, phase_done(probing, "concluding checks", concluding))

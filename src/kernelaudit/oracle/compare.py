@@ -23,6 +23,7 @@ import torch
 
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.oracle.conditioning import Nudged
+from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.metrics import ErrorMetrics, all_clean, error_metrics
 from kernelaudit.oracle.mismatches import (
     Mismatch,
@@ -120,8 +121,10 @@ def compare(
 
     `dtype` is the dtype the result must have; `depth` how many terms it may sum (see
     `noise_floor`). The arithmetic runs on `device` (where `truth` is when None): on a GPU the
-    three tensors are moved there once and only the figures come back. `memo` keeps what the
-    truth and baseline alone decide, by `name`, for later comparisons against the same ones.
+    three tensors are moved there once (the truth and baseline taken from the copies kept
+    there, `oracle.kept_results`, where there are some) and only the figures come back.
+    `memo` keeps what the truth and baseline alone decide, by `name`, for later comparisons
+    against the same ones.
     `nudged` is this result on the case with every input moved by one rounding
     (`oracle.conditioning`): where given, the result is judged against how far the truth moved
     and the baseline's error there too, as against the baseline's error here. `selection`: for
@@ -147,6 +150,7 @@ def compare(
         if where.type != "cuda":
             raise
         # the device is full (the candidate's worker holds most of it): judge on the host
+        KEPT_RESULTS.clear()
         torch.cuda.empty_cache()
         return judge(*arguments, torch.device("cpu"), memo, nudged)
 
@@ -177,7 +181,8 @@ def _compare_exact(
     selection: Selection | None = None,
 ) -> Comparison:
     del depth, memo, nudged  # exact results have no rounding noise, and nothing worth keeping
-    values, truth, baseline = values.to(where), truth.to(where), baseline.to(where)
+    values = values.to(where)
+    truth, baseline = KEPT_RESULTS.on(truth, where), KEPT_RESULTS.on(baseline, where)
     differ = values != truth
     tied = (
         torch.zeros_like(differ) if selection is None else ties(values, truth, selection, baseline)
@@ -231,7 +236,7 @@ def _compare_floating(
             nudged = Nudged(_interleaved(nudged.truth), _interleaved(nudged.baseline))
         dtype = dtype.to_real()
     candidate = values.to(where, torch.float64)
-    truth = truth.to(where, torch.float64)
+    truth = KEPT_RESULTS.on(truth, where, torch.float64)
 
     clean = all_clean(candidate, truth, dtype)
     if clean:  # nearly every comparison: nothing non-finite, nothing beyond the dtype's range
@@ -249,7 +254,7 @@ def _compare_floating(
     measured = error_metrics(candidate, compared_truth, dtype, depth, clean)
     judged = memo.get(name) if memo is not None else None
     if judged is None:
-        reference = baseline.to(where, torch.float64)
+        reference = KEPT_RESULTS.on(baseline, where, torch.float64)
         clean_reference = clean and math.isfinite(float(reference.sum()))
         judged = BaselineJudgement(
             error=error_metrics(reference, compared_truth, dtype, depth, clean_reference),
@@ -329,11 +334,12 @@ def _nudged_metrics(
     """How far the truth moved, and the baseline's error on the nudged case, as metrics."""
     if nudged is None or nudged.truth.shape != truth.shape:
         return None
-    moved = nudged.truth.to(where, torch.float64)
+    moved = KEPT_RESULTS.on(nudged.truth, where, torch.float64)
     overflow = torch.isfinite(moved) & (moved.abs() > torch.finfo(dtype).max)
     moved_truth = moved.masked_fill(overflow, math.nan)
     sensitivity = error_metrics(moved, truth, dtype, depth)
-    nearby = error_metrics(nudged.baseline.to(where, torch.float64), moved_truth, dtype, depth)
+    reference = KEPT_RESULTS.on(nudged.baseline, where, torch.float64)
+    nearby = error_metrics(reference, moved_truth, dtype, depth)
     return sensitivity, nearby
 
 

@@ -25,6 +25,7 @@ from typing import TypeVar
 import torch
 
 from kernelaudit.inputs.reuse import DRAWS, Draws
+from kernelaudit.oracle.kept_results import KEPT_RESULTS, share_of
 
 Made = TypeVar("Made")
 
@@ -91,15 +92,17 @@ class Resident:
         self._held.clear()
 
     def retried_without(self, compute: Callable[[], Made]) -> Made:
-        """`compute()`; where the device runs out of memory while copies are held, they are
-        all given back and `compute()` runs again with nothing held, so what fits the device
-        without them still runs."""
+        """`compute()`; where the device runs out of memory while copies are held (these, and
+        the kept cases' results of `oracle.kept_results`), they are all given back and
+        `compute()` runs again with no kept draw held, so what fits the device without them
+        still runs."""
         try:
             return compute()
         except torch.cuda.OutOfMemoryError:
-            if not self._held:
+            if not self._held and not KEPT_RESULTS.held_bytes():
                 raise
         self.clear()
+        KEPT_RESULTS.clear()
         torch.cuda.empty_cache()
         with self.paused():
             return compute()
@@ -114,11 +117,7 @@ class Resident:
             self._paused = False
 
     def _most(self, device: torch.device) -> int:
-        if self.most_bytes is not None:
-            return self.most_bytes
-        if device.type != "cuda":
-            return 0
-        return torch.cuda.get_device_properties(device).total_memory // SHARE
+        return share_of(device, SHARE) if self.most_bytes is None else self.most_bytes
 
 
 RESIDENT = Resident(DRAWS)

@@ -12,6 +12,7 @@ from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.oracle.compare import is_exact
 from kernelaudit.oracle.conditioning import Nudged, nudged
+from kernelaudit.oracle.kept_results import copied_to_host
 from kernelaudit.oracle.promote import (
     full_precision_accumulation,
     promoted_copy,
@@ -41,7 +42,9 @@ def expected(
     it is after the call. Floating truth is float64 (complex128); integer and bool results keep
     the declared dtype. A reference that fails, or returns what the problem does not declare,
     raises ProblemError. The case with its inputs nudged by one rounding (`oracle.conditioning`)
-    is computed only if a comparison asks for it (`Expected.nudged`).
+    is computed only if a comparison asks for it (`Expected.nudged`). On a GPU the device copy
+    each result was copied to the host from is held beside it while the room allows
+    (`oracle.kept_results`), so comparisons there need not copy it back.
 
     The two runs do not share the device: the float64 copies (each made from its native copy,
     one input at a time) are freed before the native copies of the baseline are made, so the
@@ -125,7 +128,7 @@ def _truth(
     then the mutated inputs as the call left them."""
     returned = _call_reference(problem, promoted, promoted_to_fp64, how)
     truth = _outputs(problem, returned, sizes, dtypes, how, to_truth=True)
-    return truth + tuple(_on_cpu(t, t.dtype) for t in _tensors(promoted, mutated))
+    return truth + tuple(copied_to_host(t, t.dtype) for t in _tensors(promoted, mutated))
 
 
 def _baseline(
@@ -140,7 +143,7 @@ def _baseline(
     CPU: the declared outputs, then the mutated inputs as the call left them."""
     returned = _call_reference(problem, native, full_precision_accumulation, how)
     baseline = _outputs(problem, returned, sizes, dtypes, how, to_truth=False)
-    return baseline + tuple(_on_cpu(t, t.dtype) for t in _tensors(native, mutated))
+    return baseline + tuple(copied_to_host(t, t.dtype) for t in _tensors(native, mutated))
 
 
 def native_copy(value: object, dtype: torch.dtype | None, device: str) -> object:
@@ -201,10 +204,6 @@ def _on_device(
     if where.index is None:
         where = torch.device("cuda", torch.cuda.current_device())
     return RESIDENT.get(value, dtype or value.dtype, where, derived)
-
-
-def _on_cpu(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return value.detach().to(device="cpu", dtype=dtype, copy=True)
 
 
 def _tensors(args: list[object], positions: list[int]) -> list[torch.Tensor]:
@@ -335,7 +334,7 @@ def _outputs(
                 fix=f"Declare the dtype the reference returns for '{out.name}', or cast to it.",
             )
         # a floating baseline is rounded to the declared dtype, as a correct candidate's must be
-        results.append(_on_cpu(value, promoted_dtype(dtype) if to_truth else dtype))
+        results.append(copied_to_host(value, promoted_dtype(dtype) if to_truth else dtype))
     return tuple(results)
 
 

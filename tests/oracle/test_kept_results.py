@@ -1,0 +1,139 @@
+"""A case's truth and baseline stay on the device they were made on while the case is kept:
+comparisons there take that copy instead of copying the host's again, and judge exactly as
+the host's copy would."""
+
+import gc
+
+import pytest
+import torch
+
+from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.materialize import materialize
+from kernelaudit.oracle import resident as resident_module
+from kernelaudit.oracle.compare import compare
+from kernelaudit.oracle.kept_results import KEPT_RESULTS, KeptResults
+from kernelaudit.oracle.resident import Resident
+from kernelaudit.oracle.truth import expected
+from kernelaudit.problem.spec import Output, Problem, TensorInput
+
+# a device other than the host's, where tensors have shapes and dtypes but no values: enough
+# to follow what is kept and what is copied
+ELSEWHERE = torch.device("meta")
+FOUR_FLOATS = 4 * 4
+
+
+def test_a_host_copy_is_taken_where_it_was_made_and_copied_where_it_was_not() -> None:
+    kept = KeptResults(most_bytes=1 << 20)
+    host = torch.arange(4.0)
+    there = torch.empty(4, device=ELSEWHERE)
+    kept.hold(host, there)
+    assert kept.on(host, ELSEWHERE) is there
+    widened = kept.on(host, ELSEWHERE, torch.float64)
+    assert widened.device == ELSEWHERE and widened.dtype == torch.float64
+    assert kept.on(host, torch.device("cpu")) is host  # already where it is asked for
+    other = torch.arange(4.0)  # the same values, another tensor: nothing kept for it
+    copied = kept.on(other, ELSEWHERE)
+    assert copied is not there and copied.device == ELSEWHERE
+    with pytest.raises(ValueError, match="dtype and shape"):
+        kept.hold(torch.arange(4.0), torch.empty(5, device=ELSEWHERE))
+    with pytest.raises(ValueError, match="dtype and shape"):
+        kept.hold(torch.arange(4.0), torch.empty(4, dtype=torch.float64, device=ELSEWHERE))
+
+
+def test_what_is_kept_stays_within_its_bytes_and_goes_with_its_host_copy() -> None:
+    kept = KeptResults(most_bytes=2 * FOUR_FLOATS)
+    a, b, c = (torch.full((4,), float(i)) for i in range(3))
+    there = {}
+    for name, host in zip("abc", (a, b), strict=False):
+        there[name] = torch.empty(4, device=ELSEWHERE)
+        kept.hold(host, there[name])
+    assert kept.on(a, ELSEWHERE) is there["a"]  # now the most recently used
+    kept.hold(c, torch.empty(4, device=ELSEWHERE))  # past the bytes: "b"'s goes
+    assert kept.held_bytes() == 2 * FOUR_FLOATS
+    assert kept.on(b, ELSEWHERE) is not there["b"]
+    assert kept.on(a, ELSEWHERE) is there["a"]
+    too_large = torch.zeros(12)
+    kept.hold(too_large, torch.empty(12, device=ELSEWHERE))  # larger than all it may keep
+    assert kept.held_bytes() == 2 * FOUR_FLOATS
+    del a
+    gc.collect()
+    assert kept.held_bytes() == FOUR_FLOATS  # the case was dropped: so is its copy
+    kept.clear()
+    assert kept.held_bytes() == 0
+
+
+def test_out_of_device_memory_with_results_kept_is_computed_again_without_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kept = KeptResults(most_bytes=1 << 20)
+    monkeypatch.setattr(resident_module, "KEPT_RESULTS", kept)
+    host = torch.zeros(4)
+    kept.hold(host, torch.empty(4, device=ELSEWHERE))
+    tries: list[int] = []
+
+    def truth() -> str:
+        tries.append(kept.held_bytes())
+        if kept.held_bytes():
+            raise torch.cuda.OutOfMemoryError("no room beside the kept results")
+        return "computed"
+
+    assert Resident(resident_module.DRAWS, most_bytes=1 << 20).retried_without(truth) == "computed"
+    assert tries == [FOUR_FLOATS, 0]
+
+
+# a reference that returns the same buffer at every call, written again each time
+_BUFFERS: dict[tuple[object, ...], torch.Tensor] = {}
+
+
+def _into_its_buffer(x: torch.Tensor) -> torch.Tensor:
+    out = _BUFFERS.setdefault((x.shape, x.dtype, x.device), torch.empty_like(x))
+    torch.mul(x, 3.0, out=out)
+    return out
+
+
+TRIPLED = Problem(
+    name="tripled",
+    reference=_into_its_buffer,
+    axes=("rows", "cols"),
+    inputs=(TensorInput("x", ("rows", "cols")),),
+    outputs=(Output("y", ("rows", "cols"), "x"),),
+    workloads=({"rows": 64, "cols": 96},),
+)
+
+
+def _case(**values: str) -> Case:
+    return Case((("rows", 64), ("cols", 96)), 0, tuple(sorted(values.items())), (), 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_results_kept_on_a_gpu_are_the_host_copies_bits_and_judge_as_they_would() -> None:
+    cuda = torch.device("cuda", torch.cuda.current_device())
+    config = {"x": torch.bfloat16}
+    KEPT_RESULTS.clear()
+    try:
+        first = expected(TRIPLED, materialize(TRIPLED, _case()), config, "cuda")
+        # the same buffer written with other values: what is kept of the first case is its own
+        second = expected(TRIPLED, materialize(TRIPLED, _case(x="large")), config, "cuda")
+        assert not torch.equal(first.truth[0], second.truth[0])
+        for case in (first, second):
+            for host in (*case.truth, *case.baseline):
+                on_device = KEPT_RESULTS.on(host, cuda)
+                assert on_device.device == cuda
+                assert KEPT_RESULTS.on(host, cuda) is on_device  # kept, not copied again
+                assert torch.equal(on_device.cpu(), host)
+        wrong = (first.truth[0] * 1.25).to(torch.bfloat16)
+        right = first.baseline[0].clone()
+        judged = [
+            compare("y", values, first.truth[0], first.baseline[0], torch.bfloat16, device=cuda)
+            for values in (wrong, right)
+        ]
+        KEPT_RESULTS.clear()
+        from_host = [
+            compare("y", values, first.truth[0], first.baseline[0], torch.bfloat16, device=cuda)
+            for values in (wrong, right)
+        ]
+        assert [c.passed for c in judged] == [False, True]
+        assert judged == from_host
+    finally:
+        KEPT_RESULTS.clear()
