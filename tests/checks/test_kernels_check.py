@@ -35,6 +35,10 @@ def test_a_triton_candidate_that_launches_none_of_its_kernels_fails_on_a_cpu(
     if verdict == "FAIL":
         assert [f.key for f in found] == ["no-triton-launch"]
         assert "launched none of them" in found[0].title
+        # reported at the workload it was seen at: a smaller case may go to torch rightly
+        assert found[0].shrink_steps == ()
+        assert found[0].probe is not None and found[0].probe.case == found[0].original
+        assert found[0].probe.case.size_map() == {"rows": 64, "cols": 4096}
     else:
         assert found == []
     # on a CPU the check still says what it could not look at

@@ -297,6 +297,12 @@ class Failure:
     evidence: tuple[tuple[str, Any], ...] = ()
     severity: Severity = "fail"
     score: float = 1.0
+    shrinks: bool = True
+    """Whether a smaller, simpler case would show the failure more plainly (the engine shrinks
+    the worst case of a failing group). False for what is measured of the candidate as a whole
+    at the workload it was measured at (its device time spent in the reference's kernels, a
+    time below the hardware's floor): a smaller case only measures it less well, and the
+    finding then reports figures of a case nobody runs."""
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ class Kernels:
                         "the results come from the host or from a cache",
                         evidence=evidence,
                         severity="fail",
+                        shrinks=False,  # the calls profiled at the workload, as a whole
                     )
                 )
                 continue
@@ -87,6 +88,7 @@ class Kernels:
                         "not a kernel of its own",
                         evidence=(*evidence, ("shared share of time", round(share, 4))),
                         severity=severity,
+                        shrinks=False,  # the share of the workload's device time
                     )
                 )
         return failures
@@ -111,6 +113,7 @@ def _launched_none(observation: Observation) -> Failure | None:
                 "the host)",
                 evidence=(("call", call), ("calls", len(observation.result.calls))),
                 severity="warn" if library else "fail",
+                shrinks=False,  # at the first workload: a tiny case may go to torch rightly
             )
     return None
 

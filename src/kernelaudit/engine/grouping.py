@@ -25,7 +25,7 @@ def finding_of(
     probe, failure = max(items, key=lambda item: item[1].score)
     original = probe.case
     steps: tuple[str, ...] = ()
-    if failure.severity == "fail" and not key.startswith(("timeout", "memory")):
+    if failure.severity == "fail" and failure.shrinks and not key.startswith(("timeout", "memory")):
         shrunk = shrink(executor, check, probe, failure, profile.shrink_budget)
         probe, failure, steps = shrunk.probe, shrunk.failure, shrunk.steps
     same_check = [r for r in records if r.check == items[0][0].check]
