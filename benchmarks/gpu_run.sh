@@ -49,6 +49,10 @@ for step in ${steps[@]}; do
       # which goes first, default profile: what a change to the auditor saves
       problems=(${AB_PROBLEMS:-L1/072_cross L2/057_residual})
       sides=(new base)
+      # bytecode for both trees, so neither's first audit pays for compiling it
+      for src in "$PWD/src" "$PWD/${BASE:-build/base}/src"; do
+        PYTHONPATH="$src" python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker, kernelaudit.sanitizer.child'
+      done
       for problem in "${problems[@]}"; do
         for side in "${sides[@]}"; do
           src="$PWD/src"; [ "$side" = base ] && src="$PWD/${BASE:-build/base}/src"

@@ -32,6 +32,7 @@ from kernelaudit.engine.probing import (
 from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
+from kernelaudit.host_copies import release as release_page_locked
 from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.resident import RESIDENT
@@ -173,6 +174,7 @@ def run_audit(
         finally:
             RESIDENT.clear()  # the kept draws' device copies: the next audit's are its own
             KEPT_RESULTS.clear()
+            release_page_locked()
 
 
 def _audit(

@@ -21,6 +21,8 @@ from collections import OrderedDict
 
 import torch
 
+from kernelaudit.host_copies import host_copy
+
 SHARE = 32
 """What is held is at most the device's memory divided by this: the auditor keeps a quarter of
 the device for its own work (`runner.limits.default_limits`), an eighth of it for kept draws
@@ -134,6 +136,6 @@ def copied_to_host(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         KEPT_RESULTS.clear()
         torch.cuda.empty_cache()
         return value.detach().to("cpu", dtype, copy=True)
-    host = on_device.to("cpu", copy=True)
+    host = host_copy(on_device)
     KEPT_RESULTS.hold(host, on_device)
     return host

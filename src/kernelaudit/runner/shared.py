@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelaudit.host_copies import host_copy
 from kernelaudit.runner.launch import memory_file
 
 _ALIGN = 64
@@ -155,7 +156,7 @@ class Region:
         description is not one of a tensor inside the region."""
         view = self.view(shared)
         target = torch.device(device)
-        return view.clone() if target.type == "cpu" else view.to(target)
+        return host_copy(view) if target.type == "cpu" else view.to(target)
 
     def view(self, shared: SharedTensor) -> torch.Tensor:
         """The tensor `shared` names, in the region itself (no copy: it changes when the
