@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelaudit.host_copies import host_copy
 from kernelaudit.runner.failures import CandidateFailure
 from kernelaudit.runner.guard import GuardedTensor, allocate, breach, contiguous_geometry, place
 from kernelaudit.runner.messages import Call, GuardBreach, TensorArg
@@ -97,6 +96,8 @@ def check_guards(guarded: Sequence[GuardedTensor], call: int) -> list[GuardBreac
 
 
 def to_cpu(tensor: torch.Tensor) -> torch.Tensor:
-    """A plain, contiguous CPU copy: no strides, subclasses or autograd history come along
-    (page-locked where it is large and comes from a GPU: `host_copies`)."""
-    return host_copy(tensor)
+    """A plain, contiguous CPU copy: no strides, subclasses or autograd history come along."""
+    copy = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device="cpu")
+    with torch.no_grad():
+        copy.copy_(tensor.detach())
+    return copy
