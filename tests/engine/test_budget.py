@@ -71,6 +71,23 @@ def test_required_probes_run_even_past_the_budget_and_optional_ones_only_within_
     assert untried_summary(roomy.untried) == (("numerics @ ", 1),)
 
 
+def test_probes_of_other_checks_making_the_same_calls_are_counted_once():
+    problem = _problem([{"rows": 64, "cols": 64}])
+    case = Case((("rows", 64), ("cols", 64)))
+    numerics, gradients = Probe("numerics", case), Probe("gradients", case)
+    one = probe_seconds(problem, numerics, "cuda")
+    alone = fit([numerics], problem, "cuda", budget_s=one / 10)
+    both = fit([numerics, gradients], problem, "cuda", budget_s=one / 10)
+    assert both.estimate_s == alone.estimate_s == one  # one run, judged as each probe's own
+    # an optional probe on that run costs nothing more, so it is taken with no room left
+    shared = Probe("autotune", case, rank=1)
+    other = Probe("autotune", replace(case, seed=7), rank=1)
+    fitted = fit([numerics, shared, other], problem, "cuda", budget_s=one / 0.6)
+    assert fitted.probes == (numerics, shared)
+    assert fitted.untried == (other,)
+    assert fitted.estimate_s == one
+
+
 def test_lower_ranks_are_taken_before_higher_ones():
     problem = _problem([{"rows": 64, "cols": 64}])
     case = Case((("rows", 64), ("cols", 64)))

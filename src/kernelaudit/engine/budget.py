@@ -5,7 +5,9 @@ and every check's own probes. The optional ones (rank 1 and up: the same variant
 workloads, more dtype configurations, more seeds, workloads left out of a sample) are added
 lowest rank first while the estimated time of everything planned fits the probes' share of
 the budget. The estimate comes from `kernelaudit.inputs.cost`, never from the clock, so which
-cases run, and the verdict, do not depend on how busy the host is.
+cases run, and the verdict, do not depend on how busy the host is. A probe that makes the same
+calls on the same case as one already counted costs nothing more: it is judged on that
+probe's run (`engine.probing`, unless the run is too large to hold until then).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernelaudit.checks import build_checks
-from kernelaudit.checks.base import PlanContext, Probe
+from kernelaudit.checks.base import PlanContext, Probe, RunPlan
+from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import case_seconds
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
@@ -52,14 +55,25 @@ def fit(planned: list[Probe], problem: Problem, device: str, budget_s: float) ->
             unique[probe] = probe
     required = [p for p in unique.values() if p.rank == 0]
     optional = sorted((p for p in unique.values() if p.rank > 0), key=lambda p: p.rank)
-    estimate = sum(probe_seconds(problem, p, device) for p in required)
+    runs: set[tuple[Case, RunPlan]] = set()
+
+    def cost(probe: Probe) -> float:
+        """The probe's seconds; none for one whose calls a probe counted earlier makes."""
+        run = (probe.case, probe.plan)
+        if run in runs:
+            return 0.0
+        runs.add(run)
+        return probe_seconds(problem, probe, device)
+
+    estimate = sum(cost(p) for p in required)
     allowance = PROBE_SHARE * budget_s
     taken, untried = [], []
     for probe in optional:
-        seconds = probe_seconds(problem, probe, device)
+        shared = (probe.case, probe.plan) in runs
+        seconds = 0.0 if shared else probe_seconds(problem, probe, device)
         if estimate + seconds <= allowance:
             taken.append(probe)
-            estimate += seconds
+            estimate += cost(probe)
         else:
             untried.append(probe)
     return FittedPlan(tuple(required + taken), tuple(untried), estimate, budget_s)
