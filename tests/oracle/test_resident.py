@@ -75,6 +75,27 @@ def test_what_is_made_of_a_draw_is_made_once_and_held_beside_it() -> None:
     assert held.held_bytes() == 2 * SMALLEST * 4
 
 
+def test_room_is_made_before_a_copy_is_made_never_after() -> None:
+    draws = Draws(1 << 30)
+    one = SMALLEST * 4  # a float32 draw's bytes
+    held = Resident(draws, most_bytes=2 * one)
+    a, b, c = (_kept(draws, name, i) for i, name in enumerate("abc"))
+    held.get(a, torch.float32, CPU)
+    held.get(b, torch.float32, CPU)
+    beside: list[int] = []
+
+    def doubled(native: torch.Tensor) -> torch.Tensor:
+        beside.append(held.held_bytes())  # what the device holds while the copy is made
+        return native * 2
+
+    made = held.get(c, torch.float32, CPU, ("doubled", doubled))
+    assert made is not None and bool((made == 4.0).all())
+    # c's own copy was made after "a" went, its doubled copy after "b" went: never more
+    # than the bytes allowed with the copy being made
+    assert beside == [one]
+    assert held.held_bytes() == 2 * one
+
+
 def test_out_of_device_memory_with_copies_held_is_computed_again_without_them() -> None:
     draws = Draws(1 << 30)
     held = Resident(draws, most_bytes=1 << 30)

@@ -70,22 +70,29 @@ class Resident:
             self._held.move_to_end(key)
             return held
         size = value.numel() * dtype.itemsize
-        if size > self._most(device):
+        most = self._most(device)
+        if size > most:
             return None
         if derived is None:
+            self._room_for(size, most)  # before the copy: the device never holds both
             made = value.detach().to(device=device, dtype=dtype, copy=True)
         else:
             native = self.get(value, dtype, device)
             if native is None:
                 return None
+            self._room_for(size, most)  # `native`, the most recently used, goes last
             made = derived[1](native)
-        most = self._most(device) - made.numel() * made.element_size()
-        while self._held and self.held_bytes() > most:
-            self._held.popitem(last=False)
-        if most < 0:
+        made_size = made.numel() * made.element_size()
+        if made_size > most:
             return made  # given, not held
+        self._room_for(made_size, most)
         self._held[key] = made
         return made
+
+    def _room_for(self, size: int, most: int) -> None:
+        """Drop the least recently used copies until `size` more bytes fit within `most`."""
+        while self._held and self.held_bytes() + size > most:
+            self._held.popitem(last=False)
 
     def clear(self) -> None:
         """Give back everything held (the audit is over)."""
