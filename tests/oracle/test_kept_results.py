@@ -44,7 +44,7 @@ def test_what_is_kept_stays_within_its_bytes_and_goes_with_its_host_copy() -> No
     kept = KeptResults(most_bytes=2 * FOUR_FLOATS)
     a, b, c = (torch.full((4,), float(i)) for i in range(3))
     there = {}
-    for name, host in zip("abc", (a, b), strict=False):
+    for name, host in zip("ab", (a, b), strict=True):
         there[name] = torch.empty(4, device=ELSEWHERE)
         kept.hold(host, there[name])
     assert kept.on(a, ELSEWHERE) is there["a"]  # now the most recently used
