@@ -24,6 +24,7 @@ from kernelaudit.inputs.batch import axis_position, batch_axes, inference_skippe
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.large.run import LargeRun, run_large, scalar_value
 from kernelaudit.large.sizing import ELEMENTS, CannotGrow, LargeCase, limit_name, plan_large_case
+from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
@@ -71,6 +72,7 @@ class LargeTensors(ConcludingOnly):
         if self.unavailable(ctx.device, ctx.profile):
             return []  # the report's list of what was not verified says why
         device = torch.device(ctx.device)
+        KEPT_RESULTS.clear()  # results an earlier concluding check kept: the child needs the room
         torch.cuda.empty_cache()  # the auditor's own cached blocks are no use to the child
         free, _ = torch.cuda.mem_get_info(device)
         timeout = ctx.profile.timeout_s * _TIMEOUT_FACTOR
