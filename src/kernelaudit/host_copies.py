@@ -11,6 +11,8 @@ values, contiguous, with no autograd history, strides or subclass of the origina
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 PINNED_LEAST_BYTES = 1 << 20
@@ -18,10 +20,16 @@ PINNED_LEAST_BYTES = 1 << 20
 allocator rounds a block up to a power of two."""
 
 
-def host_copy(value: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A contiguous host copy of `value` at `dtype` (its own when None)."""
-    dtype = dtype or value.dtype
-    copy = _empty(tuple(value.shape), dtype)
+def host_copy(
+    value: torch.Tensor, dtype: torch.dtype | None = None, page_locked: bool = True
+) -> torch.Tensor:
+    """A contiguous host copy of `value` at `dtype` (its own when None); in pageable memory
+    whatever its size with `page_locked=False`."""
+    shape, dtype = tuple(value.shape), dtype or value.dtype
+    locked = page_locked and math.prod(shape) * dtype.itemsize >= PINNED_LEAST_BYTES
+    copy = _page_locked(shape, dtype) if locked else None
+    if copy is None:
+        copy = torch.empty(shape, dtype=dtype)
     with torch.no_grad():
         copy.copy_(value.detach())
     return copy
@@ -35,13 +43,12 @@ def release() -> None:
         empty()
 
 
-def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    count = 1
-    for size in shape:
-        count *= size
-    if count * dtype.itemsize >= PINNED_LEAST_BYTES and torch.cuda.is_initialized():
-        try:
-            return torch.empty(shape, dtype=dtype, pin_memory=True)
-        except RuntimeError:
-            pass  # no page-locked memory to be had: pageable, as anywhere else
-    return torch.empty(shape, dtype=dtype)
+def _page_locked(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+    """An empty page-locked tensor; None where this process has not started CUDA or the
+    driver has no page-locked memory to give (the copy is then pageable, as anywhere else)."""
+    if not torch.cuda.is_initialized():
+        return None
+    try:
+        return torch.empty(shape, dtype=dtype, pin_memory=True)
+    except RuntimeError:
+        return None

@@ -25,4 +25,5 @@ def test_from_a_gpu_a_large_copy_is_page_locked_and_a_small_one_is_not() -> None
     large_copy, small_copy = host_copy(large), host_copy(small)
     assert large_copy.device.type == small_copy.device.type == "cpu"
     assert large_copy.is_pinned() and not small_copy.is_pinned()
+    assert not host_copy(large, page_locked=False).is_pinned()  # the worker's own copies
     assert torch.equal(large_copy, large.cpu()) and torch.equal(small_copy, small.cpu())

@@ -55,25 +55,25 @@ def fit(planned: list[Probe], problem: Problem, device: str, budget_s: float) ->
             unique[probe] = probe
     required = [p for p in unique.values() if p.rank == 0]
     optional = sorted((p for p in unique.values() if p.rank > 0), key=lambda p: p.rank)
-    runs: set[tuple[Case, RunPlan]] = set()
+    runs: set[tuple[Case, RunPlan]] = set()  # the calls counted so far, on their cases
 
-    def cost(probe: Probe) -> float:
-        """The probe's seconds; none for one whose calls a probe counted earlier makes."""
-        run = (probe.case, probe.plan)
-        if run in runs:
-            return 0.0
-        runs.add(run)
-        return probe_seconds(problem, probe, device)
+    def seconds(probe: Probe) -> float:
+        """The probe's seconds; none where a probe counted earlier makes the same calls."""
+        counted = (probe.case, probe.plan) in runs
+        return 0.0 if counted else probe_seconds(problem, probe, device)
 
-    estimate = sum(cost(p) for p in required)
+    estimate = 0.0
+    for probe in required:
+        estimate += seconds(probe)
+        runs.add((probe.case, probe.plan))
     allowance = PROBE_SHARE * budget_s
     taken, untried = [], []
     for probe in optional:
-        shared = (probe.case, probe.plan) in runs
-        seconds = 0.0 if shared else probe_seconds(problem, probe, device)
-        if estimate + seconds <= allowance:
+        cost = seconds(probe)
+        if estimate + cost <= allowance:
             taken.append(probe)
-            estimate += cost(probe)
+            runs.add((probe.case, probe.plan))
+            estimate += cost
         else:
             untried.append(probe)
     return FittedPlan(tuple(required + taken), tuple(untried), estimate, budget_s)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelaudit.host_copies import host_copy
 from kernelaudit.runner.failures import CandidateFailure
 from kernelaudit.runner.guard import GuardedTensor, allocate, breach, contiguous_geometry, place
 from kernelaudit.runner.messages import Call, GuardBreach, TensorArg
@@ -96,8 +97,7 @@ def check_guards(guarded: Sequence[GuardedTensor], call: int) -> list[GuardBreac
 
 
 def to_cpu(tensor: torch.Tensor) -> torch.Tensor:
-    """A plain, contiguous CPU copy: no strides, subclasses or autograd history come along."""
-    copy = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device="cpu")
-    with torch.no_grad():
-        copy.copy_(tensor.detach())
-    return copy
+    """A plain, contiguous CPU copy: no strides, subclasses or autograd history come along.
+    Pageable, as a plain caller's would be: the candidate's process keeps no page-locked
+    blocks between calls."""
+    return host_copy(tensor, page_locked=False)
