@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -84,6 +84,16 @@ for step in ${steps[@]}; do
         OUT="$out/stratified" PROBLEMS="${PROBLEMS:-build/solexecbench}" \
         bash benchmarks/solexecbench_scale_gpu.sh --profile default --device cuda \
         --only "${sample[@]}" 2>&1 | tail -n 4
+      ;;
+    unaudited)
+      # the runnable problems no default run in benchmarks/results has audited yet, smallest
+      # first, each its own reference as the candidate: as many as start within STOP_AFTER
+      sol="${PROBLEMS:-build/solexecbench}"
+      mapfile -t owed < <(python3 benchmarks/unaudited.py benchmarks/results "$sol")
+      STOP_AFTER="${STOP_AFTER:-420}" TIMEOUT="${TIMEOUT:-120}" LIMIT="${LIMIT:-560}" \
+        OUT="$out/unaudited" PROBLEMS="$sol" \
+        bash benchmarks/solexecbench_scale_gpu.sh --profile default --device cuda \
+        --only "${owed[@]}" 2>&1 | tail -n 4
       ;;
     early-ab)
       # the 11 smallest runnable problems, quick, with each audit's worker started as the

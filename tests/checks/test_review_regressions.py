@@ -31,6 +31,16 @@ def test_a_scalar_result_is_not_called_weak_for_being_constant(
     assert [f.title for f in report.findings if "constant" in f.title] == []
 
 
+def test_a_scalar_result_goes_through_every_check_that_reads_its_bytes(
+    tiny_audit: Callable[..., AuditReport],
+) -> None:
+    checks = ["stale-memory", "unwritten", "determinism", "replay", "aliasing"]
+    report = tiny_audit("total", "total_kernels.py::total", checks)
+    judged = {record.check for record in report.records}
+    assert report.verdict == "PASS", [f.title for f in report.failures]
+    assert {"stale-memory", "unwritten", "determinism"} <= judged
+
+
 def test_an_audit_stops_after_two_hangs_and_says_how_much_it_skipped(
     tiny_audit: Callable[..., AuditReport],
 ) -> None:

@@ -73,5 +73,6 @@ def scrubbed_elements(tensor: torch.Tensor) -> int:
     is an ordinary value of uint8 and int8)."""
     if tensor.element_size() < 2 or tensor.numel() == 0:
         return 0
-    raw = tensor.contiguous().view(torch.uint8).reshape(tensor.numel(), tensor.element_size())
+    # flattened first: a 0-dim tensor cannot be viewed as bytes of another size
+    raw = tensor.contiguous().reshape(-1).view(torch.uint8).reshape(-1, tensor.element_size())
     return int((raw == SCRUB_BYTE).all(dim=1).sum())

@@ -150,6 +150,17 @@ class Executor:
                 f"the reference cannot run at {case.describe()}: {error.message}",
                 "the reference cannot run at these sizes",
             ) from error
+        except torch.cuda.OutOfMemoryError as error:
+            # even with nothing kept, the reference's runs at this case need more device memory
+            # than is free (an attention's float64 intermediates grow with the square of the
+            # sequence): no case to judge on this device, and no fault of the candidate's
+            torch.cuda.empty_cache()
+            first = str(error).split(". ", 2)[:2]
+            raise CaseUnavailable(
+                f"the reference's float64 run at {case.describe()} does not fit in this "
+                f"device's free memory ({'. '.join(first)})",
+                "the float64 truth does not fit in device memory",
+            ) from None
         if any(drawn in UNDEFINED_WHERE_NAN for _, drawn in case.values):
             expect = replace(expect, undefined_where_nan=True)
         return inputs, expect
