@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
 import torch
 
 from kernelaudit.training.data import batches, token_stream
@@ -9,6 +12,7 @@ from kernelaudit.training.envelope import DRIFT_SLACK, conclusion, judge
 from kernelaudit.training.loop import (
     Experiment,
     Perturbed,
+    Rounded,
     Shadowed,
     Trajectory,
     shadow,
@@ -165,3 +169,66 @@ def test_shadowing_several_plugs_at_once_gives_each_what_it_gets_alone() -> None
         assert together[0].slot_calls == 6 and not together[0].error
         assert any(float(d.abs().max()) > 0 for d in together[0].drift.values())
         assert together[2].slot_calls == 3 and "out of workspace" in together[2].error
+
+
+_SHADOW_CONFIG = ModelConfig(vocab=64, hidden=32, layers=1, heads=2, seq=8, mlp_hidden=64)
+_SHADOW_EXPERIMENT = Experiment(_SHADOW_CONFIG, steps=5, batch=4)
+_SHADOW_TOKENS = batches(token_stream(64, 4096, 0), 4, 8, 5, 0)
+
+
+def _shadows(
+    slot: str,
+    functions: list[Callable[..., object]],
+    optimizer: str,
+    share_forward: bool,
+    device: str = "cpu",
+) -> list[Shadowed]:
+    """Each function shadowing the correctly rounded reference in `slot`, its arguments as the
+    model has them (no casts: the model's own tensors reach it)."""
+    dtypes = (None,) * {"embedding_backward": 3, "rmsnorm_backward": 4}[slot]
+    centre = Plug(slot, Rounded(REFERENCES[slot]), dtypes)
+    plugs = [Plug(slot, f, dtypes) for f in functions]
+    return shadow_all(
+        _SHADOW_EXPERIMENT, optimizer, centre, plugs, _SHADOW_TOKENS, device, share_forward
+    )
+
+
+def _same(one: Shadowed, other: Shadowed) -> bool:
+    return (one.slot_calls, one.error, one.drift.keys()) == (
+        other.slot_calls,
+        other.error,
+        other.drift.keys(),
+    ) and all(torch.equal(one.drift[n], other.drift[n]) for n in one.drift)
+
+
+@pytest.mark.parametrize("slot", ["embedding_backward", "rmsnorm_backward"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_backward_passes_through_one_shared_forward_give_what_their_own_forwards_give(
+    slot: str, optimizer: str, device: str
+) -> None:
+    def functions() -> list[Callable[..., object]]:  # fresh: a perturbed plug counts its calls
+        return [Perturbed(REFERENCES[slot], 1), Perturbed(REFERENCES[slot], 2), REFERENCES[slot]]
+
+    shared = _shadows(slot, functions(), optimizer, share_forward=True, device=device)
+    apart = _shadows(slot, functions(), optimizer, share_forward=False, device=device)
+    assert all(_same(one, other) for one, other in zip(shared, apart, strict=True))
+    assert shared[0].slot_calls > 0
+    assert any(float(d.abs().max()) > 0 for d in shared[0].drift.values())
+
+
+def test_a_plug_that_writes_into_its_arguments_leaves_the_others_shadows_alone() -> None:
+    # an RMSNorm's backward gets the forward pass's saved input and the norm's weight itself
+    slot = "rmsnorm_backward"
+    reference = REFERENCES[slot]
+
+    def scribbles(*arguments: object) -> object:
+        result = reference(*arguments)
+        for argument in arguments:  # what a careless reference may do to its inputs
+            if isinstance(argument, torch.Tensor) and argument.is_floating_point():
+                argument.mul_(3.0)
+        return result
+
+    alone = _shadows(slot, [Perturbed(reference, 1)], "sgd", share_forward=True)
+    beside = _shadows(slot, [scribbles, Perturbed(reference, 1)], "sgd", share_forward=True)
+    assert _same(beside[1], alone[0])
+    assert beside[0].slot_calls == alone[0].slot_calls

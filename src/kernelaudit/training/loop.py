@@ -17,7 +17,7 @@ from kernelaudit.errors import UsageError
 from kernelaudit.oracle.promote import promoted_copy, promoted_to_fp64
 from kernelaudit.oracle.rule import ACCUMULATION_NOISE_FACTOR
 from kernelaudit.training.model import ModelConfig, TinyDecoder
-from kernelaudit.training.slots import Plug, Slots, failure_text
+from kernelaudit.training.slots import BACKWARD_SLOTS, Plug, Slots, failure_text
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adamw")
 
@@ -330,9 +330,15 @@ class _Updates:
         return dict(zip(names, updates, strict=True))
 
 
-def _gradients(model: TinyDecoder, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+def _gradients(
+    model: TinyDecoder, batch: torch.Tensor, loss: torch.Tensor | None = None, keep: bool = False
+) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient at `batch`: from a forward pass of its own, or through
+    `loss`, a forward pass already made (its graph kept for later backward passes if `keep`)."""
     model.zero_grad(set_to_none=True)
-    model(batch).backward()
+    if loss is None:
+        loss = model(batch)
+    loss.backward(retain_graph=keep)
     return {
         n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
         for n, p in model.named_parameters()
@@ -368,11 +374,19 @@ def shadow_all(
     plugs: Sequence[Plug],
     tokens: torch.Tensor,
     device: str,
+    share_forward: bool = True,
 ) -> list[Shadowed]:
     """`shadow` for several plugs along one run of the reference's trajectory: the same results
     as shadowing each alone (each plug keeps its own optimizer state and call count), for one
     reference gradient per step instead of one per plug. A plug that raises stops being asked;
-    the others go on."""
+    the others go on.
+
+    Every gradient of a step is taken at the same parameters and batch, so where the plugged
+    slot runs in the backward pass only (an embedding's, a norm's or a loss's backward), the
+    forward pass is the same for every plug: it is made once per step and each plug's backward
+    pass runs through it (its arguments copied, so a plug that writes into them cannot reach the
+    next one's). The results are the same, bit for bit, as with a forward pass per plug, which
+    `share_forward=False` makes, as does a slot the forward pass runs."""
     torch.manual_seed(experiment.seed)
     slots = Slots(reference)
     model = TinyDecoder(experiment.config, slots, seed=experiment.seed).to(device)
@@ -387,7 +401,10 @@ def shadow_all(
     ]
     calls = [0] * len(plugs)
     errors = [""] * len(plugs)
+    shared = share_forward and all(p.slot in BACKWARD_SLOTS for p in (reference, *plugs))
+    slots.copies_arguments = shared
     for batch in tokens.to(device):
+        loss = _shared_forward(model, slots, reference, batch) if shared else None
         taken: dict[int, dict[str, torch.Tensor]] = {}
         for k, plug in enumerate(plugs):
             if errors[k]:
@@ -395,7 +412,7 @@ def shadow_all(
             slots.plug = plug
             before = slots.calls[plug.slot]
             try:
-                taken[k] = _gradients(model, batch)
+                taken[k] = _gradients(model, batch, loss, keep=True)
             except Exception as failure:  # the plugged kernel's failure, reported by the check
                 errors[k] = f"step {calls[k]}: {failure_text(failure)}"
                 continue
@@ -403,7 +420,7 @@ def shadow_all(
         if not taken:
             break
         slots.plug = reference
-        ours = driven(_gradients(model, batch))
+        ours = driven(_gradients(model, batch, loss))
         driving = [ours[n] for n in names]
         for k, gradients in taken.items():
             theirs = shadowing[k](gradients)
@@ -423,3 +440,15 @@ def shadow_all(
         )
         for k in range(len(plugs))
     ]
+
+
+def _shared_forward(
+    model: TinyDecoder, slots: Slots, reference: Plug, batch: torch.Tensor
+) -> torch.Tensor:
+    """The loss of one forward pass at `batch`, to be shared by the backward passes of every
+    plug of the step: the plugged slots run in the backward pass only, so no plug changes it."""
+    slots.plug = reference
+    before = slots.calls[reference.slot]
+    loss = model(batch)
+    assert slots.calls[reference.slot] == before, f"{reference.slot} ran in the forward pass"
+    return loss

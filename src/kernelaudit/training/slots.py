@@ -142,6 +142,12 @@ input's dtype (rmsnorm_backward's grad_weight in weight's dtype, cross_entropy_f
 at least float32)."""
 
 
+BACKWARD_SLOTS: frozenset[str] = frozenset(
+    {"embedding_backward", "rmsnorm_backward", "cross_entropy_backward"}
+)
+"""The slots the model calls in its backward pass only (`kernelaudit.training.model`)."""
+
+
 @dataclass(frozen=True)
 class Result:
     """One tensor a slot returns, as the auditor knows it before the call: its shape and dtype."""
@@ -298,6 +304,9 @@ class Slots:
     def __init__(self, plug: Plug | None = None) -> None:
         self.plug = plug
         self.calls: dict[str, int] = dict.fromkeys(SLOTS, 0)
+        self.copies_arguments = False
+        """Whether the plug gets copies of its tensor arguments: set while several plugs'
+        backward passes run through one forward pass, whose saved tensors they all read."""
 
     def call(self, slot: str, *arguments: object) -> Any:
         """Run `slot` on positional `arguments`; rmsnorm_backward gives a tuple of two."""
@@ -309,6 +318,11 @@ class Slots:
         tensors = [a for a in arguments if isinstance(a, torch.Tensor)]
         model_dtype = next(t.dtype for t in tensors if t.is_floating_point())
         cast = [_cast(a, d) for a, d in zip(arguments, self.plug.dtypes, strict=True)]
+        if self.copies_arguments:
+            cast = [
+                c.clone() if isinstance(c, torch.Tensor) and c is a else c
+                for c, a in zip(cast, arguments, strict=True)
+            ]
         result = self.plug.function(*cast)
         declared = declared_results(slot, cast)
         results = _checked_results(slot, result, declared, tensors[0].device)
