@@ -22,10 +22,11 @@ from kernelaudit import (
     TensorInput,
 )
 from kernelaudit.checks.base import PlanContext, coverage
-from kernelaudit.checks.large_tensors import HEADROOM_BYTES, LargeTensors, examine
+from kernelaudit.checks.large_tensors import HEADROOM_BYTES, LargeTensors, compared_rows, examine
 from kernelaudit.engine.audit import audit
 from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.large.sizing import CannotGrow, plan_large_case
+from kernelaudit.oracle.truth import expected
 from kernelaudit.profiles import PROFILES
 from kernelaudit.runner.candidate import CandidateRef
 
@@ -239,3 +240,29 @@ def test_a_triton_kernel_with_int32_offsets_fails_past_2_to_the_31_and_its_int64
     assert report.verdict == verdict, finding.title
     assert "rows=524,292" in finding.title  # 2^31 / 4096 columns + 4 rows past the limit
     assert finding.severity == ("fail" if verdict == "FAIL" else "note")
+
+
+def _softmax_backward(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return y * (g - (g * y).sum(-1, keepdim=True))
+
+
+def test_rows_of_a_case_that_cancels_to_rounding_residue_are_judged_by_its_sensitivity() -> None:
+    # a softmax backward of an upstream gradient of ones: every true value is rounding residue,
+    # which only the case's own sensitivity to its inputs' last bits can judge
+    problem = Problem(
+        name="softmax_backward",
+        reference=_softmax_backward,
+        axes=("rows", "cols"),
+        inputs=(TensorInput("g", ("rows", "cols")), TensorInput("y", ("rows", "cols"))),
+        outputs=(Output("dx", ("rows", "cols"), dtype="g"),),
+        workloads=({"rows": 32, "cols": 1000},),
+    )
+    torch.manual_seed(0)
+    y = torch.softmax(torch.randn(32, 1000), -1)
+    inputs = {"g": torch.ones(32, 1000), "y": y}
+    expect = expected(problem, inputs, {"g": torch.float32, "y": torch.float32}, "cpu")
+    reordered = y - y * y.flip(-1).cumsum(-1)[..., -1:]  # correct: the dot product reordered
+    rows = torch.tensor([3, 17, 30])
+    assert compared_rows(expect, 0, reordered, 0, rows).passed
+    wrong = compared_rows(expect, 0, reordered + 1e-3 * y, 0, rows)
+    assert not wrong.passed and wrong.failure == "error"
