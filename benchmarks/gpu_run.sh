@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|rerun|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -94,6 +94,25 @@ for step in ${steps[@]}; do
         OUT="$out/unaudited" PROBLEMS="$sol" \
         bash benchmarks/solexecbench_scale_gpu.sh --profile default --device cuda \
         --only "${owed[@]}" 2>&1 | tail -n 4
+      ;;
+    rerun)
+      # chosen SOL-ExecBench problems audited again, default profile (RERUN="L2/076_ ...")
+      python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
+        --out "$out/rerun.json" --work /tmp/rerun-work --profile default \
+        --timeout "${TIMEOUT:-150}" --device cuda --only ${RERUN} 2>&1 | tail -n 4
+      cp /tmp/rerun-work/reports/*.json "$out/" 2>/dev/null
+      ;;
+    training-ab)
+      # the training check's runs, each kind timed alone (benchmarks/training_parts.py), by an
+      # older tree's code ($BASE/src) and by this one, STEPS steps
+      examples="$PWD/examples"
+      for side in base new; do
+        src="$PWD/src"; [ "$side" = base ] && src="$PWD/${BASE:-build/base}/src"
+        (cd benchmarks && PYTHONPATH="$src" timeout "${PART_LIMIT:-120}" python3 training_parts.py \
+          --device cuda --steps "${STEPS:-20}" --examples "$examples" \
+          --problems ${TRAINING_PROBLEMS:-embedding_backward rmsnorm_backward} \
+          --out "$out/training-parts-$side.json" 2>&1 | tail -n 2)
+      done
       ;;
     early-ab)
       # the 11 smallest runnable problems, quick, with each audit's worker started as the
