@@ -18,7 +18,7 @@ from kernelaudit.training.loop import (
     shadow,
     shadow_all,
 )
-from kernelaudit.training.model import ModelConfig
+from kernelaudit.training.model import ModelConfig, TinyDecoder
 from kernelaudit.training.slots import REFERENCES, Plug
 
 REFERENCE_LOSSES = [3.0 - 0.01 * s for s in range(40)]
@@ -204,13 +204,23 @@ def _same(one: Shadowed, other: Shadowed) -> bool:
 @pytest.mark.parametrize("slot", ["embedding_backward", "rmsnorm_backward"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 def test_backward_passes_through_one_shared_forward_give_what_their_own_forwards_give(
-    slot: str, optimizer: str, device: str
+    slot: str, optimizer: str, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def functions() -> list[Callable[..., object]]:  # fresh: a perturbed plug counts its calls
         return [Perturbed(REFERENCES[slot], 1), Perturbed(REFERENCES[slot], 2), REFERENCES[slot]]
 
+    forwards = []
+    forward = TinyDecoder.forward
+
+    def counted(model: TinyDecoder, tokens: torch.Tensor) -> torch.Tensor:
+        forwards.append(1)
+        return forward(model, tokens)
+
+    monkeypatch.setattr(TinyDecoder, "forward", counted)
     shared = _shadows(slot, functions(), optimizer, share_forward=True, device=device)
+    assert len(forwards) == _SHADOW_EXPERIMENT.steps  # one per step, not one per gradient
     apart = _shadows(slot, functions(), optimizer, share_forward=False, device=device)
+    assert len(forwards) == _SHADOW_EXPERIMENT.steps * (1 + 4)  # three plugs and the centre
     assert all(_same(one, other) for one, other in zip(shared, apart, strict=True))
     assert shared[0].slot_calls > 0
     assert any(float(d.abs().max()) > 0 for d in shared[0].drift.values())
