@@ -85,3 +85,17 @@ def test_a_reference_that_cannot_run_at_a_workload_stops_the_audit_with_the_fix(
     )
     with pytest.raises(ProblemError, match="grouped_sums\\(\\) raised RuntimeError"):
         audit(broken, f"{broken}::summed_in_order", "quick", "cpu", ["numerics"])
+
+
+def test_a_workload_whose_truth_outgrows_the_device_is_a_warning_and_the_rest_judged(tmp_path):
+    grown = tmp_path / "outgrown_truth.py"
+    grown.write_text(
+        OUTGROWN.read_text().replace('{"rows": 48, "cols": 32}', '{"rows": 48, "cols": 96}')
+    )
+    report = audit(grown, f"{grown}::summed", "quick", "cpu", ["execution", "numerics"])
+    warned = [f for f in report.findings if f.key == "unjudged-workload"]
+    assert report.verdict == "PASS"
+    assert [f.severity for f in warned] == ["warn"]
+    assert "the float64 truth does not fit in device memory" in warned[0].title
+    assert all(dict(r.case.sizes)["cols"] <= 64 for r in report.records)
+    assert report.records

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from kernelaudit.checks.base import Check, Failure, Observation, Probe, RunPlan
-from kernelaudit.engine.executor import Executor, cache_bytes
+from kernelaudit.engine.executor import Executor, at_a_workload, cache_bytes
 from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.findings import CaseRecord, Finding
@@ -117,6 +117,8 @@ def probe_all(
                 observation = executor.observe(probe)
             except CaseUnavailable as error:
                 probing.unavailable.append((probe, error.reason))
+                if at_a_workload(executor.problem, probe.case):
+                    _note_unjudged_workload(probing, probe, error)
                 continue
             runs.made(probe, observation)
             # a hang costs a whole timeout, a memory kill as long as the candidate takes
@@ -162,6 +164,20 @@ def probe_all(
         tell(progress, _check_done(probing, queue, current, current_s))
     probing.seconds = dict(executor.seconds)
     return probing
+
+
+def _note_unjudged_workload(probing: Probing, probe: Probe, error: CaseUnavailable) -> None:
+    """A case at one of the problem's workloads that could not be judged on this device (its
+    float64 run does not fit, say): a warning in the report, not only a count in `untried`,
+    since the verdict then rests on the other cases alone."""
+    unjudged = Failure(
+        key="unjudged-workload",
+        title=f"cases at the problem's workloads were not judged here: {error.reason}",
+        evidence=(("case", probe.case.describe()), ("why", str(error))),
+        severity="warn",
+        shrinks=False,
+    )
+    probing.groups.setdefault((probe.check, unjudged.key), []).append((probe, unjudged))
 
 
 class _SharedRuns:
