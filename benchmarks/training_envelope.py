@@ -28,16 +28,8 @@ from kernelaudit.engine.audit import environment, resolve_device
 from kernelaudit.problem.load import load_problem
 from kernelaudit.training.data import batches, token_counts, token_stream
 from kernelaudit.training.experiment import slot_dtypes
-from kernelaudit.training.loop import (
-    Experiment,
-    Perturbed,
-    Rounded,
-    Shadowed,
-    Trajectory,
-    shadow,
-    shadow_all,
-    train,
-)
+from kernelaudit.training.loop import Experiment, Perturbed, Rounded, Trajectory, train
+from kernelaudit.training.shadow import Shadowed, shadow, shadow_all
 from kernelaudit.training.slots import Plug
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

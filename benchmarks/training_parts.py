@@ -33,16 +33,8 @@ from kernelaudit.runner.candidate import parse_candidate
 from kernelaudit.training.channel import CandidateProcess
 from kernelaudit.training.data import batches, token_stream
 from kernelaudit.training.experiment import STREAM_TOKENS, slot_dtypes
-from kernelaudit.training.loop import (
-    OPTIMIZERS,
-    Experiment,
-    Native,
-    Perturbed,
-    Rounded,
-    shadow,
-    shadow_all,
-    train,
-)
+from kernelaudit.training.loop import OPTIMIZERS, Experiment, Native, Perturbed, Rounded, train
+from kernelaudit.training.shadow import shadow, shadow_all
 from kernelaudit.training.slots import Plug
 
 

@@ -9,16 +9,9 @@ import torch
 
 from kernelaudit.training.data import batches, token_stream
 from kernelaudit.training.envelope import DRIFT_SLACK, conclusion, judge
-from kernelaudit.training.loop import (
-    Experiment,
-    Perturbed,
-    Rounded,
-    Shadowed,
-    Trajectory,
-    shadow,
-    shadow_all,
-)
+from kernelaudit.training.loop import Experiment, Perturbed, Rounded, Trajectory
 from kernelaudit.training.model import ModelConfig, TinyDecoder
+from kernelaudit.training.shadow import Shadowed, shadow, shadow_all
 from kernelaudit.training.slots import REFERENCES, Plug
 
 REFERENCE_LOSSES = [3.0 - 0.01 * s for s in range(40)]

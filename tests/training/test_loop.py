@@ -10,16 +10,9 @@ import torch
 from kernelaudit.problem.load import load_problem
 from kernelaudit.training.data import batches, token_stream
 from kernelaudit.training.experiment import _reference_runs, slot_dtypes
-from kernelaudit.training.loop import (
-    Biased,
-    Experiment,
-    Perturbed,
-    Rounded,
-    _Updates,
-    biased_member,
-    shadow,
-)
+from kernelaudit.training.loop import Biased, Experiment, Perturbed, Rounded, biased_member
 from kernelaudit.training.model import ModelConfig, init_parameters
+from kernelaudit.training.shadow import _Updates, shadow
 from kernelaudit.training.slots import REFERENCES, Plug
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -12,20 +12,13 @@ device or its free memory does not allow the case, it says so in a note.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import (
-    NEEDS_CUDA,
-    ConcludingOnly,
-    Expected,
-    Failure,
-    PlanContext,
-    note,
-)
+from kernelaudit.checks.base import NEEDS_CUDA, ConcludingOnly, Failure, PlanContext, note
 from kernelaudit.checks.execution import headline
-from kernelaudit.checks.numerics import comparison_evidence
+from kernelaudit.checks.numerics import compare_expected, comparison_evidence
 from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.batch import axis_position, batch_axes, inference_skipped, result_shapes
 from kernelaudit.inputs.case import dtype_name
@@ -35,9 +28,6 @@ from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
-
-if TYPE_CHECKING:  # the oracle imports the checks package
-    from kernelaudit.oracle.compare import Comparison
 
 HEADROOM_BYTES = 1 << 30
 """Device memory the case needs besides its inputs and outputs: the child's CUDA context and
@@ -168,36 +158,6 @@ def _stopped(case: LargeCase, run: LargeRun) -> Failure:
     )
 
 
-def compared_rows(
-    expect: Expected, k: int, values: torch.Tensor, position: int, index: torch.Tensor
-) -> Comparison:
-    """Result `k`'s rows `index` (along dim `position`) compared with the truth's, judged as the
-    numerics check judges a result: failing on its error, again against the case with its
-    inputs moved by one rounding, where the truth may be defined only to within how far it
-    moves (a near-tie of two attention logits, say, which a case of many rows meets)."""
-    # imported here: the oracle imports the checks package
-    from kernelaudit.oracle.compare import compare
-    from kernelaudit.oracle.conditioning import Nudged
-
-    def rows(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.index_select(position, index.to(tensor.device))
-
-    arguments = (
-        expect.names[k],
-        rows(values),
-        rows(expect.truth[k]),
-        rows(expect.baseline[k]),
-        expect.dtypes[k],
-    )
-    comparison = compare(*arguments, depth=expect.depth)
-    if comparison.failure == "error":
-        nudged = expect.nudged()
-        if nudged is not None:
-            moved = Nudged(rows(nudged[k].truth), rows(nudged[k].baseline))
-            comparison = compare(*arguments, depth=expect.depth, nudged=moved)
-    return comparison
-
-
 def _judged(problem: Problem, case: LargeCase, run: LargeRun, device: str) -> list[Failure]:
     # imported here: the oracle imports the checks package
     from kernelaudit.oracle.truth import expected
@@ -229,7 +189,10 @@ def _judged(problem: Problem, case: LargeCase, run: LargeRun, device: str) -> li
         failed = []
         for where, wanted in groups.items():
             index = torch.tensor([rows.index(r) for r in wanted], dtype=torch.int64)
-            comparison = compared_rows(expect, k, values[k], position, index)
+            # judged as numerics judges a result, the nudged case included
+            comparison = compare_expected(
+                expect, k, values[k], expect.truth[k].device, rows=(position, index)
+            )
             if not comparison.passed:
                 failed.append((where, wanted, comparison))
         if not failed:

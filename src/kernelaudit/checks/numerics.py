@@ -10,6 +10,7 @@ import torch
 from kernelaudit.checks.base import Expected, Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.sweep import numerics_cases
 from kernelaudit.oracle.compare import Comparison, compare, judging_device
+from kernelaudit.oracle.conditioning import Nudged
 from kernelaudit.oracle.metrics import row_errors
 from kernelaudit.problem.spec import IndexInput
 
@@ -67,27 +68,43 @@ def judge_results(
 
 
 def compare_expected(
-    expected: Expected, k: int, values: torch.Tensor, where: torch.device
+    expected: Expected,
+    k: int,
+    values: torch.Tensor,
+    where: torch.device,
+    rows: tuple[int, torch.Tensor] | None = None,
 ) -> Comparison:
     """Result `k` of a case compared with its truth and baseline; a result failing on its
     error is judged again with the case's inputs moved by one rounding (`oracle.conditioning`),
-    computed then and kept with the case."""
+    computed then and kept with the case. `rows`, (dim, indices): only those rows of `values`
+    (which then holds every row of the result) and of the case's results are compared."""
     name, truth = expected.names[k], expected.truth[k]
     undefined = expected.undefined_where_nan and values.shape == truth.shape
     if undefined and truth.is_floating_point() and values.is_floating_point():
         # rows the reference leaves undefined (its truth NaN) accept any value
         values = values.masked_fill(torch.isnan(truth).to(values.device), math.nan)
-    arguments = (name, values, truth, expected.baseline[k], expected.dtypes[k])
-    selection = expected.selection(k)
+
+    def picked(tensor: torch.Tensor) -> torch.Tensor:
+        if rows is None:
+            return tensor
+        return tensor.index_select(rows[0], rows[1].to(tensor.device))
+
+    arguments = (name, picked(values), picked(truth), picked(expected.baseline[k]))
+    arguments += (expected.dtypes[k],)
+    # what is kept for the whole result (the baseline's figures, the choices of an integer
+    # result) does not hold for some of its rows
+    memo = expected.memo if rows is None else None
+    selection = expected.selection(k) if rows is None else None
     comparison = compare(
-        *arguments, depth=expected.depth, device=where, memo=expected.memo, selection=selection
+        *arguments, depth=expected.depth, device=where, memo=memo, selection=selection
     )
     if comparison.failure == "error":
         # before failing on its error: does the precision allow better on this case?
         nudged = expected.nudged()
         if nudged is not None:
+            moved = Nudged(picked(nudged[k].truth), picked(nudged[k].baseline))
             comparison = compare(
-                *arguments, depth=expected.depth, device=where, memo=expected.memo, nudged=nudged[k]
+                *arguments, depth=expected.depth, device=where, memo=memo, nudged=moved
             )
     return comparison
 

@@ -8,7 +8,7 @@ judged against it, each in units of the envelope's largest value of the same kin
 - the loss: how far the candidate's free-running loss curve ends from the reference's;
 - the parameter drift: along the correctly rounded slot's trajectory, the sum of the differences
   between the updates the candidate's gradients would make and the correctly rounded ones
-  (`loop.shadow`). Final
+  (`shadow.shadow`). Final
   parameters of free-running runs would not do: a few hundred steps amplify one ulp into a
   different trajectory, so every run, good or bad, ends about as far from the reference.
 """
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelaudit.training.loop import Shadowed, Trajectory
+from kernelaudit.training.loop import Trajectory
+from kernelaudit.training.shadow import Shadowed
 
 LOSS_SLACK = 3.0
 """A final loss further from the reference's than this many envelopes is a departure."""

@@ -1,13 +1,13 @@
 """The training check's experiment: the reference, its perturbations and the candidate,
 each trained with SGD and with AdamW from the same start on the same tokens, and each shadowing
-the reference's trajectory (`loop.shadow`).
+the reference's trajectory (`shadow.shadow`).
 
 Every run, the candidate's included, trains here, in the auditor: the model, the optimizers,
 the losses and the drift never enter the candidate's process, which only answers the calls of
 the plugged slot (`channel.CandidateProcess`). The reference's runs (trusted, and shared by
 every candidate of a problem) go on in this thread while the candidate's runs go on in another,
 so the candidate's kernel computes while the reference's runs do. The perturbed runs shadow the
-reference's trajectory together (`loop.shadow_all`).
+reference's trajectory together (`shadow.shadow_all`).
 """
 
 from __future__ import annotations
@@ -33,13 +33,11 @@ from kernelaudit.training.loop import (
     Native,
     Perturbed,
     Rounded,
-    Shadowed,
     Trajectory,
     biased_member,
-    shadow,
-    shadow_all,
     train,
 )
+from kernelaudit.training.shadow import Shadowed, shadow, shadow_all
 from kernelaudit.training.slots import Plug
 
 STREAM_TOKENS = 1 << 20
