@@ -93,6 +93,38 @@ def test_a_constant_upstream_gradient_leaves_only_rounding_residue_and_is_judged
     assert sensitivity > 0.1  # the truth moves by about itself
 
 
+def key_bias_gradient(g: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """An attention's key-bias gradient: the softmax backward summed over each row's keys, zero
+    whatever the inputs (softmax ignores a shift shared by a row's logits)."""
+    return softmax_backward(g, torch.softmax(logits, -1)).sum(-1)
+
+
+def reordered_key_bias_gradient(g: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    return reordered_softmax_backward(g, torch.softmax(logits, -1)).sum(-1)
+
+
+def test_a_result_that_is_zero_whatever_the_inputs_is_judged_by_the_ratio_alone():
+    torch.manual_seed(4)
+    g, logits = torch.randn(ROWS, COLS), torch.randn(ROWS, COLS)
+    reordered = judged(reordered_key_bias_gradient, key_bias_gradient, g, logits, nudge=True)
+    assert reordered.passed, reordered.reason  # float32 residue against float64 residue
+    normwise = next(m for m in reordered.errors if m.metric == "normwise")
+    assert normwise.candidate > 1e6 and normwise.sensitivity >= 1.0
+    strict = judged(reordered_key_bias_gradient, key_bias_gradient, g, logits, nudge=False)
+    assert not strict.passed  # without the nudged case nothing tells residue from an error
+
+    # the residue of a lower precision is many times the baseline's; so is anything else
+    def in_bfloat16(g: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        return key_bias_gradient(g.bfloat16(), logits.bfloat16()).float()
+
+    def offset(g: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        return key_bias_gradient(g, logits) + 1e-4
+
+    for wrong in (in_bfloat16, offset):
+        result = judged(wrong, key_bias_gradient, g, logits, nudge=True)
+        assert not result.passed and result.failure == "error", wrong.__name__
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_constant_row_is_judged_by_what_a_correct_kernel_does_on_a_row_just_like_it(seed):
     torch.manual_seed(seed)

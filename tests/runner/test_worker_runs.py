@@ -193,6 +193,19 @@ def test_outputs_sharing_memory_are_reported(worker: Worker) -> None:
     assert result.calls[0].aliases == ("output 0 ~ output 1",)
 
 
+def test_outputs_that_interleave_in_one_storage_share_no_memory(worker: Worker) -> None:
+    x = torch.randn(3, 4)
+    result = run(worker, call("split_rows", TensorArg(x)))
+    assert result.error == ""
+    assert torch.equal(result.calls[0].outputs[1], x * 2)
+    assert result.calls[0].aliases == ()
+
+
+def test_outputs_sharing_part_of_their_elements_are_reported(worker: Worker) -> None:
+    result = run(worker, call("overlapping_rows", TensorArg(torch.randn(8))))
+    assert result.calls[0].aliases == ("output 0 ~ output 1",)
+
+
 def test_returning_a_cached_buffer_shows_in_changed_later(worker: Worker) -> None:
     first, second = torch.zeros(4), torch.ones(4)
     result = run(worker, call("cached", TensorArg(first)), call("cached", TensorArg(second)))

@@ -36,7 +36,7 @@ from kernelaudit.oracle.mismatches import (
     unravel,
 )
 from kernelaudit.oracle.reasons import bit_exact_reason, error_reason, listing, nonfinite_reason
-from kernelaudit.oracle.rule import METRICS, RATIO_LIMIT, budget, noise_floor
+from kernelaudit.oracle.rule import METRICS, NO_BITS, RATIO_LIMIT, budget, noise_floor
 from kernelaudit.oracle.selection import Selection, ties
 
 
@@ -356,15 +356,23 @@ def _judge(
     s, n = (getattr(m, metric) for m in nudged) if nudged is not None else (0.0, 0.0)
     # nan (nothing finite to compare) never raises a floor: max keeps its first argument
     floor = max(noise_floor(metric, dtype, depth), s, n)
+    # how far the truth itself moves widens the budget; the baseline's error, here or nearby,
+    # never does: a poor reference does not excuse a poor candidate. A truth that moves by
+    # its whole size has no significant bits to lose (a result that cancels to rounding
+    # residue in any precision, as an attention's key-bias gradient does): only the ratio
+    # judges it.
+    limit = (
+        math.inf
+        if s >= NO_BITS
+        else max(budget(metric, dtype, ratio_limit, depth), ratio_limit * s)
+    )
     return MetricResult(
         metric=metric,
         candidate=c,
         baseline=b,
         floor=floor,
         error_ratio=c / max(b, floor),
-        # how far the truth itself moves widens the budget; the baseline's error, here or
-        # nearby, never does: a poor reference does not excuse a poor candidate
-        budget=max(budget(metric, dtype, ratio_limit, depth), ratio_limit * s),
+        budget=limit,
         ratio_limit=ratio_limit,
         sensitivity=s,
         nearby=n,

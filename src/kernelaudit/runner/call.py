@@ -6,6 +6,7 @@ it reports is what the candidate let it see (see docs/threat-model.md)."""
 from __future__ import annotations
 
 import gc
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -390,10 +391,33 @@ def changed_later(
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether some byte belongs to an element of both. Views that only interleave (the two
+    halves of a split along an inner axis, `torch.split`'s and `chunk`'s usual results) share
+    their storage but no element: writing one never changes the other."""
     ra, rb = _byte_range(a), _byte_range(b)
     if ra is None or rb is None or a.device != b.device:
         return False
-    return ra[0] < rb[1] and rb[0] < ra[1]
+    if not (ra[0] < rb[1] and rb[0] < ra[1]):
+        return False
+    start, end = min(ra[0], rb[0]), max(ra[1], rb[1])
+    # the map's unit: the largest that both views' elements and starts are whole multiples of
+    unit = math.gcd(a.element_size(), b.element_size(), ra[0] - start, rb[0] - start)
+    try:
+        marks = torch.zeros((end - start) // unit, dtype=torch.bool, device=a.device)
+        _units_of(marks, a, start, unit).fill_(True)
+        return bool(_units_of(marks, b, start, unit).any())
+    except torch.OutOfMemoryError:
+        return True  # no room for the map: the spans overlap, as far as can be told
+
+
+def _units_of(marks: torch.Tensor, t: torch.Tensor, start: int, unit: int) -> torch.Tensor:
+    """`t`'s bytes in `marks`, a map of the bytes from `start` in `unit`-byte steps."""
+    per_element = t.element_size() // unit
+    return marks.as_strided(
+        (*t.shape, per_element),
+        (*(s * per_element for s in t.stride()), 1),
+        (t.data_ptr() - start) // unit,
+    )
 
 
 def _byte_range(t: torch.Tensor) -> tuple[int, int] | None:
