@@ -109,7 +109,7 @@ def test_a_result_that_is_zero_whatever_the_inputs_is_judged_by_the_ratio_alone(
     reordered = judged(reordered_key_bias_gradient, key_bias_gradient, g, logits, nudge=True)
     assert reordered.passed, reordered.reason  # float32 residue against float64 residue
     normwise = next(m for m in reordered.errors if m.metric == "normwise")
-    assert normwise.candidate > 1e6 and normwise.sensitivity >= 1.0
+    assert normwise.candidate > 1e6 and normwise.sensitivity >= 0.5
     strict = judged(reordered_key_bias_gradient, key_bias_gradient, g, logits, nudge=False)
     assert not strict.passed  # without the nudged case nothing tells residue from an error
 

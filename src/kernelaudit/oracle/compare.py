@@ -358,9 +358,9 @@ def _judge(
     floor = max(noise_floor(metric, dtype, depth), s, n)
     # how far the truth itself moves widens the budget; the baseline's error, here or nearby,
     # never does: a poor reference does not excuse a poor candidate. A truth that moves by
-    # its whole size has no significant bits to lose (a result that cancels to rounding
-    # residue in any precision, as an attention's key-bias gradient does): only the ratio
-    # judges it.
+    # half its size or more has no significant bits to lose (a result that cancels to
+    # rounding residue in any precision, as an attention's key-bias gradient does): only the
+    # ratio judges it.
     limit = (
         math.inf
         if s >= NO_BITS

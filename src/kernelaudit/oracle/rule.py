@@ -16,7 +16,7 @@ DEPTH_NOISE_FACTOR = 2
 WORST_ROW_FLOOR_FACTOR = 2
 COMPONENTWISE_FLOOR_FACTOR = 4
 BUDGET_EXPONENT = 0.5
-NO_BITS = 1.0
+NO_BITS = 0.5
 SHOWN_MISMATCHES = 5
 
 METRICS: tuple[str, ...] = ("normwise", "worst_row", "componentwise")
@@ -125,12 +125,13 @@ CONSTANTS: tuple[Constant, ...] = (
     Constant(
         "NO_BITS",
         f"{NO_BITS:g}",
-        "Where s_m >= NO_BITS (the truth moves by its whole size when the inputs move by one "
-        "rounding), the result has no significant bits to lose and budget_m does not apply: "
-        "only the ratio rule judges it. A result that cancels to zero whatever the inputs (the "
-        "gradient of an attention's key bias, which softmax's shift invariance makes zero) is "
-        "rounding residue in float64 as in float32; measured against a truth of about 1e-15, a "
-        "correct float32 kernel's residue is 1e9 times the truth, and so is the baseline's.",
+        "Where s_m >= NO_BITS (the truth moves by half its size or more when the inputs move by "
+        "one rounding: not even its leading bit is set by its inputs), the result has no "
+        "significant bits to lose and budget_m does not apply: only the ratio rule judges it. "
+        "A result that cancels to zero whatever the inputs (the gradient of an attention's key "
+        "bias, which softmax's shift invariance makes zero) is rounding residue in float64 as in "
+        "float32; measured against a truth of about 1e-15, a correct float32 kernel's residue "
+        "is 1e9 times the truth, and so is the baseline's.",
     ),
     Constant(
         "SHOWN_MISMATCHES",
