@@ -1,7 +1,12 @@
 """The SOL-ExecBench problems that no results file of `benchmarks/solexecbench_scale.py` in a
 folder records as audited (or cut by a limit) in a profile: what a coverage run still owes.
+With --summary, what the files record instead: how many problems are settled, owed or not
+runnable here, and the median and 90th percentile of each settled problem's latest audit (a
+problem cut by a limit counts as its limit, so both are lower bounds then; the records come from
+different code and machines).
 
     python benchmarks/unaudited.py benchmarks/results build/solexecbench --profile default
+    python benchmarks/unaudited.py benchmarks/results build/solexecbench --summary
 """
 
 from __future__ import annotations
@@ -23,12 +28,69 @@ def settled(results: Path, profile: str) -> set[str]:
     return seen
 
 
+def latest(results: Path, profile: str) -> dict[str, dict]:
+    """Each problem's latest record in `profile`, done or cut by a limit, by the run's start."""
+    kept: dict[str, tuple[str, dict]] = {}
+    for path in results.glob("solexecbench-scale-*.json"):
+        record = json.loads(path.read_text())
+        record = record.get("solexecbench-scale", record)
+        if not isinstance(record, dict):
+            continue
+        when = f"{record.get('date', '')} {record.get('started', '')}"
+        for problem in record.get("problems", []):
+            if problem.get("profile") != profile or problem.get("status") not in (
+                "done",
+                "timeout",
+            ):
+                continue
+            name = problem["problem"]
+            if name not in kept or when >= kept[name][0]:
+                kept[name] = (when, problem)
+    return {name: problem for name, (_, problem) in kept.items()}
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def summary(results: Path, root: Path, profile: str) -> dict[str, object]:
+    records = latest(results, profile)
+    problems = [f"{d.parent.parent.name}/{d.parent.name}" for d in root.glob("*/*/definition.json")]
+    unrunnable: set[str] = set()
+    for path in results.glob("solexecbench-scale-*.json"):
+        record = json.loads(path.read_text())
+        record = record.get("solexecbench-scale", record)
+        for problem in record.get("problems", []) if isinstance(record, dict) else []:
+            if problem.get("status") == "not-runnable":
+                unrunnable.add(problem["problem"])
+    seconds = [
+        max(float(r["seconds"]), float(r.get("limit_s") or 0.0))
+        if r["status"] == "timeout"
+        else float(r["seconds"])
+        for r in records.values()
+    ]
+    return {
+        "problems": len(problems),
+        "settled": len(records),
+        "cut by a limit": sum(r["status"] == "timeout" for r in records.values()),
+        "not runnable here": len(unrunnable - set(records)),
+        "owed": len(set(problems) - set(records) - unrunnable),
+        "median_s": round(_percentile(seconds, 0.5), 2) if seconds else None,
+        "p90_s": round(_percentile(seconds, 0.9), 2) if seconds else None,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path)
     parser.add_argument("root", type=Path, help="folder holding <level>/<problem>/definition.json")
     parser.add_argument("--profile", default="default")
+    parser.add_argument("--summary", action="store_true", help="what the files record instead")
     args = parser.parse_args()
+    if args.summary:
+        print(json.dumps(summary(args.results, args.root, args.profile), indent=1))
+        return
     seen = settled(args.results, args.profile)
     for definition in sorted(args.root.glob("*/*/definition.json")):
         problem = f"{definition.parent.parent.name}/{definition.parent.name}"
