@@ -5,7 +5,14 @@ its first and last elements compared with the same elements computed alone.
 
     python benchmarks/large_batch_ops.py --batch 4100 --out large-batch-ops.json
 
-Needs a GPU with about 80 GiB free at the default batch.
+With --sol, a SOL-ExecBench problem's whole reference instead, its inputs drawn from N(0, 1) as
+the large-tensors check draws them: the last rows of a batch past the limit against the same
+rows alone, with TF32 as PyTorch sets it and then off, and where the two differ.
+
+    python benchmarks/large_batch_ops.py --sol PROBLEM_DIR --axis batch_size --batch 4100 \
+        --out large-batch-reference.json
+
+Needs a GPU with about 80 GiB free at the default batch (the VAE block's reference: 120).
 """
 
 from __future__ import annotations
@@ -65,12 +72,75 @@ def _compare(op: Op, shape: tuple[int, ...], batch: int, device: str) -> dict[st
     return out
 
 
+def _reference_rows(folder: Path, axis: str, batch: int, rows: int) -> dict[str, object]:
+    """The problem's reference on a batch of `batch` along `axis` against its last `rows`
+    computed alone, per TF32 setting."""
+    definition = json.loads((folder / "definition.json").read_text())
+    workload = json.loads((folder / "workload.jsonl").read_text().splitlines()[0])
+    sizes = {k: v["value"] for k, v in definition["axes"].items() if v.get("type") == "const"}
+    sizes.update(workload["axes"])
+    sizes[axis] = batch
+    namespace: dict[str, object] = {}
+    exec(compile(definition["reference"], str(folder / "definition.json"), "exec"), namespace)
+    run = namespace["run"]
+    assert callable(run)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    inputs: dict[str, object] = {}
+    along: dict[str, int] = {}
+    for name, spec in definition["inputs"].items():
+        if spec["shape"] is None:
+            inputs[name] = workload["inputs"][name]["value"]
+            continue
+        shape = [int(sizes[d]) if not str(d).isdigit() else int(d) for d in spec["shape"]]
+        if axis in spec["shape"]:
+            along[name] = spec["shape"].index(axis)
+        dtype = getattr(torch, spec["dtype"])
+        inputs[name] = torch.randn(shape, device="cuda", generator=g).to(dtype)
+    alone_inputs = {
+        n: t.narrow(along[n], batch - rows, rows).contiguous() if n in along else t
+        for n, t in inputs.items()
+    }
+    out: dict[str, object] = {"sizes": sizes, "rows": rows}
+    for tf32 in (True, False):
+        torch.backends.cuda.matmul.allow_tf32 = tf32 and torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        began = time.perf_counter()
+        whole = run(**inputs)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - began
+        last = whole.narrow(0, batch - rows, rows).clone()
+        del whole
+        torch.cuda.empty_cache()
+        alone = run(**alone_inputs)
+        diff = (last - alone).abs().double()
+        rms = float(alone.double().pow(2).mean().sqrt())
+        far = diff > 1e-2 * rms
+        where = far.nonzero()[:8].tolist()
+        out[f"tf32 {'as set' if tf32 else 'off'}"] = {
+            "seconds": round(seconds, 3),
+            "largest difference over the rms": float(diff.max()) / rms,
+            "elements over 1% of the rms": int(far.sum()),
+            "of elements": diff.numel(),
+            "first of them": where,
+        }
+        print(tf32, out[f"tf32 {'as set' if tf32 else 'off'}"], flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch", type=int, default=4100)
     parser.add_argument("--channels", type=int, default=512)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--sol", type=Path, help="a SOL-ExecBench problem folder")
+    parser.add_argument("--axis", default="batch_size")
+    parser.add_argument("--rows", type=int, default=4)
     args = parser.parse_args()
+    if args.sol is not None:
+        found = _reference_rows(args.sol, args.axis, args.batch, args.rows)
+        found.update(device=torch.cuda.get_device_name(), torch=torch.__version__)
+        args.out.write_text(json.dumps(found, indent=1))
+        return
     device = "cuda"
     results = {
         "device": torch.cuda.get_device_name(),
