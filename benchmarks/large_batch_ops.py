@@ -135,7 +135,11 @@ def main() -> None:
     parser.add_argument("--sol", type=Path, help="a SOL-ExecBench problem folder")
     parser.add_argument("--axis", default="batch_size")
     parser.add_argument("--rows", type=int, default=4)
+    parser.add_argument("--no-tf32", action="store_true", help="operations: cuDNN's TF32 off")
     args = parser.parse_args()
+    if args.no_tf32:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     if args.sol is not None:
         found = _reference_rows(args.sol, args.axis, args.batch, args.rows)
         found.update(device=torch.cuda.get_device_name(), torch=torch.__version__)
