@@ -31,7 +31,7 @@ def context(stem: str, device: str, profile: str = "quick", **contract: object) 
 def observed(probe: Probe, ctx: PlanContext, calls: list[CallOutcome]) -> Observation:
     """What a run of `probe` on row_scale (y of 8 x 16) produced, with y's truth all ones."""
     ones = torch.ones(8, 16, dtype=torch.float64)
-    expected = Expected(("y",), (ones,), (ones.float(),), (torch.float32,), depth=1)
+    expected = Expected(("y",), (ones,), (ones.float(),), (torch.float32,))
     result = InvocationResult(calls=tuple(calls))
     return Observation(ctx.problem, probe, result, {}, expected, device="cuda")
 

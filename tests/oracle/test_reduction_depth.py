@@ -2,10 +2,10 @@
 
 import torch
 
-from kernelaudit import Output, Problem, TensorInput
+from kernelaudit import Contract, Output, Problem, TensorInput
 from kernelaudit.oracle.compare import compare
 from kernelaudit.oracle.rule import noise_floor
-from kernelaudit.oracle.truth import reduction_depth
+from kernelaudit.oracle.truth import reduction_depth, result_depths
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -24,6 +24,40 @@ MATMUL = Problem(
 
 def test_depth_is_the_product_of_the_axes_the_outputs_do_not_have() -> None:
     assert reduction_depth(MATMUL, {"m": 8, "n": 8, "k": 4096}) == 4096
+
+
+def _linear_backward(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, acc: torch.Tensor):
+    acc += g.sum(0)
+    return g @ w, g.t() @ x, g.sum(0)
+
+
+LINEAR_BACKWARD = Problem(
+    name="linear_backward",
+    reference=_linear_backward,
+    axes=("tokens", "n", "k"),
+    inputs=[
+        TensorInput("g", ("tokens", "n")),
+        TensorInput("x", ("tokens", "k")),
+        TensorInput("w", ("n", "k")),
+        TensorInput("acc", ("n",)),
+    ],
+    outputs=[
+        Output("grad_x", ("tokens", "k")),
+        Output("grad_w", ("n", "k")),
+        Output("grad_b", ("n",)),
+    ],
+    workloads=[{"tokens": 8, "n": 4, "k": 4}],
+    contract=Contract(mutates=("acc",)),
+)
+
+
+def test_each_result_sums_over_the_axes_it_does_not_have() -> None:
+    sizes = {"tokens": 4096, "n": 32, "k": 16}
+    # every axis is some output's, so the outputs together reduce none
+    assert reduction_depth(LINEAR_BACKWARD, sizes) == 1
+    # grad_x sums over n, grad_w over the tokens; for grad_b, and acc after the call, shapes
+    # alone cannot tell that k is not summed into them: an upper bound, counted in
+    assert result_depths(LINEAR_BACKWARD, sizes) == (32, 4096, 4096 * 16, 4096 * 16)
 
 
 def test_a_sound_long_float32_sum_passes_and_a_tf32_sum_still_fails() -> None:

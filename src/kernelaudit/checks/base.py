@@ -204,9 +204,10 @@ class Expected:
     baseline: tuple[torch.Tensor, ...]
     dtypes: tuple[torch.dtype, ...]
     """The dtype each result must have."""
-    depth: int = 1
+    depths: tuple[int, ...] = ()
     """How many terms each result may sum: the product of the sizes of the axes the inputs have
-    and the outputs do not (the reduced axes). The oracle's noise floor grows with it."""
+    and that result does not (`oracle.truth.reduction_depth`; 1 where none is given). The
+    oracle's noise floor grows with it."""
     undefined_where_nan: bool = False
     """Whether the case draws whole rows a reference may leave undefined (zero rows, rows of
     -inf: `inputs.distributions.UNDEFINED_WHERE_NAN`): where the truth is NaN, any result is
@@ -226,6 +227,9 @@ class Expected:
     _nudged: list[tuple[Nudged, ...] | None] = field(
         default_factory=list, compare=False, repr=False
     )
+
+    def depth(self, k: int) -> int:
+        return self.depths[k] if k < len(self.depths) else 1
 
     def selection(self, k: int) -> Selection | None:
         return self.selections[k] if k < len(self.selections) else None

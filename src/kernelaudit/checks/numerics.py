@@ -53,7 +53,7 @@ def judge_results(
         comparison = compare_expected(expected, k, values[k], where)
         if comparison.passed:
             continue
-        rows = _row_evidence(observation, call, name, values[k], expected.truth[k])
+        rows = _row_evidence(observation, call, k, name, values[k], expected.truth[k])
         result, reason, metrics = comparison_evidence(comparison)
         evidence = (result, reason, *rows, metrics)
         failures.append(
@@ -96,7 +96,7 @@ def compare_expected(
     memo = expected.memo if rows is None else None
     selection = expected.selection(k) if rows is None else None
     comparison = compare(
-        *arguments, depth=expected.depth, device=where, memo=memo, selection=selection
+        *arguments, depth=expected.depth(k), device=where, memo=memo, selection=selection
     )
     if comparison.failure == "error":
         # before failing on its error: does the precision allow better on this case?
@@ -104,7 +104,7 @@ def compare_expected(
         if nudged is not None:
             moved = Nudged(picked(nudged[k].truth), picked(nudged[k].baseline))
             comparison = compare(
-                *arguments, depth=expected.depth, device=where, memo=memo, nudged=moved
+                *arguments, depth=expected.depth(k), device=where, memo=memo, nudged=moved
             )
     return comparison
 
@@ -122,13 +122,18 @@ def _score(comparison: Comparison) -> float:
 
 
 def _row_evidence(
-    observation: Observation, call: int, name: str, values: torch.Tensor, truth: torch.Tensor
+    observation: Observation,
+    call: int,
+    k: int,
+    name: str,
+    values: torch.Tensor,
+    truth: torch.Tensor,
 ) -> tuple[tuple[str, Any], ...]:
     """The rows with the largest error and, where the output's rows are indexed by an index
     input, how often each of those rows' ids occurs in it."""
     if values.shape != truth.shape or not values.dtype.is_floating_point or values.dim() < 2:
         return ()
-    errors = row_errors(values, truth, depth=observation.expected_at(call).depth)
+    errors = row_errors(values, truth, depth=observation.expected_at(call).depth(k))
     if errors.numel() < 2:
         return ()
     top = torch.topk(errors.nan_to_num(float("inf")), min(_TOP_ROWS, errors.numel()))

@@ -34,7 +34,7 @@ class WeakCases:
             truth, dtype = expected.truth[k], expected.dtypes[k]
             if not dtype.is_floating_point or truth.numel() == 0:
                 continue
-            cutoff = 2 * budget("normwise", dtype, depth=expected.depth)
+            cutoff = 2 * budget("normwise", dtype, depth=expected.depth(k))
             here = KEPT_RESULTS.on(truth, where)
             screen = _Screen(here, dtype)
             for label, impostor in _impostors(observation, here, dtype):
@@ -46,7 +46,7 @@ class WeakCases:
                     here,
                     expected.baseline[k],
                     dtype,
-                    depth=expected.depth,
+                    depth=expected.depth(k),
                     device=where,
                     memo=expected.memo,
                 )

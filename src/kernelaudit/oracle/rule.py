@@ -75,7 +75,7 @@ CONSTANTS: tuple[Constant, ...] = (
         f"{DEPTH_NOISE_FACTOR}",
         "floor_normwise = max(u_out, u_acc * max(ACCUMULATION_NOISE_FACTOR, DEPTH_NOISE_FACTOR * "
         "sqrt(depth))), depth being how many terms a result sums (the product of the axes the "
-        "inputs have and the outputs do not). The rounding error of a sound float32 sum grows "
+        "inputs have and that result does not). The rounding error of a sound float32 sum grows "
         "with the square root of its length (a sum in atomics' arbitrary order included), so "
         "a 16384-term reduction may carry about 128 float32 roundings; TF32 or half-precision "
         "arithmetic stays far above this for any realistic depth.",

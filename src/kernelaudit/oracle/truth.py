@@ -110,7 +110,7 @@ def expected(
         truth=truth,
         baseline=baseline,
         dtypes=dtypes,
-        depth=reduction_depth(problem, sizes),
+        depths=result_depths(problem, sizes),
         selections=chosen_by,
         nudge=nudge,
     )
@@ -346,17 +346,28 @@ def _declared_size(dim: Dim, sizes: Mapping[str, int]) -> int:
         return -1
 
 
-def reduction_depth(problem: Problem, sizes: Mapping[str, int]) -> int:
-    """The product of the sizes of the axes some input has and no output has: how many terms
-    a result may sum (the k of a matmul, the tokens of an embedding gradient)."""
+def reduction_depth(
+    problem: Problem, sizes: Mapping[str, int], result: tuple[object, ...] | None = None
+) -> int:
+    """How many terms a result may sum: the product of the sizes of the axes some input has
+    and the result's shape does not (the k of a matmul, the tokens of an embedding gradient,
+    the batch and sequence of a bias gradient). Without `result`, the axes no output has."""
 
     def named(shapes: object) -> set[str]:
         return {a for shape in shapes for d in shape for a in dim_axes(d)}  # type: ignore[attr-defined]
 
-    reduced = named(i.shape for i in problem.tensor_inputs) - named(
-        o.shape for o in problem.outputs
-    )
+    kept = named([result] if result is not None else [o.shape for o in problem.outputs])
+    reduced = named(i.shape for i in problem.tensor_inputs) - kept
     depth = 1
     for axis in reduced:
         depth *= max(int(sizes.get(axis, 1)), 1)
     return depth
+
+
+def result_depths(problem: Problem, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """`reduction_depth` of each compared result: the outputs, then every input the contract
+    lets the candidate mutate (its value after the call)."""
+    shapes = [o.shape for o in problem.outputs]
+    by_name = {i.name: i for i in problem.tensor_inputs}
+    shapes += [by_name[name].shape for name in problem.contract.mutates if name in by_name]
+    return tuple(reduction_depth(problem, sizes, tuple(shape)) for shape in shapes)

@@ -402,12 +402,14 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     start, end = min(ra[0], rb[0]), max(ra[1], rb[1])
     # the map's unit: the largest that both views' elements and starts are whole multiples of
     unit = math.gcd(a.element_size(), b.element_size(), ra[0] - start, rb[0] - start)
-    try:
-        marks = torch.zeros((end - start) // unit, dtype=torch.bool, device=a.device)
+    for where in (a.device, torch.device("cpu")):  # the host's memory where the device's is full
+        try:
+            marks = torch.zeros((end - start) // unit, dtype=torch.bool, device=where)
+        except (torch.OutOfMemoryError, RuntimeError):
+            continue
         _units_of(marks, a, start, unit).fill_(True)
         return bool(_units_of(marks, b, start, unit).any())
-    except torch.OutOfMemoryError:
-        return True  # no room for the map: the spans overlap, as far as can be told
+    return True  # no room for the map anywhere: the spans overlap, as far as can be told
 
 
 def _units_of(marks: torch.Tensor, t: torch.Tensor, start: int, unit: int) -> torch.Tensor:
