@@ -367,7 +367,9 @@ def reduction_depth(
 def result_depths(problem: Problem, sizes: Mapping[str, int]) -> tuple[int, ...]:
     """`reduction_depth` of each compared result: the outputs, then every input the contract
     lets the candidate mutate (its value after the call)."""
-    shapes = [o.shape for o in problem.outputs]
+    depths = [reduction_depth(problem, sizes, tuple(o.shape)) for o in problem.outputs]
     by_name = {i.name: i for i in problem.tensor_inputs}
-    shapes += [by_name[name].shape for name in problem.contract.mutates if name in by_name]
-    return tuple(reduction_depth(problem, sizes, tuple(shape)) for shape in shapes)
+    for name in problem.contract.mutates:
+        spec = by_name.get(name)
+        depths.append(reduction_depth(problem, sizes, tuple(spec.shape)) if spec else 1)
+    return tuple(depths)
