@@ -97,5 +97,9 @@ def test_a_workload_whose_truth_outgrows_the_device_is_a_warning_and_the_rest_ju
     assert report.verdict == "PASS"
     assert [f.severity for f in warned] == ["warn"]
     assert "the float64 truth does not fit in device memory" in warned[0].title
+    # the untried workload's case is counted as flagged, not failed
+    counted = dict(warned[0].evidence)["cases"].values()
+    assert "warned on 1 of 1" in counted
+    assert all(c.startswith("warned on ") for c in counted)
     assert all(dict(r.case.sizes)["cols"] <= 64 for r in report.records)
     assert report.records

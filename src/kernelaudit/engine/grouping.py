@@ -31,7 +31,7 @@ def finding_of(
     same_check = [r for r in records if r.check == items[0][0].check]
     evidence = (
         *failure.evidence,
-        ("cases", _by_variant(executor.problem, items, same_check)),
+        ("cases", _by_variant(executor.problem, items, same_check, failure.severity)),
         ("other failing cases", _others(executor.problem, items, probe)),
     )
     return Finding(
@@ -80,14 +80,24 @@ def _variant(problem: Problem, case: Case) -> str:
     return f"{where} @ {label}" + (f" [{dtypes}]" if dtypes else "")
 
 
+_VERBS = {"fail": "failed", "warn": "warned on", "note": "noted on"}
+
+
 def _by_variant(
-    problem: Problem, items: list[tuple[Probe, Failure]], records: list[CaseRecord]
+    problem: Problem,
+    items: list[tuple[Probe, Failure]],
+    records: list[CaseRecord],
+    severity: str = "fail",
 ) -> dict[str, str]:
-    """Failing / total cases per value-and-layout variant: shows which inputs expose the bug
-    and which hide it."""
+    """Failing (or, for a warning or a note, flagged) / total cases per value-and-layout
+    variant: shows which inputs expose the bug and which hide it. A flagged case that was never
+    judged (a workload left untried) counts among the total too."""
     failed = Counter(_variant(problem, p.case) for p, _ in items)
     total = Counter(_variant(problem, r.case) for r in records)
+    for variant, count in failed.items():
+        total[variant] = max(total[variant], count)
+    verb = _VERBS.get(severity, "failed")
     return {
-        variant: f"failed {failed.get(variant, 0)} of {count}"
+        variant: f"{verb} {failed.get(variant, 0)} of {count}"
         for variant, count in sorted(total.items(), key=lambda kv: -failed.get(kv[0], 0))
     }
