@@ -13,24 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 
-def settled(results: Path, profile: str) -> set[str]:
-    """Problems some results file in `results` records as done or timed out in `profile`."""
-    seen: set[str] = set()
-    for path in results.glob("solexecbench-scale-*.json"):
-        record = json.loads(path.read_text())
-        record = record.get("solexecbench-scale", record)
-        for problem in record.get("problems", []) if isinstance(record, dict) else []:
-            if problem.get("profile") == profile and problem.get("status") in ("done", "timeout"):
-                seen.add(problem["problem"])
-    return seen
-
-
-def latest(results: Path, profile: str) -> dict[str, dict]:
-    """Each problem's latest record in `profile`, done or cut by a limit, by the run's start."""
-    kept: dict[str, tuple[str, dict]] = {}
+def _records(results: Path) -> Iterator[tuple[str, dict]]:
+    """Every problem record of every results file in `results`, with its run's start."""
     for path in results.glob("solexecbench-scale-*.json"):
         record = json.loads(path.read_text())
         record = record.get("solexecbench-scale", record)
@@ -38,15 +26,26 @@ def latest(results: Path, profile: str) -> dict[str, dict]:
             continue
         when = f"{record.get('date', '')} {record.get('started', '')}"
         for problem in record.get("problems", []):
-            if problem.get("profile") != profile or problem.get("status") not in (
-                "done",
-                "timeout",
-            ):
-                continue
-            name = problem["problem"]
-            if name not in kept or when >= kept[name][0]:
-                kept[name] = (when, problem)
+            yield when, problem
+
+
+def latest(results: Path, profile: str) -> dict[str, dict]:
+    """Each problem's latest record in `profile`, done or cut by a limit, by the run's start:
+    the problems a coverage run owes nothing."""
+    kept: dict[str, tuple[str, dict]] = {}
+    for when, problem in _records(results):
+        if problem.get("profile") != profile or problem.get("status") not in ("done", "timeout"):
+            continue
+        name = problem["problem"]
+        if name not in kept or when >= kept[name][0]:
+            kept[name] = (when, problem)
     return {name: problem for name, (_, problem) in kept.items()}
+
+
+def _problems(root: Path) -> list[str]:
+    return [
+        f"{d.parent.parent.name}/{d.parent.name}" for d in sorted(root.glob("*/*/definition.json"))
+    ]
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -56,14 +55,8 @@ def _percentile(values: list[float], share: float) -> float:
 
 def summary(results: Path, root: Path, profile: str) -> dict[str, object]:
     records = latest(results, profile)
-    problems = [f"{d.parent.parent.name}/{d.parent.name}" for d in root.glob("*/*/definition.json")]
-    unrunnable: set[str] = set()
-    for path in results.glob("solexecbench-scale-*.json"):
-        record = json.loads(path.read_text())
-        record = record.get("solexecbench-scale", record)
-        for problem in record.get("problems", []) if isinstance(record, dict) else []:
-            if problem.get("status") == "not-runnable":
-                unrunnable.add(problem["problem"])
+    problems = _problems(root)
+    unrunnable = {p["problem"] for _, p in _records(results) if p.get("status") == "not-runnable"}
     seconds = [
         max(float(r["seconds"]), float(r.get("limit_s") or 0.0))
         if r["status"] == "timeout"
@@ -91,9 +84,8 @@ def main() -> None:
     if args.summary:
         print(json.dumps(summary(args.results, args.root, args.profile), indent=1))
         return
-    seen = settled(args.results, args.profile)
-    for definition in sorted(args.root.glob("*/*/definition.json")):
-        problem = f"{definition.parent.parent.name}/{definition.parent.name}"
+    seen = latest(args.results, args.profile)
+    for problem in _problems(args.root):
         if problem not in seen:
             print(problem)
 

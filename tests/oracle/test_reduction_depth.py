@@ -5,7 +5,7 @@ import torch
 from kernelaudit import Contract, Output, Problem, TensorInput
 from kernelaudit.oracle.compare import compare
 from kernelaudit.oracle.rule import noise_floor
-from kernelaudit.oracle.truth import reduction_depth, result_depths
+from kernelaudit.oracle.truth import result_depths
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -22,8 +22,8 @@ MATMUL = Problem(
 )
 
 
-def test_depth_is_the_product_of_the_axes_the_outputs_do_not_have() -> None:
-    assert reduction_depth(MATMUL, {"m": 8, "n": 8, "k": 4096}) == 4096
+def test_depth_is_the_product_of_the_axes_the_output_does_not_have() -> None:
+    assert result_depths(MATMUL, {"m": 8, "n": 8, "k": 4096}) == (4096,)
 
 
 def _linear_backward(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, acc: torch.Tensor):
@@ -53,8 +53,7 @@ LINEAR_BACKWARD = Problem(
 
 def test_each_result_sums_over_the_axes_it_does_not_have() -> None:
     sizes = {"tokens": 4096, "n": 32, "k": 16}
-    # every axis is some output's, so the outputs together reduce none
-    assert reduction_depth(LINEAR_BACKWARD, sizes) == 1
+    # every axis is some output's: counted over the outputs together, none would be summed
     # grad_x sums over n, grad_w over the tokens; for grad_b, and acc after the call, shapes
     # alone cannot tell that k is not summed into them: an upper bound, counted in
     assert result_depths(LINEAR_BACKWARD, sizes) == (32, 4096, 4096 * 16, 4096 * 16)

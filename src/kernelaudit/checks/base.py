@@ -206,7 +206,7 @@ class Expected:
     """The dtype each result must have."""
     depths: tuple[int, ...] = ()
     """How many terms each result may sum: the product of the sizes of the axes the inputs have
-    and that result does not (`oracle.truth.reduction_depth`; 1 where none is given). The
+    and that result does not (`oracle.truth.result_depths`; 1 where none is given). The
     oracle's noise floor grows with it."""
     undefined_where_nan: bool = False
     """Whether the case draws whole rows a reference may leave undefined (zero rows, rows of

@@ -87,7 +87,7 @@ def _by_variant(
     problem: Problem,
     items: list[tuple[Probe, Failure]],
     records: list[CaseRecord],
-    severity: str = "fail",
+    severity: str,
 ) -> dict[str, str]:
     """Failing (or, for a warning or a note, flagged) / total cases per value-and-layout
     variant: shows which inputs expose the bug and which hide it. A flagged case that was never

@@ -346,18 +346,15 @@ def _declared_size(dim: Dim, sizes: Mapping[str, int]) -> int:
         return -1
 
 
-def reduction_depth(
-    problem: Problem, sizes: Mapping[str, int], result: tuple[object, ...] | None = None
-) -> int:
-    """How many terms a result may sum: the product of the sizes of the axes some input has
-    and the result's shape does not (the k of a matmul, the tokens of an embedding gradient,
-    the batch and sequence of a bias gradient). Without `result`, the axes no output has."""
+def reduction_depth(problem: Problem, sizes: Mapping[str, int], result: tuple[object, ...]) -> int:
+    """How many terms a result of shape `result` may sum: the product of the sizes of the axes
+    some input has and the result does not (the k of a matmul, the tokens of an embedding
+    gradient, the batch and sequence of a bias gradient)."""
 
     def named(shapes: object) -> set[str]:
         return {a for shape in shapes for d in shape for a in dim_axes(d)}  # type: ignore[attr-defined]
 
-    kept = named([result] if result is not None else [o.shape for o in problem.outputs])
-    reduced = named(i.shape for i in problem.tensor_inputs) - kept
+    reduced = named(i.shape for i in problem.tensor_inputs) - named([result])
     depth = 1
     for axis in reduced:
         depth *= max(int(sizes.get(axis, 1)), 1)

@@ -154,7 +154,7 @@ def shadow_all(
             slots.plug = plug
             before = slots.calls[plug.slot]
             try:
-                taken[k] = _gradients(model, batch, loss, keep=True)
+                taken[k] = _gradients(model, batch, loss, keep=shared)
             except Exception as failure:  # the plugged kernel's failure, reported by the check
                 errors[k] = f"step {calls[k]}: {failure_text(failure)}"
                 continue
