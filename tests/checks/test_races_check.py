@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kernelaudit import Contract
+from kernelaudit.checks import numerics
 from kernelaudit.checks.base import Expected, Observation, PlanContext, Probe, Step
 from kernelaudit.checks.races import Races
 from kernelaudit.engine.audit import audit
@@ -123,6 +124,36 @@ def test_a_problem_allowed_to_vary_holds_every_run_and_thread_to_the_error_budge
     assert failure.title.startswith("thread 2 of 4 calling at once (round 2): y")
     calls[2] = calls[1]
     assert Races().judge(observed(probe, ctx, calls)) == []
+
+
+def test_runs_giving_the_bytes_of_the_call_alone_are_judged_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compared: list[torch.Tensor] = []
+    compare = numerics.compare_expected
+
+    def counting(expected: Expected, k: int, values: torch.Tensor, *args: object) -> object:
+        compared.append(values)
+        return compare(expected, k, values, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(numerics, "compare_expected", counting)
+    ctx = context("row_scale", "cuda", deterministic=False)
+    probe = Races().plan(ctx)[1]
+    # every run a tensor of its own, with the call alone's bytes
+    same = [(torch.ones(8, 16),) for _ in range(10)]
+    calls = [
+        CallOutcome(outputs=same[0]),
+        CallOutcome(outputs=same[1], thread_outputs=tuple(same[2:6])),
+        CallOutcome(outputs=same[6], thread_outputs=tuple(same[6:10])),
+    ]
+    assert Races().judge(observed(probe, ctx, calls)) == []
+    assert len(compared) == 1
+    # a thread whose bytes differ is judged on its own
+    calls[2] = replace(calls[2], thread_outputs=(same[6], (torch.zeros(8, 16),), *same[7:9]))
+    compared.clear()
+    (failure,) = Races().judge(observed(probe, ctx, calls))
+    assert len(compared) == 2
+    assert failure.title.startswith("thread 2 of 4 calling at once (round 2): y")
 
 
 def test_a_case_already_wrong_alone_is_no_race_unless_a_run_errs_more() -> None:

@@ -222,7 +222,9 @@ def test_a_numerics_judgement_passes_a_correct_kernel_on_an_ill_conditioned_case
     observation = SimpleNamespace(
         problem=problem(),
         expected_at=lambda call: case,
+        inputs_at=lambda call: inputs,
         aligned=lambda values, call: values,
+        judged=[],
         result=SimpleNamespace(calls=[SimpleNamespace(outputs=outputs)]),
         device="cpu",
     )

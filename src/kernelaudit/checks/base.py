@@ -265,6 +265,12 @@ class Observation:
     measurements: Mapping[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     """Where the candidate ran ("cpu", "cuda", "cuda:1")."""
+    judged: list[tuple[int, tuple[torch.Tensor, ...], tuple[Failure, ...]]] = field(
+        default_factory=list, compare=False, repr=False
+    )
+    """Calls whose results `numerics.judge_results` judged: the call, its results and their
+    failures, so that a later call of the same case giving the same bytes (a repeat, a thread,
+    a timed repetition) is not judged again."""
 
     def expected_at(self, call: int) -> Expected:
         return self.step_expected[call] if call < len(self.step_expected) else self.expected
