@@ -266,7 +266,7 @@ class Observation:
     device: str = "cpu"
     """Where the candidate ran ("cpu", "cuda", "cuda:1")."""
     judged: list[tuple[int, tuple[torch.Tensor, ...], tuple[Failure, ...]]] = field(
-        default_factory=list, compare=False, repr=False
+        default_factory=list, init=False, compare=False, repr=False
     )
     """Calls whose results `numerics.judge_results` judged: the call, its results and their
     failures, so that a later call of the same case giving the same bytes (a repeat, a thread,
