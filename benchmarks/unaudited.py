@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,9 +87,12 @@ def main() -> None:
         print(json.dumps(summary(args.results, args.root, args.profile), indent=1))
         return
     seen = latest(args.results, args.profile)
-    for problem in _problems(args.root):
-        if problem not in seen:
-            print(problem)
+    owed = "".join(f"{problem}\n" for problem in _problems(args.root) if problem not in seen)
+    try:
+        sys.stdout.write(owed)
+        sys.stdout.flush()
+    except BrokenPipeError:  # a reader that stopped early (`| head`) wanted no more
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (nothing left to flush at exit)
 
 
 if __name__ == "__main__":
