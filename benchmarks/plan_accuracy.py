@@ -32,13 +32,12 @@ def _reports(folder: Path, match: str) -> Iterator[tuple[str, dict]]:
             continue
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
-                if member.isfile() and member.name.startswith("reports/"):
-                    if not member.name.endswith(".json"):
-                        continue
-                    data = tar.extractfile(member)
-                    if data is not None:
-                        for report in json.load(data).get("reports", []):
-                            yield f"{archive.name}:{member.name}", report
+                name = member.name
+                if not (member.isfile() and name.startswith("reports/") and name.endswith(".json")):
+                    continue
+                data = tar.extractfile(member)
+                for report in json.load(data).get("reports", []) if data else []:
+                    yield f"{archive.name}:{name}", report
     for path in sorted(folder.glob("*/reports/*.json")):
         if match not in path.parent.parent.name:
             continue

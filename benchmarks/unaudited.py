@@ -92,7 +92,8 @@ def main() -> None:
         sys.stdout.write(owed)
         sys.stdout.flush()
     except BrokenPipeError:  # a reader that stopped early (`| head`) wanted no more
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (nothing left to flush at exit)
+        # what is left in the buffer goes nowhere, rather than failing again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

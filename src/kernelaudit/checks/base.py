@@ -245,6 +245,17 @@ class Expected:
 
 
 @dataclass(frozen=True)
+class Judged:
+    """One call's judgement: its case's expected results and inputs, its results, and the
+    failures they gave."""
+
+    expected: Expected
+    inputs: Mapping[str, object]
+    results: tuple[torch.Tensor, ...]
+    failures: tuple[Failure, ...]
+
+
+@dataclass(frozen=True)
 class Observation:
     """What one probe produced, with everything a check needs to judge it.
 
@@ -265,12 +276,9 @@ class Observation:
     measurements: Mapping[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     """Where the candidate ran ("cpu", "cuda", "cuda:1")."""
-    judged: list[tuple[int, tuple[torch.Tensor, ...], tuple[Failure, ...]]] = field(
-        default_factory=list, init=False, compare=False, repr=False
-    )
-    """Calls whose results `numerics.judge_results` judged: the call, its results and their
-    failures, so that a later call of the same case giving the same bytes (a repeat, a thread,
-    a timed repetition) is not judged again."""
+    judged: list[Judged] = field(default_factory=list, init=False, compare=False, repr=False)
+    """Calls whose results `numerics.judge_results` judged, so that a later call of the same
+    case giving the same bytes (a repeat, a thread, a timed repetition) is not judged again."""
 
     def expected_at(self, call: int) -> Expected:
         return self.step_expected[call] if call < len(self.step_expected) else self.expected

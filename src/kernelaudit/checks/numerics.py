@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import Expected, Failure, Observation, PlanContext, Probe
+from kernelaudit.checks.base import Expected, Failure, Judged, Observation, PlanContext, Probe
 from kernelaudit.checks.sweep import numerics_cases
 from kernelaudit.oracle.compare import Comparison, compare, judging_device
 from kernelaudit.oracle.conditioning import Nudged
@@ -53,10 +53,10 @@ def judge_results(
     if len(values) < len(expected.names):
         return []  # the execution check reports a wrong number of outputs
     inputs = observation.inputs_at(call)
-    for earlier, results, judged in observation.judged:
-        same_case = observation.expected_at(earlier) is expected
-        if same_case and observation.inputs_at(earlier) is inputs and _same(results, values):
-            return list(judged)  # the same case and the same bytes: the same judgement
+    for earlier in observation.judged:
+        same_case = earlier.expected is expected and earlier.inputs is inputs
+        if same_case and _same(earlier.results, values):
+            return list(earlier.failures)  # the same case and the same bytes: the same judgement
     failures = []
     where = judging_device(observation.device)
     for k, name in enumerate(expected.names):
@@ -75,17 +75,13 @@ def judge_results(
             )
         )
     if len(observation.judged) < _JUDGEMENTS_KEPT:
-        observation.judged.append((call, values, tuple(failures)))
+        observation.judged.append(Judged(expected, inputs, values, tuple(failures)))
     return failures
 
 
 def _same(kept: tuple[torch.Tensor, ...], values: tuple[torch.Tensor, ...]) -> bool:
     return len(kept) == len(values) and all(
-        isinstance(a, torch.Tensor)
-        and isinstance(b, torch.Tensor)
-        and a.device == b.device
-        and same_bits(a, b)
-        for a, b in zip(kept, values, strict=True)
+        a.device == b.device and same_bits(a, b) for a, b in zip(kept, values, strict=True)
     )
 
 
