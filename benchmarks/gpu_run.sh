@@ -46,7 +46,7 @@ for step in ${steps[@]}; do
     ab)
       # the same SOL-ExecBench problems audited by an older tree's code ($BASE/src, say
       # `git archive OLD src benchmarks | tar -x -C build/base`) and by this one, alternating
-      # which goes first, default profile: what a change to the auditor saves
+      # which goes first, AB_PROFILE (default: default): what a change to the auditor saves
       problems=(${AB_PROBLEMS:-L1/072_cross L2/057_residual})
       sides=(new base)
       # bytecode for both trees, so neither's first audit pays for compiling it
@@ -58,7 +58,7 @@ for step in ${steps[@]}; do
           src="$PWD/src"; [ "$side" = base ] && src="$PWD/${BASE:-build/base}/src"
           kept=(); [ -f "$out/ab/$side.json" ] && kept=(--skip-done)
           PYTHONPATH="$src" python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
-            --out "$out/ab/$side.json" "${kept[@]}" --profile default --timeout 240 \
+            --out "$out/ab/$side.json" "${kept[@]}" --profile "${AB_PROFILE:-default}" --timeout 240 \
             --device cuda --only "$problem" 2>&1 | tail -n 3
         done
         sides=("${sides[1]}" "${sides[0]}")

@@ -127,11 +127,18 @@ def _odd(sizes: dict[str, int]) -> bool:
     return any(size % 16 for size in sizes.values())
 
 
+def required_budget(ctx: PlanContext) -> float:
+    """The seconds the shares that decide what every audit runs are taken of: the budget, as
+    the device's cost model counts it (`CostModel.required_share`)."""
+    return ctx.profile.budget_s * cost_model(ctx.device).required_share
+
+
 def affordable(ctx: PlanContext, sizes: dict[str, int], calls: int = 1) -> bool:
-    """Whether `calls` calls at `sizes` fit the audit's whole budget: a case that does not is
-    never run whatever the budget, only while it allows (a workload of billions of elements)."""
+    """Whether `calls` calls at `sizes` fit the audit's whole budget (`required_budget`): a
+    case that does not is never run whatever the budget, only while it allows (a workload of
+    billions of elements)."""
     seconds = cost_model(ctx.device).seconds(case_elements(ctx.problem, sizes), calls)
-    return seconds <= ctx.profile.budget_s
+    return seconds <= required_budget(ctx)
 
 
 _BASE_CALLS = 100
@@ -147,7 +154,7 @@ def workloads_cheap(ctx: PlanContext) -> bool:
     of the budget: then every one of them runs, and the checks depart from the first."""
     model, problem = cost_model(ctx.device), ctx.problem
     seconds = sum(model.seconds(case_elements(problem, w.as_dict())) for w in problem.workloads)
-    return seconds * len(problem.dtype_configs()) <= _WORKLOAD_SHARE * ctx.profile.budget_s
+    return seconds * len(problem.dtype_configs()) <= _WORKLOAD_SHARE * required_budget(ctx)
 
 
 def base_workload(ctx: PlanContext) -> str:
@@ -159,7 +166,7 @@ def base_workload(ctx: PlanContext) -> str:
     if not problem.workloads:
         return ""
     model = cost_model(ctx.device)
-    allowance = _BASE_SHARE * ctx.profile.budget_s / (_BASE_CALLS * model.per_element_s)
+    allowance = _BASE_SHARE * required_budget(ctx) / (_BASE_CALLS * model.per_element_s)
     elements = {w.name: case_elements(problem, w.as_dict()) for w in problem.workloads}
     first = problem.workloads[0].name
     if elements[first] <= allowance or workloads_cheap(ctx):
@@ -247,7 +254,7 @@ def _anchor(ctx: PlanContext, kept: list[str], variants: list[Variant]) -> tuple
     sizes = {w.name: w.as_dict() for w in problem.workloads}
     configs = len(problem.dtype_configs())
     cost = {name: model.seconds(case_elements(problem, sizes[name])) for name in kept}
-    allowance = _VARIANT_SHARE * ctx.profile.budget_s
+    allowance = _VARIANT_SHARE * required_budget(ctx)
     every = [True] * len(variants)
     covering = covering_variants(ctx, variants)
     for chosen in (every, covering):

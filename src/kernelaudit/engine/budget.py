@@ -3,8 +3,9 @@
 Every probe of rank 0 runs: each value distribution, boundary size and layout at least once,
 and every check's own probes. The optional ones (rank 1 and up: the same variants at more
 workloads, more dtype configurations, more seeds, workloads left out of a sample) are added
-lowest rank first while the estimated time of everything planned fits the probes' share of
-the budget. The estimate comes from `kernelaudit.inputs.cost`, never from the clock, so which
+lowest rank first while the estimated time of everything planned, with what the device's
+probing costs besides (`CostModel.per_audit_s`), fits the probes' share of the budget. The
+estimate comes from `kernelaudit.inputs.cost`, never from the clock, so which
 cases run, and the verdict, do not depend on how busy the host is. A probe that makes the same
 calls on the same case as one already counted costs nothing more: it is judged on that
 probe's run (`engine.probing`, unless the run is too large to hold until then).
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from kernelaudit.checks import build_checks
 from kernelaudit.checks.base import PlanContext, Probe, RunPlan
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.cost import case_seconds
+from kernelaudit.inputs.cost import case_seconds, cost_model
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
@@ -36,7 +37,8 @@ class FittedPlan:
     untried: tuple[Probe, ...]
     """Optional probes the budget left out."""
     estimate_s: float
-    """The estimated seconds of the probes that run."""
+    """The estimated seconds of the probing: the probes that run, and what the device's
+    probing costs besides (`CostModel.per_audit_s`)."""
     budget_s: float
 
 
@@ -62,7 +64,7 @@ def fit(planned: list[Probe], problem: Problem, device: str, budget_s: float) ->
         counted = (probe.case, probe.plan) in runs
         return 0.0 if counted else probe_seconds(problem, probe, device)
 
-    estimate = 0.0
+    estimate = cost_model(device).per_audit_s
     for probe in required:
         estimate += seconds(probe)
         runs.add((probe.case, probe.plan))
