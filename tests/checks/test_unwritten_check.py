@@ -55,3 +55,17 @@ def test_a_nondeterministic_candidate_is_not_blamed_for_reading_uninitialised_me
 ) -> None:
     report = tiny_audit("row_scale", "row_scale_kernels.py::noisy", ["unwritten"])
     assert [f.title for f in report.findings if f.check == "unwritten"] == []
+
+
+def test_a_candidate_that_writes_everything_costs_the_check_no_calls_of_its_own(
+    tiny_audit: Callable[..., AuditReport],
+) -> None:
+    # each boundary case is screened on the numerics sweep's plain run of it; only a result
+    # holding the poison would be run again three times
+    report = tiny_audit("row_scale", "row_scale_kernels.py::scale", ["numerics", "unwritten"])
+    screened = [r.case for r in report.records if r.check == "unwritten"]
+    swept = {r.case for r in report.records if r.check == "numerics"}
+    assert report.verdict == "PASS"
+    assert screened and all(case in swept for case in screened)
+    assert len(screened) == len(set(screened))  # each case once: no three-call run followed
+    assert dict(report.budget)["probes_sharing_a_run"] >= len(screened)

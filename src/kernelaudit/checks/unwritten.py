@@ -1,6 +1,11 @@
 """Unwritten outputs: every output and every allocation the candidate makes is filled with NaN on
 one call and with a second sentinel on another; an element that follows the poison was never
-written (or was computed from memory that was never written)."""
+written (or was computed from memory that was never written).
+
+Each boundary case is screened first by a plain call (NaN poison, the run the numerics sweep
+makes of the same case, so usually shared with it): where no result holds the poison, no
+element can have followed it, and the case is done. Where one does, the case is run again as
+the three calls below, and judged on those."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from kernelaudit.runner.poison import poison_value
 # NaN, sentinel, NaN: an element that follows the poison in all three calls was never written;
 # one that is NaN exactly in the NaN calls was computed from poisoned memory
 _PLAN = RunPlan(poisons=("nan", "sentinel", "nan"))
+_SCREEN = RunPlan(poisons=("nan",))
 
 
 class Unwritten:
@@ -23,7 +29,7 @@ class Unwritten:
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         limit = 2 * len(ctx.problem.axes)
-        return [Probe(self.name, case, _PLAN) for case in boundary_cases(ctx, limit)]
+        return [Probe(self.name, case, _SCREEN) for case in boundary_cases(ctx, limit)]
 
     def judge(self, observation: Observation) -> list[Failure]:
         result = observation.result
@@ -69,6 +75,13 @@ class Unwritten:
         return failures
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
+        """The three calls, for a screened case where a result holds the NaN poison."""
+        probe, result = observation.probe, observation.result
+        if probe.check != self.name or probe.plan != _SCREEN or result.error or not result.calls:
+            return []
+        outputs = result.calls[0].outputs[: len(observation.problem.outputs)]
+        if any(v.dtype != torch.bool and bool(_holds(v, "nan").any()) for v in outputs):
+            return [Probe(self.name, probe.case, _PLAN, rank=probe.rank)]
         return []
 
 
