@@ -103,3 +103,31 @@ def test_a_workload_whose_truth_outgrows_the_device_is_a_warning_and_the_rest_ju
     assert all(c.startswith("warned on ") for c in counted)
     assert all(dict(r.case.sizes)["cols"] <= 64 for r in report.records)
     assert report.records
+
+
+NARROW = Path(__file__).parent / "fixtures" / "narrow_generator.py"
+
+
+@pytest.mark.parametrize(("candidate", "verdict"), [("doubled", "PASS"), ("tripled", "FAIL")])
+def test_cases_the_problems_generator_cannot_make_are_untried_and_the_rest_judged(
+    candidate, verdict
+):
+    report = audit(
+        NARROW, f"{NARROW}::{candidate}", "quick", "cpu", checks=["execution", "numerics"]
+    )
+    assert report.verdict == verdict
+    assert any("the input generator cannot make these sizes" in w for w in dict(report.untried))
+    assert report.records
+    # the generator's values ran only where it can make them; kernelaudit's own draws anywhere
+    for record in report.records:
+        if dict(record.case.sizes)["cols"] < 32:
+            assert dict(record.case.values).get("x") not in (None, "get_inputs")
+
+
+def test_a_generator_that_fails_at_a_workload_stops_the_audit_with_the_fix(tmp_path):
+    broken = tmp_path / "narrow_generator.py"
+    broken.write_text(
+        NARROW.read_text().replace('{"rows": 33, "cols": 64}', '{"rows": 33, "cols": 8}')
+    )
+    with pytest.raises(ProblemError, match="input generator failed for sizes"):
+        audit(broken, f"{broken}::doubled", "quick", "cpu", ["numerics"])

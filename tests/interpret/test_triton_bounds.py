@@ -124,6 +124,21 @@ def test_a_store_one_past_the_end_fails_the_audit_with_kernel_argument_and_offse
     assert "kernel _scale writes 1 element past the end of y_ptr (output y) at n=1" in finding.title
 
 
+@pytest.mark.slow
+def test_sizes_the_problems_generator_cannot_make_leave_the_check_idle_not_the_audit_broken():
+    report = audit(
+        FIXTURES / "scale_generated.py",
+        f"{KERNELS}::store_one_past_the_end",
+        "quick",
+        "cpu",
+        ["triton-bounds"],
+    )
+    assert (
+        "the problem can make no input at the interpreted sizes"
+        in dict(report.coverage)["triton-bounds"]
+    )
+
+
 def test_an_unmasked_store_reports_every_lane_of_the_last_block_past_the_end(
     runs: dict[str, InterpretedRun],
 ) -> None:

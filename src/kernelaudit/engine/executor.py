@@ -132,7 +132,19 @@ class Executor:
         return prepared
 
     def _truth(self, case: Case) -> tuple[dict[str, object], Expected]:
-        inputs = materialize(self.problem, case)
+        try:
+            inputs = materialize(self.problem, case)
+        except ProblemError as error:
+            if at_a_workload(self.problem, case) or device_fault(error):
+                raise
+            # the problem's own input generator fails at sizes no workload has (a square root
+            # of the sizes' difference, say): a constraint the declaration does not state, and
+            # no case to judge a candidate on
+            raise CaseUnavailable(
+                f"the problem's input generator cannot make inputs at {case.describe()}: "
+                f"{error.message}",
+                "the input generator cannot make these sizes",
+            ) from error
         config = self.problem.dtype_configs()[case.dtype_config]
         try:
             # made again without the device copies of kept draws where the device runs out of
