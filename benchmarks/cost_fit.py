@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-from plan_accuracy import _reports
+from plan_accuracy import scale_reports
 
 from kernelaudit.errors import UsageError
 from kernelaudit.formats.readers import read_problem
@@ -125,10 +125,9 @@ def main() -> None:
     parser.add_argument("--report", type=Path, action="append", default=[], help="a JSON report")
     parser.add_argument("--out", type=Path, help="also write the fit and its probes here")
     args = parser.parse_args()
-    sources = _named(args.report)
-    if args.folder is not None:
-        sources = (*_reports(args.folder, args.match), *sources)  # type: ignore[assignment]
-    rows = _probes(iter(sources), args.device, args.profile)
+    logged = scale_reports(args.folder, args.match) if args.folder is not None else iter(())
+    sources = itertools.chain(logged, _named(args.report))
+    rows = _probes(sources, args.device, args.profile)
     if not rows:
         raise SystemExit("no numerics probes of that device and profile in those reports")
     result = fit(rows, args.device)

@@ -24,7 +24,7 @@ from pathlib import Path
 PROBING = ("truth and baseline", "candidate runs", "judging", "shrinking")
 
 
-def _reports(folder: Path, match: str) -> Iterator[tuple[str, dict]]:
+def scale_reports(folder: Path, match: str) -> Iterator[tuple[str, dict]]:
     """(where it came from, report) for every report in the folder's logs and report folders
     whose name holds `match`."""
     for archive in sorted(folder.glob("solexecbench-scale-*-logs.tar.gz")):
@@ -54,7 +54,7 @@ def _quartiles(values: list[float]) -> dict[str, float]:
 
 def accuracy(folder: Path, device: str, profile: str, match: str = "") -> dict[str, object]:
     rows = []
-    for source, report in _reports(folder, match):
+    for source, report in scale_reports(folder, match):
         if not str(report.get("device", "")).startswith(device):
             continue
         if report.get("profile") != profile:
