@@ -144,9 +144,10 @@ class AuditReport:
     judging_seconds: tuple[tuple[str, float], ...] = ()
     """Seconds each check spent judging, over every observation: where `judging` went."""
     budget: tuple[tuple[str, float], ...] = ()
-    """The time budget and the plan fitted to it: budget_s, planned_s (the estimate of the
-    probes that ran), probes_planned, probes_untried, probes_sharing_a_run (judged on another
-    probe's run of the same calls on the same case)."""
+    """The time budget and the plan fitted to it: budget_s, planned_s (the estimated seconds of
+    the probing phases: the probes that ran, and on a GPU what an audit's probing costs
+    besides), probes_planned, probes_untried, probes_sharing_a_run (judged on another probe's
+    run of the same calls on the same case)."""
     untried: tuple[tuple[str, int], ...] = ()
     """Optional probes the budget left out, counted by check and shape."""
     isolation: str = ""
