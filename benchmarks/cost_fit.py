@@ -10,8 +10,9 @@ probes do not decide it, nor the thousands of the commonest size.
         [--match coverage] [--report demo.json ...] [--out fit.json]
 
 A probe that took another probe's run (`probes_sharing_a_run`) spent only its judging; the
-fit keeps the first numerics probe of each case and drops the rest. Problems are read from the
-report's `problem_path`, so the problems' files must be where the audits read them.
+fit keeps the first numerics probe of each case, leaves out the cases the unwritten check
+probes too, and drops the rest. Problems are read from the report's `problem_path`, so the
+problems' files must be where the audits read them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def _named(paths: list[Path]) -> Iterator[tuple[str, dict]]:
 
 
 def _probes(reports: Iterator[tuple[str, dict]], device: str, profile: str) -> list[dict]:
-    """(problem, elements, seconds) of each numerics probe that made its own run."""
+    """(problem, elements, seconds) of each numerics probe that made its own run: the first of
+    each case, and none of the cases the unwritten check also probes (its screens, the plain
+    calls of the boundary cases, run first, so the sweep's probes of them hold only judging)."""
     problems: dict[str, Problem | None] = {}
     rows = []
     for _, report in reports:
@@ -56,8 +59,9 @@ def _probes(reports: Iterator[tuple[str, dict]], device: str, profile: str) -> l
         problem = problems[path]
         if problem is None:
             continue
-        seen = set()
-        for record in report.get("cases", []):
+        records = report.get("cases", [])
+        seen = {Case.from_json(r["case"]) for r in records if r.get("check") == "unwritten"}
+        for record in records:
             if record.get("check") != "numerics":
                 continue
             case = Case.from_json(record["case"])

@@ -17,9 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
-from kernelaudit.checks import build_checks
 from kernelaudit.checks.base import PlanContext
-from kernelaudit.engine.budget import fit
+from kernelaudit.engine.budget import fit_ahead
 from kernelaudit.errors import UsageError
 from kernelaudit.formats.readers import read_problem
 from kernelaudit.profiles import PROFILES
@@ -36,13 +35,11 @@ def plans(root: Path, device: str, profiles: list[str]) -> dict[str, dict[str, o
             continue
         for profile in profiles:
             ctx = PlanContext(problem, PROFILES[profile], device, 132)
-            probing = [check for check in build_checks() if not hasattr(check, "conclude")]
             try:
-                planned = [probe for check in probing for probe in check.plan(ctx)]
+                fitted = fit_ahead(ctx)
             except Exception as error:  # a plan this host cannot make (an nvfp4 dtype on a CPU)
                 result[f"{name} {profile}"] = {"error": f"{type(error).__name__}: {error}"}
                 continue
-            fitted = fit(planned, problem, device, PROFILES[profile].budget_s)
             required = sorted(
                 json.dumps([p.check, p.case.to_json(), p.plan.to_json()], sort_keys=True)
                 for p in fitted.probes

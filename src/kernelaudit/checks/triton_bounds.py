@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe
 from kernelaudit.checks.sweep import shapes_for
 from kernelaudit.engine.calls import call_for
-from kernelaudit.errors import CaseUnavailable, ProblemError
+from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, materialize
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
@@ -75,10 +75,8 @@ class TritonBounds(ConcludingOnly):
         for case in interpreted_cases(ctx):
             try:
                 inputs = materialize(ctx.problem, case)
-            except (CaseUnavailable, ProblemError):
-                # the problem cannot make inputs at these sizes (its own generator fails at
-                # sizes no workload has, say); a workload's failure stops the audit's probes
-                continue
+            except CaseUnavailable:
+                continue  # the problem cannot make inputs at these sizes
             self._cases.append(case)
             calls.append(call_for(ctx.problem, case, inputs))
         if not calls:

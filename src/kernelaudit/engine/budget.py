@@ -103,7 +103,13 @@ def expected_seconds(
     probes' estimate, plus as much again for shrinking and the concluding checks, in the
     proportion the budget reserves for them."""
     ctx = PlanContext(problem, profile, device, sm_count, candidate)
-    # a concluding check plans no probe, and may start its experiment when asked to plan
+    return fit_ahead(ctx).estimate_s / PROBE_SHARE
+
+
+def fit_ahead(ctx: PlanContext) -> FittedPlan:
+    """The probes every check but the concluding ones would plan for an audit of `ctx`, fitted
+    to its budget, without starting anything (a concluding check plans no probe, and may
+    start its experiment when asked to plan)."""
     probing = [check for check in build_checks() if not hasattr(check, "conclude")]
     planned = [p for check in probing for p in check.plan(ctx)]
-    return fit(planned, problem, device, profile.budget_s).estimate_s / PROBE_SHARE
+    return fit(planned, ctx.problem, ctx.device, ctx.profile.budget_s)

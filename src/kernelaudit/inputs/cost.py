@@ -8,8 +8,8 @@ on the host, the float64 and native reference runs, moving tensors to the worker
 the float64 comparison). Both come from least-squares fits of the numerics probes' seconds
 against their elements (docs/benchmarks.md, `benchmarks/cost_fit.py`): on the 2-core CPU, 518
 probes of the bundled examples (2026-11-26: 0.196 s per call, 225 ns per element); on a GPU,
-4,871 probes of 100 SOL-ExecBench problems audited one at a time on H200s (2026-11-28/29,
-judging on the device: 0.022 s and 5.2 ns through the medians of the sizes, rounded up to
+4,254 probes of 100 SOL-ExecBench problems audited one at a time on H200s (2026-11-28/29,
+judging on the device: 0.025 s and 5.5 ns through the medians of the sizes, rounded up to
 0.04 s and 8 ns for the probes of other checks, which make more calls and compare more). On a
 GPU an audit's probing also costs about 3 s that no probe's calls explain (the first calls'
 lazy start-up of the device's libraries, in the worker and in the auditor): whole audits'

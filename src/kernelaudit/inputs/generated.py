@@ -29,6 +29,15 @@ def generator_values(
     except CaseUnavailable:
         raise
     except Exception as error:
+        if not any(workload.held_by(sizes) for workload in problem.workloads):
+            # sizes no workload has, which the generator cannot make (a square root of the
+            # patches left for its last grid, say): a constraint the declaration does not
+            # state, and no case to judge a candidate on
+            raise CaseUnavailable(
+                f"the problem's input generator cannot make inputs at sizes {dict(sizes)}: "
+                f"{type(error).__name__}: {error}",
+                "the input generator cannot make these sizes",
+            ) from error
         raise ProblemError(
             file=problem.source or problem.name,
             field="get_inputs",

@@ -214,6 +214,10 @@ class Workload:
     def as_dict(self) -> dict[str, int]:
         return dict(self.sizes)
 
+    def held_by(self, sizes: Mapping[str, int]) -> bool:
+        """Whether `sizes` give each of this workload's axes its size."""
+        return dict(self.sizes).items() <= dict(sizes).items()
+
 
 @dataclass(frozen=True)
 class Contract:
