@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|rerun|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -96,11 +96,13 @@ for step in ${steps[@]}; do
         --only "${owed[@]}" 2>&1 | tail -n 4
       ;;
     rerun)
-      # chosen SOL-ExecBench problems audited again, default profile (RERUN="L2/076_ ...")
+      # chosen SOL-ExecBench problems audited again, default profile (RERUN="L2/076_ ..."),
+      # none started after STOP_AFTER seconds; the reports and logs kept in one archive
       python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
         --out "$out/rerun.json" --work /tmp/rerun-work --profile default \
-        --timeout "${TIMEOUT:-150}" --device cuda --only ${RERUN} 2>&1 | tail -n 4
-      cp /tmp/rerun-work/reports/*.json "$out/" 2>/dev/null
+        --timeout "${TIMEOUT:-150}" --stop-after "${STOP_AFTER:-3600}" --device cuda \
+        --only ${RERUN} 2>&1 | tail -n 4
+      tar -czf "$out/rerun-logs.tar.gz" -C /tmp/rerun-work logs reports
       ;;
     training-ab)
       # the training check's runs, each kind timed alone (benchmarks/training_parts.py), by an
@@ -170,6 +172,10 @@ for step in ${steps[@]}; do
       note $? "$out/safety.txt"
       tail -n 40 "$out/safety.txt"
       ;;
+    held-memory)
+      # what the allocator still holds after common library calls, and who allocated it
+      python3 benchmarks/held_memory.py --audit --checks races,memory --out "$out/held-memory.json" 2>&1 | tail -n 40
+      ;;
     profile)
       # where one audit's time goes: the auditor and every child under cProfile, and a timeline
       sol="${PROBLEMS:-build/solexecbench}"
@@ -178,6 +184,15 @@ for step in ${steps[@]}; do
             "--sol $sol/FlashInfer-Bench/022_rmsnorm_h512 --profile default"
             "examples/layernorm/problem.py examples/layernorm/candidates.py::masked_statistics --profile default")
       names=(sol016-quick sol022-quick sol022-default layernorm-default)
+      if [ -n "${PROFILE_SOL:-}" ]; then
+        # chosen SOL-ExecBench problems instead, default profile (PROFILE_SOL="L1/056_ ...")
+        runs=(); names=()
+        for prefix in $PROFILE_SOL; do
+          folder=$(ls -d "$sol"/${prefix}* | head -n 1)
+          runs+=("--sol $folder --profile default")
+          names+=("$(echo "$prefix" | tr '/A-Z' '-a-z' | tr -d '_')default")
+        done
+      fi
       # bytecode for what every audit imports, so no run below pays for compiling it
       python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker, kernelaudit.sanitizer.child'
       for i in "${!runs[@]}"; do

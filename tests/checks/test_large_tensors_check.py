@@ -210,6 +210,32 @@ def test_rows_past_the_limit_are_judged_against_the_truth(
         }
 
 
+def _refuses_past_4096(x: torch.Tensor) -> torch.Tensor:
+    if x.numel() > 4096:
+        raise RuntimeError(f"invalid size: {x.numel()} elements")
+    return x * 2
+
+
+@pytest.mark.slow
+def test_a_candidate_that_raises_where_the_reference_raises_too_is_not_failed_for_it() -> None:
+    # at a limit of 2^12 elements, as on a GPU at 2^31
+    small = replace(ROWS, inputs=(TensorInput("x", ("rows", "cols"), dtypes=(torch.float16,)),))
+    refusing = replace(small, reference=_refuses_past_4096)
+    candidate = CandidateRef(KERNELS, "refuses_past_4096")
+    check = _check_after_plan("default", "cuda")
+    (note,) = check.noted(examine(refusing, candidate, "cpu", 1 << 40, 60.0, 1 << 12))
+    assert (note.severity, note.key) == ("note", "not-run:reference")
+    assert "the reference raises there too (RuntimeError: invalid size: 4160 elements)" in (
+        note.title
+    )
+    ctx = PlanContext(refusing, PROFILES["default"], "cuda", 132, None)
+    assert coverage(check, ctx).startswith("could not run here: not judged at rows=260")
+    # where the reference runs the case, the candidate's error is its own failure
+    (finding,) = examine(small, candidate, "cpu", 1 << 40, 60.0, 1 << 12)
+    assert (finding.severity, finding.key) == ("fail", "large-exception")
+    assert "invalid size: 4160 elements" in finding.title
+
+
 @pytest.mark.slow
 def test_a_destination_style_candidate_that_leaves_rows_unwritten_fails() -> None:
     problem = replace(

@@ -2,11 +2,13 @@
 
 A kernel that computes offsets in 32-bit integers (`row * stride` with an int32 row, a program
 id times a block size) is right at every size a benchmark tries and reads or writes the wrong
-memory once an offset passes 2^31. In the thorough profile, on a GPU, this check grows a batch
-axis of the first workload until the largest tensor passes 2^31 elements (`kernelaudit.large`),
-runs the candidate once on it in a process of its own, and compares the rows around the 2^31st
-element and the last rows with the fp64 truth of those rows, by the error budget. Where the
-device or its free memory does not allow the case, it says so in a note.
+memory once an offset passes 2^31. In the default and thorough profiles, on a GPU, this check
+grows a batch axis of the first workload until the largest tensor passes 2^31 elements
+(`kernelaudit.large`), runs the candidate once on it in a process of its own, and compares the
+rows around the 2^31st element and the last rows with the fp64 truth of those rows, by the
+error budget. Where the device or its free memory does not allow the case, it says so in a
+note; so too where the candidate raises on the case and the reference, run on the same inputs,
+raises as well (a library's own size limit, such as a cuFFT plan's past 2^31 elements).
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ from kernelaudit.checks.numerics import compare_expected, comparison_evidence
 from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.batch import axis_position, batch_axes, inference_skipped, result_shapes
 from kernelaudit.inputs.case import dtype_name
-from kernelaudit.large.run import LargeRun, run_large, scalar_value
+from kernelaudit.large.draws import drawn
+from kernelaudit.large.run import LargeRun, input_specs, run_large, scalar_value
 from kernelaudit.large.sizing import ELEMENTS, CannotGrow, LargeCase, limit_name, plan_large_case
 from kernelaudit.oracle.kept_results import KEPT_RESULTS
+from kernelaudit.oracle.promote import full_precision_accumulation
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.failures import describe
+from kernelaudit.timing.measure import synchronize
 
 HEADROOM_BYTES = 1 << 30
 """Device memory the case needs besides its inputs and outputs: the child's CUDA context and
@@ -122,9 +128,48 @@ def examine(
             )
         ]
     run = run_large(problem, candidate, case, device, timeout_s)
+    if run.kind == "exception":
+        fails_too = _reference_failure(problem, case, device)
+        if fails_too:
+            return [
+                note(
+                    "not-run:reference",
+                    f"not judged at {case.describe()}: the candidate raised, and the reference "
+                    f"raises there too ({fails_too}): a size the problem's own reference cannot "
+                    "run",
+                    (
+                        ("case", case.describe()),
+                        ("candidate's error", run.error),
+                        ("reference's error", fails_too),
+                    ),
+                )
+            ]
     if run.kind:
         return [_stopped(case, run)]
     return _judged(problem, case, run, device)
+
+
+def _reference_failure(problem: Problem, case: LargeCase, device: str, seed: int = 0) -> str:
+    """Where the reference, at its own dtypes, raises on the large case drawn as the
+    candidate's process drew it: its error's first line; "" where it runs, or where the device
+    runs out of memory (which says nothing about the size). A candidate that raises where the
+    reference raises too has met a limit of the problem, not shown a fault of its own."""
+    where = torch.device(device)
+    args: list[object] = []
+    try:
+        args = [drawn(spec, where, seed) for spec in input_specs(problem, case)]
+        with torch.no_grad(), full_precision_accumulation():
+            problem.reference(*args)
+        synchronize(where)
+    except (MemoryError, torch.OutOfMemoryError):
+        return ""
+    except Exception as error:
+        return headline(describe(error))
+    finally:
+        args.clear()
+        if where.type == "cuda":
+            torch.cuda.empty_cache()
+    return ""
 
 
 def _setting(problem: Problem, case: LargeCase) -> tuple[tuple[str, Any], ...]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from kernelaudit.large.draws import drawn
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.runner.failures import describe
 from kernelaudit.timing.measure import synchronize
@@ -37,7 +37,7 @@ def main(argv: Sequence[str]) -> int:
     except BaseException as error:
         return _failed(result_path, "load", error)
     try:
-        args = [_drawn(spec, device, int(request["seed"])) for spec in request["inputs"]]
+        args = [drawn(spec, device, int(request["seed"])) for spec in request["inputs"]]
         slots = [_slot(spec, device) for spec in request["outputs"]] if request["slots"] else []
         index = torch.tensor(request["rows"], dtype=torch.int64, device=device)
         before = {
@@ -87,35 +87,6 @@ def main(argv: Sequence[str]) -> int:
         result_path,
     )
     return 0
-
-
-def _drawn(spec: dict[str, Any], device: torch.device, seed: int) -> object:
-    """One input on the device: normal values for floats, ids in [0, bound) for indices, a
-    random keep pattern for masks; the same seed gives the same values."""
-    kind = spec["kind"]
-    if kind == "scalar":
-        return spec["value"]
-    generator = torch.Generator(device=device)
-    generator.manual_seed(zlib.crc32(f"{seed}\0{spec['name']}".encode()))
-    dtype = getattr(torch, spec["dtype"])
-    tensor = torch.empty(spec["shape"], dtype=dtype, device=device)
-    if kind == "float":
-        tensor.normal_(generator=generator)
-        if spec.get("positive"):
-            tensor.abs_().clamp_(min=torch.finfo(dtype).tiny)
-        if spec.get("low") is not None or spec.get("high") is not None:
-            tensor.clamp_(min=spec.get("low"), max=spec.get("high"))
-        return tensor
-    if kind == "index":
-        return tensor.random_(0, max(int(spec["bound"]), 1), generator=generator)
-    tensor.random_(0, 2, generator=generator)
-    if spec.get("min_kept") and tensor.dim():
-        tensor[..., : int(spec["min_kept"])] = 1  # every row keeps what its callers keep
-    if kind == "additive":
-        # 0 and 1 become log(1) = 0 (kept) and log(0) = -inf (masked), in place: no second
-        # tensor of this size
-        tensor.neg_().add_(1).log_()
-    return tensor
 
 
 def _slot(spec: dict[str, Any], device: torch.device) -> torch.Tensor:

@@ -61,10 +61,9 @@ def scalar_value(inp: ScalarInput, sizes: Mapping[str, int]) -> object:
     return sizes[inp.axis] if inp.axis is not None else inp.value
 
 
-def request_for(
-    problem: Problem, candidate: CandidateRef, case: LargeCase, device: str, seed: int
-) -> dict[str, Any]:
-    """The child's request, as plain JSON values."""
+def input_specs(problem: Problem, case: LargeCase) -> list[dict[str, Any]]:
+    """How each input of the large case is drawn (`kernelaudit.large.child.drawn`), as plain
+    JSON values."""
     sizes = case.size_map()
     dtypes = problem.dtype_configs()[case.dtype_config]
     inputs: list[dict[str, Any]] = []
@@ -89,6 +88,15 @@ def request_for(
             spec["kind"] = "additive" if inp.kind == "additive" else "mask"
             spec["min_kept"] = inp.domain.min_kept
         inputs.append(spec)
+    return inputs
+
+
+def request_for(
+    problem: Problem, candidate: CandidateRef, case: LargeCase, device: str, seed: int
+) -> dict[str, Any]:
+    """The child's request, as plain JSON values."""
+    sizes = case.size_map()
+    dtypes = problem.dtype_configs()[case.dtype_config]
     outputs = [
         {
             "name": out.name,
@@ -103,7 +111,7 @@ def request_for(
         "function": candidate.function,
         "device": device,
         "seed": seed,
-        "inputs": inputs,
+        "inputs": input_specs(problem, case),
         "outputs": outputs,
         "slots": problem.contract.style == "destination",
         "mutates": list(problem.contract.mutates),
