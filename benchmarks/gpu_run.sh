@@ -174,7 +174,13 @@ for step in ${steps[@]}; do
       ;;
     held-memory)
       # what the allocator still holds after common library calls, and who allocated it
-      python3 benchmarks/held_memory.py --audit --checks races,memory --out "$out/held-memory.json" 2>&1 | tail -n 40
+      # (HELD_SOL="L1/035_": that SOL-ExecBench problem's reference, every check, instead)
+      sol=(); checks="races,memory"
+      if [ -n "${HELD_SOL:-}" ]; then
+        sol=(--sol "$(ls -d "${PROBLEMS:-build/solexecbench}"/${HELD_SOL}* | head -n 1)"); checks=""
+      fi
+      python3 benchmarks/held_memory.py --audit --checks "$checks" "${sol[@]}" \
+        --out "$out/held-memory.json" 2>&1 | tail -n 40
       ;;
     profile)
       # where one audit's time goes: the auditor and every child under cProfile, and a timeline

@@ -6,9 +6,9 @@ this process), where the check reads what a candidate keeps. With --audit, the `
 check of a real audit of the matmul example whose candidate is torch's own product, the
 candidate recording the allocator's history from its import on and writing a snapshot at the
 start of every call (its worker unsandboxed, so it can write them): the blocks alive then, and
-who allocated them.
+who allocated them; with --sol, the same for a SOL-ExecBench problem's own reference.
 
-    python benchmarks/held_memory.py --out held-memory.json [--audit]
+    python benchmarks/held_memory.py --out held-memory.json [--audit [--sol PROBLEM_FOLDER]]
 """
 
 from __future__ import annotations
@@ -154,19 +154,58 @@ def product(a, b):
 """
 
 
-def in_an_audit(checks: str) -> dict[str, object]:
-    """The matmul example audited (`memory` only) with a candidate that snapshots the
-    allocator at the start of each call; the held finding and the largest live blocks."""
+_RECORDING_SOLUTION = """
+
+import os as _os, pickle as _pickle
+torch.cuda.memory._record_memory_history(max_entries=20000)
+_OUTPUTS = {outputs!r}
+
+
+def recorded_run(*args):
+    # one snapshot a process, the latest call's: a whole audit makes hundreds of calls
+    name = f"{{_os.getpid()}}-latest.pickle"
+    with open(_os.path.join(_os.environ["HELD_MEMORY_SNAPSHOTS"], name), "wb") as out:
+        _pickle.dump(torch.cuda.memory._snapshot(), out)
+    returned = run(*args)
+    if isinstance(returned, dict):
+        return tuple(returned[name] for name in _OUTPUTS)
+    return returned
+"""
+
+
+def _sol_candidate(sol: Path, folder: Path) -> tuple[str, str]:
+    """A SOL-ExecBench problem and a solution whose candidate is its own reference, recording
+    the allocator's history from its import on and snapshotting at the start of every call."""
+    definition = json.loads((sol / "definition.json").read_text())
+    source = "import torch\n" + definition["reference"]
+    source += _RECORDING_SOLUTION.format(outputs=tuple(definition["outputs"]))
+    spec = {"languages": ["pytorch"], "target_hardware": ["H100"]}
+    spec |= {"entry_point": "reference.py::recorded_run", "destination_passing_style": False}
+    solution = {"name": "recorded", "definition": definition["name"], "spec": spec}
+    solution["sources"] = [{"path": "reference.py", "content": source}]
+    (folder / "solution.json").write_text(json.dumps(solution))
+    return str(sol), str(folder / "solution.json")
+
+
+def in_an_audit(checks: str, sol: Path | None = None) -> dict[str, object]:
+    """The matmul example (or the SOL-ExecBench problem `sol`, its own reference the
+    candidate) audited with `checks`, its candidate snapshotting the allocator at the start of
+    each call; the memory findings and the largest blocks alive at the last call."""
     folder = Path(tempfile.mkdtemp(prefix="held-memory-"))
     (folder / "snapshots").mkdir()
-    (folder / "candidate.py").write_text(_RECORDING_CANDIDATE)
     root = Path(__file__).resolve().parent.parent
+    if sol is None:
+        (folder / "candidate.py").write_text(_RECORDING_CANDIDATE)
+        problem = str(root / "examples/matmul/problem.py")
+        candidate = f"{folder / 'candidate.py'}::product"
+    else:
+        problem, candidate = _sol_candidate(sol, folder)
     env = {**os.environ, "KERNELAUDIT_SANDBOX": "off"}
     env["HELD_MEMORY_SNAPSHOTS"] = str(folder / "snapshots")
-    command = [sys.executable, "-m", "kernelaudit.cli", "check"]
-    command += [str(root / "examples/matmul/problem.py"), f"{folder / 'candidate.py'}::product"]
-    command += ["--checks", checks, "--device", "cuda", "--json", str(folder / "report.json")]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    command = [sys.executable, "-m", "kernelaudit.cli", "check", problem, candidate]
+    command += ["--checks", checks] if checks else []  # "": every check
+    command += ["--device", "cuda", "--json", str(folder / "report.json")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=480)
     report = json.loads((folder / "report.json").read_text()) if done.returncode < 2 else {}
     findings = [
         {"key": f.get("key"), "title": f.get("title")}
@@ -174,18 +213,22 @@ def in_an_audit(checks: str) -> dict[str, object]:
         for f in r.get("findings", [])
         if f.get("check") == "memory"
     ]
-    calls = sorted((folder / "snapshots").glob("*.pickle"))
-    last = {}
-    for path in calls[-1:]:
-        snapshot = pickle.loads(path.read_bytes())
-        last = {"call": path.stem, "blocks": _holders(snapshot, 0)}
+    # the matmul example's candidate writes a snapshot a call, the SOL one a snapshot a process
+    snapshots = sorted((folder / "snapshots").glob("*.pickle"))
+    by_process: dict[str, Path] = {}
+    for path in snapshots:
+        by_process[path.stem.split("-")[0]] = path  # the latest of each process
+    alive = [
+        {"snapshot": path.stem, "blocks": _holders(pickle.loads(path.read_bytes()), 0)}
+        for path in by_process.values()
+    ]
     environment = {k: v for k, v in os.environ.items() if "CUBLAS" in k or "CUDA" in k}
     return {
         "exit code": done.returncode,
         "stderr tail": done.stderr[-2000:],
         "memory findings": findings,
-        "calls snapshotted": len(calls),
-        "largest blocks alive at the last call's start": last,
+        "snapshots": len(snapshots),
+        "largest blocks alive at each process's last call's start": alive,
         "environment": environment,
     }
 
@@ -194,7 +237,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--audit", action="store_true", help="also the memory check of an audit")
-    parser.add_argument("--checks", default="memory", help="the audit's checks (--audit)")
+    parser.add_argument(
+        "--checks", default="memory", help="the audit's checks (--audit; '' for all)"
+    )
+    parser.add_argument(
+        "--sol", type=Path, help="audit this SOL-ExecBench problem's reference instead (--audit)"
+    )
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -217,7 +265,7 @@ def main() -> None:
         )
     info = {"torch": torch.__version__, "cuda": torch.version.cuda}
     info["device"] = torch.cuda.get_device_name(device)
-    audit = in_an_audit(args.checks) if args.audit else None
+    audit = in_an_audit(args.checks, args.sol) if args.audit else None
     if audit is not None:
         print(json.dumps(audit, indent=1)[:6000])
     args.out.write_text(json.dumps({**info, "calls": results, "audit": audit}, indent=1))

@@ -26,6 +26,7 @@ def flipped(tiny_audit: Callable[..., AuditReport]) -> AuditReport:
         "row_scale_kernels.py::flipped_weight_after_first_row",
         ["numerics"],
         shrink_budget=16,
+        budget_s=30.0,  # its share for shrinking fits the 16 reruns on a CPU
     )
 
 
@@ -33,6 +34,7 @@ def test_a_failure_at_the_workload_shrinks_to_the_smallest_sizes_that_fail(
     flipped: AuditReport, finding_of: Callable[[AuditReport, str], Finding]
 ) -> None:
     finding = finding_of(flipped, "numerics")
+    assert "shrinking" not in dict(finding.evidence)  # within its budget's share
     original, shrunk = finding.original.size_map(), finding.probe.case.size_map()
     assert original == {"rows": 8, "cols": 16}
     assert all(shrunk[axis] <= original[axis] for axis in original)
@@ -40,6 +42,25 @@ def test_a_failure_at_the_workload_shrinks_to_the_smallest_sizes_that_fail(
     assert finding.shrink_steps
     assert finding.shrink_steps[-1] == "cols=2"
     assert finding.probe.case.label.endswith("(shrunk)")
+
+
+def test_shrinking_spends_no_more_than_its_share_of_the_time_budget(
+    tiny_audit: Callable[..., AuditReport], finding_of: Callable[[AuditReport, str], Finding]
+) -> None:
+    # a budget whose share for shrinking (0.3 x 0.5 s, estimated) fits no rerun on a CPU
+    report = tiny_audit(
+        "row_scale",
+        "row_scale_kernels.py::flipped_weight_after_first_row",
+        ["numerics"],
+        shrink_budget=16,
+        budget_s=0.5,
+    )
+    finding = finding_of(report, "numerics")
+    assert report.verdict == "FAIL"
+    assert finding.shrink_steps == ()
+    assert finding.probe.case == finding.original
+    evidence = dict(finding.evidence)
+    assert evidence["shrinking"].startswith("stopped before the simplest case: the audit's time")
 
 
 def test_the_shrunk_probe_replays_the_failure(

@@ -151,25 +151,30 @@ def examine(
 
 def _reference_failure(problem: Problem, case: LargeCase, device: str, seed: int = 0) -> str:
     """Where the reference, at its own dtypes, raises on the large case drawn as the
-    candidate's process drew it: its error's first line; "" where it runs, or where the device
-    runs out of memory (which says nothing about the size). A candidate that raises where the
-    reference raises too has met a limit of the problem, not shown a fault of its own."""
+    candidate's process drew it: its error's first line; "" where it runs, or where the inputs
+    cannot be drawn here or the device runs out of memory (which say nothing about the size). A
+    candidate that raises where the reference raises too has met a limit of the problem, not
+    shown a fault of its own. The reference runs in the auditor, as it does for every case."""
     where = torch.device(device)
     args: list[object] = []
     try:
-        args = [drawn(spec, where, seed) for spec in input_specs(problem, case)]
-        with torch.no_grad(), full_precision_accumulation():
-            problem.reference(*args)
-        synchronize(where)
-    except (MemoryError, torch.OutOfMemoryError):
+        try:
+            args.extend(drawn(spec, where, seed) for spec in input_specs(problem, case))
+        except Exception:
+            return ""
+        try:
+            with torch.no_grad(), full_precision_accumulation():
+                problem.reference(*args)
+            synchronize(where)
+        except (MemoryError, torch.OutOfMemoryError):
+            return ""
+        except Exception as error:
+            return headline(describe(error))
         return ""
-    except Exception as error:
-        return headline(describe(error))
     finally:
-        args.clear()
+        args.clear()  # the case's tensors go before the cache is given back
         if where.type == "cuda":
             torch.cuda.empty_cache()
-    return ""
 
 
 def _setting(problem: Problem, case: LargeCase) -> tuple[tuple[str, Any], ...]:

@@ -18,7 +18,7 @@ from kernelaudit.checks import build_checks
 from kernelaudit.checks.base import Check, PlanContext, Probe, coverage, not_run, unverified
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
-from kernelaudit.engine.budget import fit, unavailable_summary, untried_summary
+from kernelaudit.engine.budget import SHRINK_SHARE, fit, unavailable_summary, untried_summary
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.grouping import finding_of
 from kernelaudit.engine.probing import (
@@ -30,6 +30,7 @@ from kernelaudit.engine.probing import (
     tell,
 )
 from kernelaudit.engine.progress import Progress, ProgressEvent
+from kernelaudit.engine.shrink import ShrinkAllowance
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
 from kernelaudit.host_copies import release as release_page_locked
@@ -216,8 +217,9 @@ def _audit(
         tell(progress, phase_done(probing, "probing", time.perf_counter() - started - planning))
         shrinking_began = time.perf_counter()
         by_name = {check.name: check for check in checks}
+        allowance = ShrinkAllowance(SHRINK_SHARE * profile.budget_s)
         findings = [
-            finding_of(executor, by_name[name], key, items, probing.records, profile)
+            finding_of(executor, by_name[name], key, items, probing.records, profile, allowance)
             for (name, key), items in probing.groups.items()
         ]
         shrinking = time.perf_counter() - shrinking_began
@@ -227,7 +229,7 @@ def _audit(
     concluding = time.perf_counter() - shrinking_began - shrinking
     tell(progress, phase_done(probing, "concluding checks", concluding))
     records = probing.records
-    backward = _backward_pass(ctx, checks, progress)
+    backward = _backward_pass(ctx, checks, progress, allowance)
     if backward is not None:
         findings += backward.findings
         records += backward.records
@@ -295,7 +297,10 @@ def _audit(
 
 
 def _backward_pass(
-    ctx: PlanContext, checks: list[Check], progress: Progress | None
+    ctx: PlanContext,
+    checks: list[Check],
+    progress: Progress | None,
+    allowance: ShrinkAllowance | None = None,
 ) -> _Backward | None:
     """For an autograd-enabled candidate (`Contract(gradients=...)`): audit its backward, the
     candidate differentiated by autograd in its worker, against the reference differentiated
@@ -317,7 +322,7 @@ def _backward_pass(
         probing = probe_all(executor, judges, list(fitted.probes), progress)
         by_name = {check.name: check for check in judges}
         findings = [
-            finding_of(executor, by_name[name], key, items, probing.records, ctx.profile)
+            finding_of(executor, by_name[name], key, items, probing.records, ctx.profile, allowance)
             for (name, key), items in probing.groups.items()
         ]
     unavailable = tuple(probing.unavailable)

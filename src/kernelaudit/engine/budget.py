@@ -26,8 +26,12 @@ from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
 
 PROBE_SHARE = 0.6
-"""The share of the budget the probes may plan for: the rest is for shrinking and for the
-checks that run experiments of their own once the probes are judged."""
+"""The share of the budget the probes may plan for: the rest is for shrinking (`SHRINK_SHARE`)
+and for the checks that run experiments of their own once the probes are judged."""
+
+SHRINK_SHARE = 0.3
+"""The share of the budget, in estimated seconds, that shrinking every finding of an audit may
+spend (`engine.shrink.ShrinkAllowance`)."""
 
 
 @dataclass(frozen=True)

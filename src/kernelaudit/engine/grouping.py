@@ -7,7 +7,7 @@ from collections import Counter
 
 from kernelaudit.checks.base import Check, Failure, Probe
 from kernelaudit.engine.executor import Executor
-from kernelaudit.engine.shrink import shrink
+from kernelaudit.engine.shrink import ShrinkAllowance, shrink
 from kernelaudit.findings import CaseRecord, Finding
 from kernelaudit.inputs.case import Case, dtype_name
 from kernelaudit.problem.spec import Problem
@@ -21,19 +21,25 @@ def finding_of(
     items: list[tuple[Probe, Failure]],
     records: list[CaseRecord],
     profile: Profile,
+    allowance: ShrinkAllowance | None = None,
 ) -> Finding:
+    """The finding of `check`'s failures `items` with `key`, its worst case shrunk within the
+    profile's reruns and `allowance` (the audit's estimated seconds for shrinking)."""
     probe, failure = max(items, key=lambda item: item[1].score)
     original = probe.case
     steps: tuple[str, ...] = ()
+    cut = False
     if failure.severity == "fail" and failure.shrinks and not key.startswith(("timeout", "memory")):
-        shrunk = shrink(executor, check, probe, failure, profile.shrink_budget)
-        probe, failure, steps = shrunk.probe, shrunk.failure, shrunk.steps
+        shrunk = shrink(executor, check, probe, failure, profile.shrink_budget, allowance)
+        probe, failure, steps, cut = shrunk.probe, shrunk.failure, shrunk.steps, shrunk.cut
     same_check = [r for r in records if r.check == items[0][0].check]
     evidence = (
         *failure.evidence,
         ("cases", _by_variant(executor.problem, items, same_check, failure.severity)),
         ("other failing cases", _others(executor.problem, items, probe)),
     )
+    if cut:
+        evidence += (("shrinking", _CUT),)
     return Finding(
         id="",
         check=check.name,
@@ -48,6 +54,11 @@ def finding_of(
         shrink_steps=steps,
     )
 
+
+_CUT = (
+    "stopped before the simplest case: the audit's time budget for shrinking was spent, and a "
+    "simpler case may still fail the same way"
+)
 
 _OTHERS_SHOWN = 8
 _HEADLINE_SKIPPED = ("result", "reason", "metrics", "message")

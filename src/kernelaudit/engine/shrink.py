@@ -1,5 +1,12 @@
 """Shrink a failing case to the simplest layout, values, dtype and sizes that still fail the same
-way, Hypothesis-style: try one simplification at a time, keep it if the failure survives."""
+way, Hypothesis-style: try one simplification at a time, keep it if the failure survives.
+
+Each finding tries at most the profile's `shrink_budget` simplifications, and every finding of
+an audit draws on one allowance of estimated seconds (`ShrinkAllowance`, a share of the
+audit's time budget): an attempt whose estimate no longer fits is left out and a cheaper one
+tried, so shrinking the failures of a candidate at real sizes costs seconds, not minutes.
+Like the plan, the allowance counts the cost model's estimates, never the clock: what is
+shrunk does not depend on how busy the host is."""
 
 from __future__ import annotations
 
@@ -7,10 +14,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from kernelaudit.checks.base import Check, Failure, Probe
+from kernelaudit.engine.budget import probe_seconds
 from kernelaudit.engine.executor import Executor
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
 from kernelaudit.problem.spec import Axis, Problem
+
+
+@dataclass
+class ShrinkAllowance:
+    """The estimated seconds an audit's shrinking may still spend, shared by its findings."""
+
+    seconds: float
+
+    def take(self, seconds: float) -> bool:
+        """Spend `seconds` if they fit what is left; whether they did."""
+        if seconds > self.seconds:
+            return False
+        self.seconds -= seconds
+        return True
 
 
 @dataclass(frozen=True)
@@ -19,13 +41,24 @@ class Shrunk:
     failure: Failure
     steps: tuple[str, ...]
     attempts: int
+    cut: bool = False
+    """Whether a simplification was left untried because its estimate no longer fit the
+    allowance: a simpler case may still fail the same way."""
 
 
-def shrink(executor: Executor, check: Check, probe: Probe, failure: Failure, budget: int) -> Shrunk:
-    """The simplest probe found within `budget` reruns that still fails with `failure.key`."""
+def shrink(
+    executor: Executor,
+    check: Check,
+    probe: Probe,
+    failure: Failure,
+    budget: int,
+    allowance: ShrinkAllowance | None = None,
+) -> Shrunk:
+    """The simplest probe found within `budget` reruns (and, given one, `allowance`'s
+    estimated seconds) that still fails with `failure.key`."""
     current, current_failure = probe, failure
     steps: list[str] = []
-    attempts = 0
+    attempts, cut = 0, False
     improved = True
     while improved and attempts < budget:
         improved = False
@@ -33,6 +66,10 @@ def shrink(executor: Executor, check: Check, probe: Probe, failure: Failure, bud
             if attempts >= budget:
                 break
             trial = _with_case(current, case)
+            cost = probe_seconds(executor.problem, trial, executor.device)
+            if allowance is not None and not allowance.take(cost):
+                cut = True  # a smaller case further on may still fit
+                continue
             attempts += 1
             try:
                 observation = executor.observe(trial)
@@ -44,7 +81,7 @@ def shrink(executor: Executor, check: Check, probe: Probe, failure: Failure, bud
                 steps.append(label)
                 improved = True
                 break
-    return Shrunk(current, current_failure, tuple(steps), attempts)
+    return Shrunk(current, current_failure, tuple(steps), attempts, cut)
 
 
 def _with_case(probe: Probe, case: Case) -> Probe:
