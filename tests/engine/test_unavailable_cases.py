@@ -78,19 +78,24 @@ def test_cases_the_reference_cannot_run_are_untried_and_the_rest_judged(
     assert all(judged(dict(r.case.sizes)) for r in report.records)
 
 
+def _with_workload(fixture: Path, folder: Path, workload: str, instead: str) -> Path:
+    """A copy of `fixture` in `folder` whose workload `workload` is `instead`."""
+    copy = folder / fixture.name
+    copy.write_text(fixture.read_text().replace(workload, instead))
+    return copy
+
+
 def test_a_reference_that_cannot_run_at_a_workload_stops_the_audit_with_the_fix(tmp_path):
-    broken = tmp_path / "grouped_sums.py"
-    broken.write_text(
-        GROUPED.read_text().replace('{"rows": 33, "cols": 128}', '{"rows": 3, "cols": 66}')
+    broken = _with_workload(
+        GROUPED, tmp_path, '{"rows": 33, "cols": 128}', '{"rows": 3, "cols": 66}'
     )
     with pytest.raises(ProblemError, match="grouped_sums\\(\\) raised RuntimeError"):
         audit(broken, f"{broken}::summed_in_order", "quick", "cpu", ["numerics"])
 
 
 def test_a_workload_whose_truth_outgrows_the_device_is_a_warning_and_the_rest_judged(tmp_path):
-    grown = tmp_path / "outgrown_truth.py"
-    grown.write_text(
-        OUTGROWN.read_text().replace('{"rows": 48, "cols": 32}', '{"rows": 48, "cols": 96}')
+    grown = _with_workload(
+        OUTGROWN, tmp_path, '{"rows": 48, "cols": 32}', '{"rows": 48, "cols": 96}'
     )
     report = audit(grown, f"{grown}::summed", "quick", "cpu", ["execution", "numerics"])
     warned = [f for f in report.findings if f.key == "unjudged-workload"]
@@ -125,9 +130,6 @@ def test_cases_the_problems_generator_cannot_make_are_untried_and_the_rest_judge
 
 
 def test_a_generator_that_fails_at_a_workload_stops_the_audit_with_the_fix(tmp_path):
-    broken = tmp_path / "narrow_generator.py"
-    broken.write_text(
-        NARROW.read_text().replace('{"rows": 33, "cols": 64}', '{"rows": 33, "cols": 8}')
-    )
+    broken = _with_workload(NARROW, tmp_path, '{"rows": 33, "cols": 64}', '{"rows": 33, "cols": 8}')
     with pytest.raises(ProblemError, match="input generator failed for sizes"):
         audit(broken, f"{broken}::doubled", "quick", "cpu", ["numerics"])

@@ -156,21 +156,19 @@ def _reference_failure(problem: Problem, case: LargeCase, device: str, seed: int
     candidate that raises where the reference raises too has met a limit of the problem, not
     shown a fault of its own. The reference runs in the auditor, as it does for every case."""
     where = torch.device(device)
+    specs = input_specs(problem, case)
     args: list[object] = []
     try:
-        try:
-            args.extend(drawn(spec, where, seed) for spec in input_specs(problem, case))
-        except Exception:
-            return ""
-        try:
-            with torch.no_grad(), full_precision_accumulation():
-                problem.reference(*args)
-            synchronize(where)
-        except (MemoryError, torch.OutOfMemoryError):
-            return ""
-        except Exception as error:
-            return headline(describe(error))
+        args.extend(drawn(spec, where, seed) for spec in specs)
+        with torch.no_grad(), full_precision_accumulation():
+            problem.reference(*args)
+        synchronize(where)
         return ""
+    except (MemoryError, torch.OutOfMemoryError):
+        return ""
+    except Exception as error:
+        # an input that could not be drawn leaves the reference never called
+        return headline(describe(error)) if len(args) == len(specs) else ""
     finally:
         args.clear()  # the case's tensors go before the cache is given back
         if where.type == "cuda":

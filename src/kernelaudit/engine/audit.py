@@ -300,7 +300,7 @@ def _backward_pass(
     ctx: PlanContext,
     checks: list[Check],
     progress: Progress | None,
-    allowance: ShrinkAllowance | None = None,
+    allowance: ShrinkAllowance,
 ) -> _Backward | None:
     """For an autograd-enabled candidate (`Contract(gradients=...)`): audit its backward, the
     candidate differentiated by autograd in its worker, against the reference differentiated

@@ -66,8 +66,9 @@ def shrink(
             if attempts >= budget:
                 break
             trial = _with_case(current, case)
-            cost = probe_seconds(executor.problem, trial, executor.device)
-            if allowance is not None and not allowance.take(cost):
+            if allowance is not None and not allowance.take(
+                probe_seconds(executor.problem, trial, executor.device)
+            ):
                 cut = True  # a smaller case further on may still fit
                 continue
             attempts += 1
