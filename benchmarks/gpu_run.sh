@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|sweep|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -94,6 +94,18 @@ for step in ${steps[@]}; do
         OUT="$out/unaudited" PROBLEMS="$sol" \
         bash benchmarks/solexecbench_scale_gpu.sh --profile default --device cuda \
         --only "${owed[@]}" 2>&1 | tail -n 4
+      ;;
+    sweep)
+      # every runnable SOL-ExecBench problem in one shuffled order (seed SEED, default 0),
+      # default profile, by the code CODE names (the kernelaudit package in SRC, default src):
+      # whatever prefix of the order is audited is a uniform sample. SWEEP_FROM: an earlier
+      # file of the same code to go on from; none started after STOP_AFTER seconds
+      from=(); [ -n "${SWEEP_FROM:-}" ] && from=(--skip-done "$SWEEP_FROM")
+      STOP_AFTER="${STOP_AFTER:-400}" TIMEOUT="${TIMEOUT:-120}" LIMIT="${LIMIT:-540}" \
+        OUT="$out/sweep" PROBLEMS="${PROBLEMS:-build/solexecbench}" \
+        bash benchmarks/solexecbench_scale_gpu.sh --profile default --device cuda \
+        --order shuffled --seed "${SEED:-0}" --code "${CODE:?name the code audited}" \
+        "${from[@]}" 2>&1 | tail -n 4
       ;;
     rerun)
       # chosen SOL-ExecBench problems audited again, default profile (RERUN="L2/076_ ..."),

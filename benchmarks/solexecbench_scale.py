@@ -7,6 +7,10 @@ Usage (from the repository root):
     # after 330 s and none runs past 180 s, so the run ends inside 10 minutes
     python benchmarks/solexecbench_scale.py ../shared/solexecbench --out scale/results.json \\
         --profile quick --order small-first --stop-after 330 --timeout 180
+    # the problems in a random order drawn from --seed, so the first n audited are a uniform
+    # sample of the runnable problems; --code names the code audited, kept in the record
+    python benchmarks/solexecbench_scale.py ../shared/solexecbench --out scale/results.json \\
+        --profile default --order shuffled --seed 0 --code d5e0250
     # go on where an earlier run stopped (its file, or the --out file when none is named)
     python benchmarks/solexecbench_scale.py ../shared/solexecbench --out scale/results.json \\
         --skip-done earlier.json
@@ -36,6 +40,7 @@ import json
 import math
 import os
 import platform
+import random
 import signal
 import subprocess
 import sys
@@ -452,6 +457,13 @@ def _kept(path: Path | None, profile: str, timeout: float) -> tuple[list[Outcome
     return kept, list(earlier.get("runs", []))
 
 
+def _code(path: Path | None) -> str:
+    """The code an earlier results file names (`--code`), or ""."""
+    if path is None or not path.is_file():
+        return ""
+    return str(json.loads(path.read_text()).get("code", ""))
+
+
 def _devices(device: str) -> list[tuple[str, str]]:
     """Each worker's device and the device's name: one per GPU, or the CPU."""
     if device == "cpu":
@@ -484,7 +496,11 @@ def main() -> None:
     parser.add_argument("--profile", default="quick", choices=("quick", "default", "thorough"))
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--only", nargs="+", help="audit the problems whose id holds one of these")
-    parser.add_argument("--order", default="small-first", choices=("small-first", "listed"))
+    parser.add_argument(
+        "--order", default="small-first", choices=("small-first", "listed", "shuffled")
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the shuffled order's seed")
+    parser.add_argument("--code", default="", help="a name for the code audited, recorded")
     parser.add_argument("--checks", help="comma-separated checks each audit runs (default: all)")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per audit")
     parser.add_argument(
@@ -513,9 +529,18 @@ def main() -> None:
         (args.work / folder).mkdir(parents=True, exist_ok=True)
     devices = _devices(args.device)
     kept, earlier_runs = _kept(earlier, args.profile, args.timeout)
+    earlier_code = _code(earlier)
+    if kept and args.code != earlier_code:
+        sys.exit(
+            f"--skip-done {earlier}: its audits are of code {earlier_code or '(unnamed)'!r}, "
+            f"this run's of {args.code or '(unnamed)'!r}; pass the same --code, or no "
+            "--skip-done, so one record never mixes two codes"
+        )
     jobs = plan(args.root, args.only, *devices[0])
     if args.order == "small-first":
         jobs.sort(key=lambda job: job.float64_bytes)
+    elif args.order == "shuffled":
+        random.Random(args.seed).shuffle(jobs)
     settled = {o.problem for o in kept}
     pending = [job for job in jobs if not job.settled and job.problem not in settled]
     skipped = [job.outcome(args.profile, *devices[0], args.timeout) for job in jobs if job.settled]
@@ -529,6 +554,8 @@ def main() -> None:
         "devices": [name for _, name in devices],
         "workers": len(devices),
         "torch": torch.__version__,
+        "order": args.order if args.order != "shuffled" else f"shuffled, seed {args.seed}",
+        "code": args.code,
         "earlier_runs": earlier_runs,
     }
     print(

@@ -7,6 +7,7 @@
 # stderr and JSON report, and this run's output).
 #   PROBLEMS=path/to/solexecbench bash benchmarks/solexecbench_scale_gpu.sh [options...]
 # Options go to benchmarks/solexecbench_scale.py (--profile, --only, --skip-done EARLIER.json).
+# SRC=path/to/src audits with the kernelaudit package there (an older commit's, say).
 # PROBLEMS defaults to shared/solexecbench in the checkout, else ../shared/solexecbench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,8 @@ if [ -z "$problems" ]; then
   [ -d "$problems" ] || problems=../shared/solexecbench
 fi
 mkdir -p "$out"
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# SRC: the kernelaudit package to audit with (default this checkout's src), first on the path
+export PYTHONPATH="${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # Where bytecode is not written (or site-packages is read-only), every process would compile
 # torch from source (seconds per process, which no installed environment pays): bytecode goes
 # to a writable folder instead, written once before the audits start.
