@@ -83,9 +83,7 @@ def interval(values: list[float], share: float, level: float = 0.95) -> list[flo
     ]
 
 
-def summary(
-    results: Path, root: Path, profile: str, code: str | None = None
-) -> dict[str, object]:
+def summary(results: Path, root: Path, profile: str, code: str | None = None) -> dict[str, object]:
     records = latest(results, profile, code)
     problems = _problems(root)
     unrunnable = {p["problem"] for _, p in _records(results) if p.get("status") == "not-runnable"}
