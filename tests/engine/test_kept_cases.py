@@ -41,3 +41,24 @@ def test_prepared_cases_are_kept_within_the_memory_share(
     for (inputs, expect), (inputs_again, expect_again) in zip(first, again, strict=True):
         assert torch.equal(inputs["x"], inputs_again["x"])  # with the same values
         assert torch.equal(expect.truth[0], expect_again.truth[0])
+
+
+def test_room_for_a_case_is_made_before_its_truth_is_computed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a share that holds one case and a half: the case kept is dropped before the next one's
+    # truth and baseline come to the host, not after
+    monkeypatch.setattr(executor, "cache_bytes", lambda: CASE_BYTES + CASE_BYTES // 2)
+    runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
+    held_while_made = []
+    made = runs._truth
+
+    def truth(case: Case) -> object:
+        held_while_made.append(sum(runs._expected_bytes.values()))
+        return made(case)
+
+    monkeypatch.setattr(runs, "_truth", truth)
+    for case in CASES[:3]:
+        runs.prepare(case)
+    assert held_while_made == [0, 0, 0]
+    assert sum(runs._expected_bytes.values()) == CASE_BYTES  # the last one is kept

@@ -133,3 +133,30 @@ def test_a_generator_that_fails_at_a_workload_stops_the_audit_with_the_fix(tmp_p
     broken = _with_workload(NARROW, tmp_path, '{"rows": 33, "cols": 64}', '{"rows": 33, "cols": 8}')
     with pytest.raises(ProblemError, match="input generator failed for sizes"):
         audit(broken, f"{broken}::doubled", "quick", "cpu", ["numerics"])
+
+
+def _grouped_case_bytes(sizes: dict[str, int]) -> int:
+    """A grouped-sums case in host memory: its float32 inputs, its four sums a row in float64
+    (the truth) and float32 (the baseline)."""
+    return sizes["rows"] * sizes["cols"] * 4 + sizes["rows"] * 4 * (8 + 4)
+
+
+def test_a_workload_whose_truth_outgrows_the_host_is_a_warning_and_the_rest_judged(
+    tmp_path, monkeypatch
+):
+    from kernelaudit.engine import executor
+
+    # a host whose half holds a case of the first workload (16 x 64) but not of the second
+    room = _grouped_case_bytes({"rows": 16, "cols": 64})
+    monkeypatch.setattr(executor, "machine_memory", lambda: 2 * room)
+    grown = _with_workload(
+        GROUPED, tmp_path, '{"rows": 33, "cols": 128}', '{"rows": 48, "cols": 96}'
+    )
+    report = audit(grown, f"{grown}::summed_in_order", "quick", "cpu", ["numerics"])
+    warned = [f for f in report.findings if f.key == "unjudged-workload"]
+    assert report.verdict == "PASS"
+    assert [f.severity for f in warned] == ["warn"]
+    assert "the float64 truth does not fit in host memory" in warned[0].title
+    assert "GiB of host memory" in dict(warned[0].evidence)["why"]
+    assert report.records
+    assert all(_grouped_case_bytes(dict(r.case.sizes)) <= room for r in report.records)

@@ -1,9 +1,13 @@
 """Results come back to the host as plain contiguous copies of the same values; from a GPU, a
-large one comes back page-locked (copied at the bus's speed), a small one pageable."""
+large one comes back page-locked (copied at the bus's speed), a small one pageable, and the
+page-locked blocks the process keeps stay within a share of the host's memory."""
+
+import gc
 
 import pytest
 import torch
 
+from kernelaudit import host_copies
 from kernelaudit.host_copies import PINNED_LEAST_BYTES, host_copy
 
 
@@ -27,3 +31,27 @@ def test_from_a_gpu_a_large_copy_is_page_locked_and_a_small_one_is_not() -> None
     assert large_copy.is_pinned() and not small_copy.is_pinned()
     assert not host_copy(large, page_locked=False).is_pinned()  # the worker's own copies
     assert torch.equal(large_copy, large.cpu()) and torch.equal(small_copy, small.cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_page_locked_blocks_stay_within_their_share_of_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a 128 GiB host's share, scaled down: blocks of 64 MiB at most
+    monkeypatch.setattr(host_copies, "pinned_most_bytes", lambda: 64 << 20)
+    gc.collect()
+    host_copies.release()
+    within = torch.randn(10 << 20, device="cuda")  # 40 MiB: its block of 64 MiB fits
+    past = torch.randn(20 << 20, device="cuda")  # 80 MiB: a block of 128 MiB does not
+    within_copy = host_copy(within)
+    assert within_copy.is_pinned()
+    past_copy = host_copy(past)
+    assert not past_copy.is_pinned()
+    assert torch.equal(past_copy, past.cpu()) and torch.equal(within_copy, within.cpu())
+    # with the first still in use, a second block of 64 MiB would take the allocator past
+    # its share: pageable, however many blocks it keeps unused
+    assert not host_copy(within).is_pinned()
+    del within_copy
+    gc.collect()
+    assert host_copy(within).is_pinned()  # the first's block given back or handed out again

@@ -24,6 +24,7 @@ from kernelaudit.engine.measure import (
 )
 from kernelaudit.errors import CaseUnavailable, ProblemError
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import tensor_elements
 from kernelaudit.inputs.distributions import UNDEFINED_WHERE_NAN
 from kernelaudit.inputs.materialize import materialize, shapes_only
 from kernelaudit.oracle.resident import RESIDENT
@@ -44,6 +45,12 @@ def cache_bytes() -> int:
     weights each, were more than half of a 128 GiB host, and the auditor was killed for
     memory."""
     return machine_memory() // 8
+
+
+def host_room() -> int:
+    """Host memory one case's inputs, truth and baseline may take: half of the machine's (the
+    candidate's processes may hold the other half, `runner.limits.host_share`)."""
+    return machine_memory() // 2
 
 
 _CACHED_BYTES_KEPT = 256 << 20
@@ -118,20 +125,37 @@ class Executor:
         if case in self._expected:
             self._expected.move_to_end(case)
             return self._expected[case]
+        most = cache_bytes()
+        # room made before the truth is computed, not after: a large case's truth and
+        # baseline would otherwise come to the host beside every case kept
+        self._drop_oldest(most - _estimated_bytes(self.problem, case), keep=0)
         began = time.perf_counter()
         prepared = self._truth(case)
         self.seconds["truth and baseline"] += time.perf_counter() - began
         self._expected[case] = prepared
         self._expected_bytes[case] = _host_bytes(prepared)
-        most = cache_bytes()
-        while len(self._expected) > 1 and (
-            len(self._expected) > _CACHE_SIZE or sum(self._expected_bytes.values()) > most
+        self._drop_oldest(most, keep=1)
+        return prepared
+
+    def _drop_oldest(self, most_bytes: int, keep: int) -> None:
+        """Drop the least recently used kept cases until they hold at most `most_bytes` and
+        `_CACHE_SIZE` of them are left, keeping the `keep` most recent whatever their size."""
+        while len(self._expected) > keep and (
+            len(self._expected) > _CACHE_SIZE or sum(self._expected_bytes.values()) > most_bytes
         ):
             oldest, _ = self._expected.popitem(last=False)
             del self._expected_bytes[oldest]
-        return prepared
 
     def _truth(self, case: Case) -> tuple[dict[str, object], Expected]:
+        needed, room = _estimated_bytes(self.problem, case), host_room()
+        if needed > room:
+            # the auditor would be killed for memory making it, and no report written
+            raise CaseUnavailable(
+                f"the inputs, float64 truth and baseline at {case.describe()} would take "
+                f"{needed / 2**30:.1f} GiB of host memory, more than the {room / 2**30:.1f} "
+                "GiB the auditor takes for one case (half of this machine's)",
+                "the float64 truth does not fit in host memory",
+            )
         inputs = materialize(self.problem, case)
         config = self.problem.dtype_configs()[case.dtype_config]
         try:
@@ -242,6 +266,21 @@ class Executor:
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:
         return call_for(self.problem, case, inputs, poison)
+
+
+def _estimated_bytes(problem: Problem, case: Case) -> int:
+    """The host memory a case will hold once prepared, before it is: its inputs at their
+    dtypes, its outputs in float64 (the truth) and at their own dtypes (the baseline); shapes
+    the case's sizes do not bind count nothing."""
+    config = problem.dtype_configs()[case.dtype_config]
+    itemsizes = [
+        (config.get(spec.name) or torch.float64).itemsize for spec in problem.tensor_inputs
+    ]
+    itemsizes += [8 + problem.output_dtype(spec, config).itemsize for spec in problem.outputs]
+    counts = tensor_elements(problem, case.size_map())
+    return sum(
+        size * count for size, count in zip(itemsizes, counts, strict=True) if count is not None
+    )
 
 
 def _host_bytes(prepared: tuple[dict[str, object], Expected]) -> int:
