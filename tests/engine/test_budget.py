@@ -21,7 +21,7 @@ from kernelaudit.checks.sweep import (
     value_variants,
 )
 from kernelaudit.checks.timing import timing_probe
-from kernelaudit.engine.budget import fit, probe_seconds, untried_summary
+from kernelaudit.engine.budget import PROBE_SHARE, fit, probe_seconds, untried_summary
 from kernelaudit.errors import UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import cost_model
@@ -70,7 +70,7 @@ def test_required_probes_run_even_past_the_budget_and_optional_ones_only_within_
 
     # room for exactly two optional probes beyond the required ones and the device's own
     # probing cost
-    roomy = fit(required + optional, problem, "cuda", budget_s=(5.5 * one + _FIXED) / 0.6)
+    roomy = fit(required + optional, problem, "cuda", budget_s=(5.5 * one + _FIXED) / PROBE_SHARE)
     assert roomy.probes == tuple(required + optional[:2])
     assert roomy.untried == (optional[2],)
     assert untried_summary(roomy.untried) == (("numerics @ ", 1),)
@@ -87,7 +87,7 @@ def test_probes_of_other_checks_making_the_same_calls_are_counted_once():
     # an optional probe on that run costs nothing more, so it is taken with no room left
     shared = Probe("autotune", case, rank=1)
     other = Probe("autotune", replace(case, seed=7), rank=1)
-    fitted = fit([numerics, shared, other], problem, "cuda", budget_s=(one + _FIXED) / 0.6)
+    fitted = fit([numerics, shared, other], problem, "cuda", budget_s=(one + _FIXED) / PROBE_SHARE)
     assert fitted.probes == (numerics, shared)
     assert fitted.untried == (other,)
     assert fitted.estimate_s == one + _FIXED
@@ -99,7 +99,7 @@ def test_lower_ranks_are_taken_before_higher_ones():
     late = Probe("numerics", replace(case, seed=1), rank=3)
     early = Probe("numerics", replace(case, seed=2), rank=1)
     one = probe_seconds(problem, late, "cuda")
-    fitted = fit([late, early], problem, "cuda", budget_s=(1.5 * one + _FIXED) / 0.6)
+    fitted = fit([late, early], problem, "cuda", budget_s=(1.5 * one + _FIXED) / PROBE_SHARE)
     assert fitted.probes == (early,)
     assert fitted.untried == (late,)
 

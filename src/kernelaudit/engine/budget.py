@@ -25,9 +25,20 @@ from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
 
-PROBE_SHARE = 0.6
-"""The share of the budget the probes may plan for: the rest is for shrinking (`SHRINK_SHARE`)
-and for the checks that run experiments of their own once the probes are judged."""
+PROBE_SHARE = 0.5
+"""The share of the budget the probes may plan for: the rest is for shrinking (`SHRINK_SHARE`),
+for the checks that run experiments of their own once the probes are judged, and for what an
+audit costs outside its probing (starting Python and torch, planning, timing the reference):
+a median 6.7 s of a `default` audit on an H200 (quartiles 5.4 and 8.8 s). At 0.6, the 17
+audits of 37 on an H200 that filled their plan with optional probes took a median 30.5 s
+(21-49 s); replayed from their reports without the probes 0.5 leaves out, a median 25.0 s,
+with no finding lost (0.45 loses one: docs/benchmarks.md, nineteenth pass,
+`benchmarks/share_replay.py`)."""
+
+PROBING_SHARE_OF_AUDIT = 0.6
+"""Of a whole audit's time, the share its probing phase takes, which turns a plan's estimate
+into the audit's (`expected_seconds`): 62% summed over the bundled examples' `quick` audits on
+a 2-core CPU (probing 450 s of 721 s, the training check most of the rest)."""
 
 SHRINK_SHARE = 0.3
 """The share of the budget, in estimated seconds, that shrinking every finding of an audit may
@@ -104,10 +115,10 @@ def expected_seconds(
     problem: Problem, candidate: CandidateRef, profile: Profile, device: str, sm_count: int
 ) -> float:
     """Roughly how long an audit of `candidate` will take here, before it starts: its fitted
-    probes' estimate, plus as much again for shrinking and the concluding checks, in the
-    proportion the budget reserves for them."""
+    probes' estimate, plus as much again for the rest of an audit, in the proportion audits
+    have shown (`PROBING_SHARE_OF_AUDIT`)."""
     ctx = PlanContext(problem, profile, device, sm_count, candidate)
-    return fit_ahead(ctx).estimate_s / PROBE_SHARE
+    return fit_ahead(ctx).estimate_s / PROBING_SHARE_OF_AUDIT
 
 
 def fit_ahead(ctx: PlanContext) -> FittedPlan:
