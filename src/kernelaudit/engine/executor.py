@@ -125,10 +125,19 @@ class Executor:
         if case in self._expected:
             self._expected.move_to_end(case)
             return self._expected[case]
+        needed, room = _estimated_bytes(self.problem, case), host_room()
+        if needed > room:
+            # the auditor would be killed for memory making it, and no report written
+            raise CaseUnavailable(
+                f"the inputs, float64 truth and baseline at {case.describe()} would take "
+                f"{needed / 2**30:.1f} GiB of host memory, more than the {room / 2**30:.1f} "
+                "GiB the auditor takes for one case (half of this machine's)",
+                "the float64 truth does not fit in host memory",
+            )
         most = cache_bytes()
         # room made before the truth is computed, not after: a large case's truth and
         # baseline would otherwise come to the host beside every case kept
-        self._drop_oldest(most - _estimated_bytes(self.problem, case), keep=0)
+        self._drop_oldest(most - needed, keep=0)
         began = time.perf_counter()
         prepared = self._truth(case)
         self.seconds["truth and baseline"] += time.perf_counter() - began
@@ -147,15 +156,6 @@ class Executor:
             del self._expected_bytes[oldest]
 
     def _truth(self, case: Case) -> tuple[dict[str, object], Expected]:
-        needed, room = _estimated_bytes(self.problem, case), host_room()
-        if needed > room:
-            # the auditor would be killed for memory making it, and no report written
-            raise CaseUnavailable(
-                f"the inputs, float64 truth and baseline at {case.describe()} would take "
-                f"{needed / 2**30:.1f} GiB of host memory, more than the {room / 2**30:.1f} "
-                "GiB the auditor takes for one case (half of this machine's)",
-                "the float64 truth does not fit in host memory",
-            )
         inputs = materialize(self.problem, case)
         config = self.problem.dtype_configs()[case.dtype_config]
         try:
