@@ -12,7 +12,7 @@ The caching allocator rounds every block up to a power of two and keeps a freed 
 request of its own size until it is emptied. An audit whose cases differ in size leaves a block
 of each size behind: the float64 truths of a video patch embedding (6.8 to 41.6 GB a case)
 and its baselines call for 150 GB of blocks, and on a 128 GiB host the auditor's page-locked
-memory reached 120 GB before the kernel killed it, without a report. So the blocks the
+memory reached 117 GiB before the kernel killed it, without a report. So the blocks the
 allocator owns are held to `PINNED_SHARE` of the machine's memory: past it, the unused ones
 are given back first, and a copy whose block still does not fit is made in pageable memory
 (slower to fill, never lost).
