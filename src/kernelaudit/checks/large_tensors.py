@@ -25,7 +25,7 @@ from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.batch import axis_position, batch_axes, inference_skipped, result_shapes
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.large.draws import drawn
-from kernelaudit.large.run import LargeRun, input_specs, run_large, scalar_value
+from kernelaudit.large.run import SEED, LargeRun, input_specs, run_large, scalar_value
 from kernelaudit.large.sizing import ELEMENTS, CannotGrow, LargeCase, limit_name, plan_large_case
 from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.promote import full_precision_accumulation
@@ -127,7 +127,7 @@ def examine(
                 ),
             )
         ]
-    run = run_large(problem, candidate, case, device, timeout_s)
+    run = run_large(problem, candidate, case, device, timeout_s, SEED)
     if run.kind == "exception":
         fails_too = _reference_failure(problem, case, device)
         if fails_too:
@@ -149,7 +149,7 @@ def examine(
     return _judged(problem, case, run, device)
 
 
-def _reference_failure(problem: Problem, case: LargeCase, device: str, seed: int = 0) -> str:
+def _reference_failure(problem: Problem, case: LargeCase, device: str) -> str:
     """Where the reference, at its own dtypes, raises on the large case drawn as the
     candidate's process drew it: its error's first line; "" where it runs, or where the inputs
     cannot be drawn here or the device runs out of memory (which say nothing about the size). A
@@ -159,7 +159,7 @@ def _reference_failure(problem: Problem, case: LargeCase, device: str, seed: int
     specs = input_specs(problem, case)
     args: list[object] = []
     try:
-        args.extend(drawn(spec, where, seed) for spec in specs)
+        args.extend(drawn(spec, where, SEED) for spec in specs)
         with torch.no_grad(), full_precision_accumulation():
             problem.reference(*args)
         synchronize(where)

@@ -56,13 +56,18 @@ class LargeRun:
     kind: str = ""
 
 
+SEED = 0
+"""The seed the large case's inputs are drawn with, in the candidate's process and, where the
+candidate raises, in the auditor for the reference's run (`checks.large_tensors`)."""
+
+
 def scalar_value(inp: ScalarInput, sizes: Mapping[str, int]) -> object:
     """The argument's default: the size of its axis, or its own value."""
     return sizes[inp.axis] if inp.axis is not None else inp.value
 
 
 def input_specs(problem: Problem, case: LargeCase) -> list[dict[str, Any]]:
-    """How each input of the large case is drawn (`kernelaudit.large.child.drawn`), as plain
+    """How each input of the large case is drawn (`kernelaudit.large.draws.drawn`), as plain
     JSON values."""
     sizes = case.size_map()
     dtypes = problem.dtype_configs()[case.dtype_config]
@@ -125,7 +130,7 @@ def run_large(
     case: LargeCase,
     device: str,
     timeout_s: float,
-    seed: int = 0,
+    seed: int = SEED,
 ) -> LargeRun:
     """Draw the large case on `device` in a process of its own, call the candidate once, and
     bring back the checked rows."""
