@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernelaudit import Output, TensorInput
+from kernelaudit.checks import triton_bounds
 from kernelaudit.checks.base import PlanContext, coverage
 from kernelaudit.checks.triton_bounds import TritonBounds, interpreted_cases
 from kernelaudit.engine.audit import audit
@@ -19,7 +21,7 @@ from kernelaudit.inputs.materialize import materialize
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
 from kernelaudit.problem.load import load_problem
-from kernelaudit.problem.spec import Problem
+from kernelaudit.problem.spec import Axis, Problem
 from kernelaudit.profiles import PROFILES
 from kernelaudit.runner.candidate import parse_candidate
 from kernelaudit.runner.messages import Call, OutputSlot, TensorArg
@@ -269,3 +271,69 @@ def test_thorough_audits_interpret_more_boundary_cases() -> None:
     assert [c.size_map()["n"] for c in thorough][:2] == [1, 1025] and len(thorough) == 4
     single = replace(PROFILES["quick"], interpreted_cases=1)
     assert len(interpreted_cases(PlanContext(problem, single, "cpu", 132, None))) == 1
+
+
+def rows_of(width: int) -> Problem:
+    """y = 2 x over rows of a fixed `width`: the rows shrink, the width does not (as an expert
+    weight's elements stay whatever the tokens)."""
+    return Problem(
+        name="scale_rows",
+        reference=lambda x: 2 * x,
+        axes=("rows", Axis("cols", min=width, max=width)),
+        inputs=(TensorInput("x", ("rows", "cols")),),
+        outputs=(Output("y", ("rows", "cols"), dtype="x"),),
+        workloads=({"rows": 8, "cols": width},),
+    )
+
+
+def test_cases_the_interpreter_cannot_get_through_are_left_out_before_their_inputs_are_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def made(*args: object) -> None:
+        raise AssertionError("inputs were made for a case the interpreter cannot get through")
+
+    monkeypatch.setattr(triton_bounds, "materialize", made)
+    profile = replace(PROFILES["quick"], timeout_s=5.0)
+    candidate = parse_candidate(f"{KERNELS}::scale")
+    ctx = PlanContext(rows_of(1 << 24), profile, "cpu", 132, candidate)
+    check = TritonBounds()
+    assert check.plan(ctx) == []
+    assert check.conclude([]) == []
+    said = coverage(check, ctx)
+    assert said.startswith("could not run here: Triton's interpreter would take about")
+    assert "at boundary rows=1 (33,554,432 elements), past the 5 s a call may take" in said
+
+
+def test_a_case_too_long_to_interpret_leaves_the_others_run() -> None:
+    # one row of 2^20 fits in 2 s a call under the interpreter's estimate, nine do not
+    profile = replace(PROFILES["quick"], timeout_s=2.0)
+    identity = Path(__file__).parents[1] / "checks" / "fixtures" / "identity_kernels.py"
+    candidate = parse_candidate(f"{identity}::copy")
+    ctx = PlanContext(rows_of(1 << 20), profile, "cpu", 132, candidate)
+    check = TritonBounds()
+    check.plan(ctx)
+    try:
+        assert [case.label for case in check._cases] == ["boundary rows=1"]
+        assert [t.case.label for t in check._too_long] == ["boundary rows=9"]
+    finally:
+        assert check._run is not None
+        check._run.finish()  # its 2 s are soon over
+
+
+def test_cases_left_out_are_a_note_when_the_candidate_launches_triton_kernels(
+    runs: dict[str, InterpretedRun],
+) -> None:
+    profile = replace(PROFILES["quick"], timeout_s=2.0)
+    candidate = parse_candidate(f"{KERNELS}::scale")
+    ctx = PlanContext(rows_of(1 << 20), profile, "cpu", 132, candidate)
+    check = TritonBounds()
+    left_out = [case for case in interpreted_cases(ctx) if case.label == "boundary rows=9"]
+    check._too_long = tuple(
+        triton_bounds._TooLong(case, 9 * 2 * (1 << 20), 4.45) for case in left_out
+    )
+    check._limit_s = profile.timeout_s
+    check._run = runs["scale"]
+    (note,) = check.conclude([])
+    assert note.severity == "note" and note.key == "not-watched:too-large"
+    assert note.title.startswith("the interpreted bounds check left out 1 case(s): boundary rows=9")
+    assert "past the 2 s a call may take" in note.title

@@ -11,19 +11,27 @@ The guard bands of the bounds check see only writes that land next to a tensor a
 byte; this check sees reads too, writes of the value already there, and accesses that land
 anywhere. The run starts in the background while the audit plans, and is collected once the
 probes are judged. A candidate that launches no Triton kernel gets nothing from this check.
+
+A case the interpreter cannot be expected to get through within a call's time limit (its
+estimate on a CPU, `kernelaudit.inputs.cost`, past `profile.timeout_s`) is left out before its
+inputs are made: a mixture-of-experts layer's billions of weight elements would otherwise be
+drawn and written to disk for a run that could only time out. The report says which cases
+were left out, and the check counts as not run when none is left.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe
+from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe, note
 from kernelaudit.checks.sweep import shapes_for
 from kernelaudit.engine.calls import call_for
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import case_elements, case_seconds
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, materialize
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
@@ -56,6 +64,8 @@ class TritonBounds(ConcludingOnly):
         self._run: InterpretedRun | None = None
         self._unwatched = ""
         self._idle = ""
+        self._too_long: tuple[_TooLong, ...] = ()
+        self._limit_s = 0.0
 
     def not_applicable(self, ctx: PlanContext) -> str:
         if ctx.candidate is not None and ctx.candidate.autograd is not None:
@@ -72,7 +82,21 @@ class TritonBounds(ConcludingOnly):
         if candidate is None or candidate.autograd is not None:
             return []
         self._cases, calls = [], []
-        for case in interpreted_cases(ctx):
+        chosen = interpreted_cases(ctx)
+        self._limit_s = ctx.profile.timeout_s
+        self._too_long = tuple(
+            _TooLong(case, case_elements(ctx.problem, case.size_map()), seconds)
+            for case in chosen
+            if (seconds := case_seconds(ctx.problem, case, "cpu")) > self._limit_s
+        )
+        if self._too_long and len(self._too_long) == len(chosen):
+            least = min(self._too_long, key=lambda t: t.seconds)
+            self._unwatched = f"Triton's interpreter {least.describe(self._limit_s)}"
+            return []
+        left_out = {t.case for t in self._too_long}
+        for case in chosen:
+            if case in left_out:
+                continue
             try:
                 inputs = materialize(ctx.problem, case)
             except CaseUnavailable:
@@ -106,7 +130,34 @@ class TritonBounds(ConcludingOnly):
             _failure(group, self._cases, seen.dropped) for group in _grouped(seen.out_of_bounds)
         ]
         stopped = _stopped(seen, found)
+        if seen.launched and self._too_long:
+            failures.append(_left_out(self._too_long, self._limit_s))
         return failures + ([stopped] if stopped is not None else [])
+
+
+@dataclass(frozen=True)
+class _TooLong:
+    """An interpreted case left out: one call of it would run past a call's time limit."""
+
+    case: Case
+    elements: int
+    seconds: float
+    """The estimated seconds of one call under the interpreter."""
+
+    def describe(self, limit_s: float) -> str:
+        return (
+            f"would take about {self.seconds:,.0f} s a call at {self.case.label} "
+            f"({self.elements:,} elements), past the {limit_s:.0f} s a call may take"
+        )
+
+
+def _left_out(too_long: Sequence[_TooLong], limit_s: float) -> Failure:
+    described = "; ".join(f"{t.case.label} {t.describe(limit_s)}" for t in too_long)
+    return note(
+        "not-watched:too-large",
+        f"the interpreted bounds check left out {len(too_long)} case(s): {described}",
+        tuple((t.case.label, t.describe(limit_s)) for t in too_long),
+    )
 
 
 def interpreted_cases(ctx: PlanContext) -> list[Case]:

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import torch
+
 from kernelaudit.inputs.case import Case
 from kernelaudit.problem.spec import Problem, resolve_shape
 
@@ -82,3 +84,16 @@ def tensor_elements(problem: Problem, sizes: Mapping[str, int]) -> list[int | No
 def case_seconds(problem: Problem, case: Case, device: str, calls: int = 1) -> float:
     """The estimated seconds of `calls` calls of the candidate on `case`."""
     return cost_model(device).seconds(case_elements(problem, case.size_map()), calls)
+
+
+def input_bytes(problem: Problem, case: Case) -> int:
+    """Bytes of the case's tensor inputs at their dtypes (float64 where the case's dtype
+    configuration names none), before any is made; shapes the case's sizes do not bind count
+    nothing."""
+    config = problem.dtype_configs()[case.dtype_config]
+    counts = tensor_elements(problem, case.size_map())
+    return sum(
+        (config.get(spec.name) or torch.float64).itemsize * count
+        for spec, count in zip(problem.tensor_inputs, counts, strict=False)
+        if count is not None
+    )
