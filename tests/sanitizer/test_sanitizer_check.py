@@ -14,15 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from kernelaudit import Output, Problem, TensorInput
 from kernelaudit.checks import sanitizer as sanitizer_check
 from kernelaudit.checks.base import PlanContext
 from kernelaudit.checks.sanitizer import judged
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
+from kernelaudit.problem.spec import Axis
 from kernelaudit.profiles import PROFILES
 from kernelaudit.runner import sandbox
 from kernelaudit.runner.candidate import parse_candidate
 from kernelaudit.runner.sandbox import Isolation
+from kernelaudit.sanitizer import session as sanitizer_session
 from kernelaudit.sanitizer.child import ChildResult
 from kernelaudit.sanitizer.locate import Located
 from kernelaudit.sanitizer.report import parse
@@ -350,3 +353,35 @@ def _alive(pid: int) -> bool:
         return False
     # a killed process lingers as a zombie until its parent (gone) is reaped by init
     return "zombie" not in status.lower()
+
+
+def test_a_case_whose_inputs_would_take_the_runs_past_host_memory_is_left_out_before_it_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # rows of a fixed 2^20 float32 columns: the tail-sizes case (5 rows, 20 MiB), then the
+    # workload (8 rows, 32 MiB); four runs at once may hold 100 MiB together
+    wide = 1 << 20
+    problem = Problem(
+        name="scale_rows",
+        reference=lambda x: 2 * x,
+        axes=("rows", Axis("cols", min=wide, max=wide)),
+        inputs=(TensorInput("x", ("rows", "cols")),),
+        outputs=(Output("y", ("rows", "cols"), dtype="x"),),
+        workloads=({"rows": 8, "cols": wide},),
+    )
+    made: list[str] = []
+    arguments = sanitizer_session.arguments
+    monkeypatch.setattr(
+        sanitizer_session,
+        "arguments",
+        lambda problem, case: made.append(case.label) or arguments(problem, case),
+    )
+    cases, built, dropped = prepare(problem, 2, host_bytes=100 << 20, runs=4)
+    assert [case.label for case in cases] == made == ["tail sizes rows=5 cols=1048576"]
+    assert len(built) == 1
+    assert dropped == [
+        "workload 0: its inputs take 0.03 GiB, held by each of the 4 sanitizer runs at once, "
+        "more than the 0.10 GiB of host memory the candidate's processes may hold"
+    ]
+    # without a limit, both are made
+    assert len(prepare(problem, 2)[0]) == 2

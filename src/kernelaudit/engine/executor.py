@@ -24,7 +24,7 @@ from kernelaudit.engine.measure import (
 )
 from kernelaudit.errors import CaseUnavailable, ProblemError
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.cost import tensor_elements
+from kernelaudit.inputs.cost import input_bytes, tensor_elements
 from kernelaudit.inputs.distributions import UNDEFINED_WHERE_NAN
 from kernelaudit.inputs.materialize import materialize, shapes_only
 from kernelaudit.oracle.resident import RESIDENT
@@ -273,12 +273,9 @@ def _estimated_bytes(problem: Problem, case: Case) -> int:
     dtypes, its outputs in float64 (the truth) and at their own dtypes (the baseline); shapes
     the case's sizes do not bind count nothing."""
     config = problem.dtype_configs()[case.dtype_config]
-    itemsizes = [
-        (config.get(spec.name) or torch.float64).itemsize for spec in problem.tensor_inputs
-    ]
-    itemsizes += [8 + problem.output_dtype(spec, config).itemsize for spec in problem.outputs]
-    counts = tensor_elements(problem, case.size_map())
-    return sum(
+    itemsizes = [8 + problem.output_dtype(spec, config).itemsize for spec in problem.outputs]
+    counts = tensor_elements(problem, case.size_map())[len(problem.tensor_inputs) :]
+    return input_bytes(problem, case) + sum(
         size * count for size, count in zip(itemsizes, counts, strict=True) if count is not None
     )
 

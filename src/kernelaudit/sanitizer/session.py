@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kernelaudit.errors import UsageError
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import input_bytes
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
@@ -105,15 +106,30 @@ def own_kernels(
     )
 
 
-def prepare(problem: Problem, count: int) -> tuple[list[Case], list[Arguments], list[str]]:
-    """The small cases, their arguments, and why any case had to be left out."""
+def prepare(
+    problem: Problem, count: int, host_bytes: int = 0, runs: int = 1
+) -> tuple[list[Case], list[Arguments], list[str]]:
+    """The small cases, their arguments, and why any case had to be left out. Every one of
+    the `runs` that go at once holds the inputs of every case on the host: a case whose inputs
+    would take the runs past `host_bytes` together (0: no limit) is left out before its inputs
+    are made (a mixture-of-experts layer's weights can take tens of GiB)."""
     cases, built, dropped = [], [], []
+    held = 0
     for case in small_cases(problem, count):
+        needed = input_bytes(problem, case)
+        if host_bytes and runs * (held + needed) > host_bytes:
+            dropped.append(
+                f"{case.label}: its inputs take {needed / 2**30:.2f} GiB, held by each of the "
+                f"{runs} sanitizer runs at once, more than the {host_bytes / 2**30:.2f} GiB of "
+                "host memory the candidate's processes may hold"
+            )
+            continue
         try:
             built.append(arguments(problem, case))
         except Exception as error:
             dropped.append(f"{case.label}: {type(error).__name__}: {error}")
             continue
+        held += needed
         cases.append(case)
     return cases, built, dropped
 
