@@ -73,8 +73,9 @@ class TritonBounds(ConcludingOnly):
         return self._idle
 
     def not_run(self, ctx: PlanContext) -> str:
-        """Why the interpreted run checked no access at all, once it has ended: it timed out,
-        crashed or met an interpreter it cannot watch before any kernel launched."""
+        """Why the interpreted run checked no access at all, once it has ended: no case could
+        be got through within a call's time limit, or the run timed out, crashed or met an
+        interpreter it cannot watch before any kernel launched."""
         return self._unwatched
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
@@ -89,10 +90,6 @@ class TritonBounds(ConcludingOnly):
             for case in chosen
             if (seconds := case_seconds(ctx.problem, case, "cpu")) > self._limit_s
         )
-        if self._too_long and len(self._too_long) == len(chosen):
-            least = min(self._too_long, key=lambda t: t.seconds)
-            self._unwatched = f"Triton's interpreter {least.describe(self._limit_s)}"
-            return []
         left_out = {t.case for t in self._too_long}
         for case in chosen:
             if case in left_out:
@@ -103,6 +100,10 @@ class TritonBounds(ConcludingOnly):
                 continue  # the problem cannot make inputs at these sizes
             self._cases.append(case)
             calls.append(call_for(ctx.problem, case, inputs))
+        if not calls and self._too_long:
+            least = min(self._too_long, key=lambda t: t.seconds)
+            self._unwatched = f"Triton's interpreter {least.describe(self._limit_s)}"
+            return []
         if not calls:
             self._idle = "the problem can make no input at the interpreted sizes"
             return []

@@ -25,6 +25,11 @@ from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.findings import AuditReport, Finding
 
 _STYLE = {"PASS": "bold green", "FAIL": "bold red"}
+
+QUIET_S = 30.0
+"""Off a terminal, the longest a log goes without a line while probes are being judged: a
+check whose probes take minutes (a layer with billions of weight elements) still shows its
+progress."""
 _SEVERITY = {"fail": "red", "warn": "yellow", "note": "cyan"}
 
 
@@ -35,19 +40,26 @@ def progress_bar(console: Console) -> Iterator[Callable[[str, ProgressEvent], No
 
     In a terminal, a live bar with the time elapsed and left. Anywhere else (a CI log, a
     corpus slot's log, a pipe), where a live bar shows nothing until the end, one line per
-    phase and per check as it finishes, with its seconds and the audit's elapsed time.
+    phase and per check as it finishes, with its seconds and the audit's elapsed time, and
+    the probe just judged whenever `QUIET_S` have passed without a line.
     """
     if not console.is_terminal:
         began = time.perf_counter()
+        said = [began]  # when the last line was printed
 
         def log(label: str, event: ProgressEvent) -> None:
+            now = time.perf_counter()
             if event.kind == "probe":
-                return
-            console.print(
-                f"[{time.perf_counter() - began:7.1f} s] {escape(label)}  {event.kind} "
-                f"{escape(event.what)}: {event.seconds:.1f} s ({event.total} probes)",
-                soft_wrap=True,
-            )
+                if now - said[0] < QUIET_S:
+                    return
+                line = f"probe {event.done} of {event.total} judged: {escape(event.what)}"
+            else:
+                line = (
+                    f"{event.kind} {escape(event.what)}: {event.seconds:.1f} s "
+                    f"({event.total} probes)"
+                )
+            said[0] = now
+            console.print(f"[{now - began:7.1f} s] {escape(label)}  {line}", soft_wrap=True)
 
         yield log
         return
