@@ -18,6 +18,7 @@ from kernelaudit.checks.triton_bounds import TritonBounds, interpreted_cases
 from kernelaudit.engine.audit import audit
 from kernelaudit.engine.calls import call_for
 from kernelaudit.inputs.materialize import materialize
+from kernelaudit.interpret import run as interpret_run
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
 from kernelaudit.problem.load import load_problem
@@ -337,3 +338,19 @@ def test_cases_left_out_are_a_note_when_the_candidate_launches_triton_kernels(
     assert note.severity == "note" and note.key == "not-watched:too-large"
     assert note.title.startswith("the interpreted bounds check left out 1 case(s): boundary rows=9")
     assert "past the 2 s a call may take" in note.title
+
+
+def test_a_run_that_cannot_start_is_a_note_not_a_broken_audit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_room(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(interpret_run, "start_python", no_room)
+    check = TritonBounds()
+    check._run = run("scale", scale_of(BLOCK + 1))
+    (note,) = check.conclude([])
+    assert note.severity == "note" and note.key == "not-watched:crash"
+    assert "could not start: OSError: [Errno 28] No space left on device" in note.title
+    ctx = PlanContext(load_problem(FIXTURES / "scale.py"), PROFILES["quick"], "cpu", 132, None)
+    assert coverage(check, ctx).startswith("could not run here: the interpreted run stopped")

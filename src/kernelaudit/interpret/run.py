@@ -2,8 +2,9 @@
 back what it saw.
 
 The run starts as soon as it is made and goes on in the background, so an audit can start it
-while it plans and collect it once its probes are done: the child's start (importing torch,
-Triton and the candidate) costs seconds that the probes then hide.
+while it plans and collect it once its probes are done: writing the calls' tensors for the
+child (a second for a case of a few hundred million elements) and the child's start (importing
+torch, Triton and the candidate) cost seconds that the probes then hide.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import json
 import math
 import os
 import signal
+import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -58,31 +61,49 @@ class InterpretedRun:
         self._host_memory_bytes = host_memory_bytes
         self._deadline = time.monotonic() + timeout_s
         self._folder = tempfile.TemporaryDirectory()
-        request = Path(self._folder.name) / "request.pt"
         self._result = Path(self._folder.name) / "result.json"
-        torch.save(
-            {
-                "path": candidate.path,
-                "function": candidate.function,
-                "inputs": list(inputs),
-                "outputs": list(outputs),
-                "calls": list(calls),
-                "alarm_s": math.ceil(timeout_s) + _ORPHAN_GRACE_S,
-            },
-            request,
-        )
         self._seen: Interpretation | None = None
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (held until `finish`)
-        self._process = start_python(
-            ["-m", "kernelaudit.interpret.child", str(request), str(self._result)],
-            "cpu",
-            candidate.path,
-            self._folder.name,
-            # the interpreter runs on host memory: the child has no business with a device
-            environment={"CUDA_VISIBLE_DEVICES": ""},
-            stdout=self._stderr,
-            stderr=self._stderr,
+        self._process: subprocess.Popen[bytes] | None = None
+        self._unstarted = ""
+        self._started = threading.Event()
+        self._collected = threading.Event()
+        request = {
+            "path": candidate.path,
+            "function": candidate.function,
+            "inputs": list(inputs),
+            "outputs": list(outputs),
+            "calls": list(calls),  # nothing else holds these tensors: no one writes them
+            "alarm_s": math.ceil(timeout_s) + _ORPHAN_GRACE_S,
+        }
+        self._starting = threading.Thread(
+            target=self._start, args=(request, candidate), name="interpreted-run", daemon=True
         )
+        self._starting.start()
+
+    def _start(self, request: dict[str, object], candidate: CandidateRef) -> None:
+        """Write the request and start the child (in the background: see the module). The
+        thread then waits until the run is collected: the sandbox ends the child with the
+        thread that started it (`--die-with-parent` watches the starting thread)."""
+        try:
+            path = Path(self._folder.name) / "request.pt"
+            torch.save(request, path)
+            self._process = start_python(
+                ["-m", "kernelaudit.interpret.child", str(path), str(self._result)],
+                "cpu",
+                candidate.path,
+                self._folder.name,
+                # the interpreter runs on host memory: the child has no business with a device
+                environment={"CUDA_VISIBLE_DEVICES": ""},
+                stdout=self._stderr,
+                stderr=self._stderr,
+            )
+        except Exception as error:  # a full disk, a sandbox that cannot start
+            self._unstarted = f"{type(error).__name__}: {error}"
+        finally:
+            self._started.set()
+        if self._process is not None:
+            self._collected.wait()
 
     def finish(self) -> Interpretation:
         """Wait for the run (until its deadline) and return what it saw (the same again on
@@ -92,6 +113,13 @@ class InterpretedRun:
         return self._seen
 
     def _collect(self) -> Interpretation:
+        self._started.wait()
+        if self._process is None:
+            self._stderr.close()
+            self._folder.cleanup()
+            return Interpretation(
+                error=f"the interpreted run could not start: {self._unstarted}", cause="crash"
+            )
         try:
             waited = wait_within(self._process, self._deadline, self._host_memory_bytes)
         finally:
@@ -99,6 +127,7 @@ class InterpretedRun:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait()
+            self._collected.set()  # the starting thread may end
         try:
             self._stderr.seek(0)
             tail = self._stderr.read().decode(errors="replace").strip().splitlines()
