@@ -3,7 +3,9 @@ every load, store and atomic checked against the tensors the kernel was launched
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -354,3 +356,17 @@ def test_a_run_that_cannot_start_is_a_note_not_a_broken_audit(
     assert "could not start: OSError: [Errno 28] No space left on device" in note.title
     ctx = PlanContext(load_problem(FIXTURES / "scale.py"), PROFILES["quick"], "cpu", 132, None)
     assert coverage(check, ctx).startswith("could not run here: the interpreted run stopped")
+
+
+def test_the_calls_tensors_are_let_go_once_written_for_the_child() -> None:
+    # the audit goes on for minutes after: the interpreted cases' inputs are not held for it
+    x = torch.randn(BLOCK + 1)
+    held = weakref.ref(x)
+    started = run("scale", Call(args=(TensorArg(x),)))
+    del x
+    started._started.wait(60)
+    gc.collect()
+    try:
+        assert held() is None
+    finally:
+        started.finish()

@@ -68,7 +68,7 @@ class InterpretedRun:
         self._unstarted = ""
         self._started = threading.Event()
         self._collected = threading.Event()
-        request = {
+        self._request: dict[str, object] | None = {
             "path": candidate.path,
             "function": candidate.function,
             "inputs": list(inputs),
@@ -77,17 +77,20 @@ class InterpretedRun:
             "alarm_s": math.ceil(timeout_s) + _ORPHAN_GRACE_S,
         }
         self._starting = threading.Thread(
-            target=self._start, args=(request, candidate), name="interpreted-run", daemon=True
+            target=self._start, args=(candidate,), name="interpreted-run", daemon=True
         )
         self._starting.start()
 
-    def _start(self, request: dict[str, object], candidate: CandidateRef) -> None:
+    def _start(self, candidate: CandidateRef) -> None:
         """Write the request and start the child (in the background: see the module). The
         thread then waits until the run is collected: the sandbox ends the child with the
-        thread that started it (`--die-with-parent` watches the starting thread)."""
+        thread that started it (`--die-with-parent` watches the starting thread). The calls'
+        tensors are let go of once written."""
         try:
             path = Path(self._folder.name) / "request.pt"
+            request, self._request = self._request, None
             torch.save(request, path)
+            del request
             self._process = start_python(
                 ["-m", "kernelaudit.interpret.child", str(path), str(self._result)],
                 "cpu",

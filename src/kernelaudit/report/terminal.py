@@ -25,12 +25,12 @@ from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.findings import AuditReport, Finding
 
 _STYLE = {"PASS": "bold green", "FAIL": "bold red"}
+_SEVERITY = {"fail": "red", "warn": "yellow", "note": "cyan"}
 
 QUIET_S = 30.0
 """Off a terminal, the longest a log goes without a line while probes are being judged: a
 check whose probes take minutes (a layer with billions of weight elements) still shows its
 progress."""
-_SEVERITY = {"fail": "red", "warn": "yellow", "note": "cyan"}
 
 
 @contextmanager
