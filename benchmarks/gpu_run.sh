@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|sweep|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -106,6 +106,12 @@ for step in ${steps[@]}; do
         bash benchmarks/solexecbench_scale_gpu.sh --profile default --device cuda \
         --order shuffled --seed "${SEED:-0}" --code "${CODE:?name the code audited}" \
         "${from[@]}" 2>&1 | tail -n 4
+      ;;
+    planning)
+      # every check's planning timed on its own, SOL references as candidates (PLANNING="L1/092_ ...")
+      python3 benchmarks/planning_parts.py "${PROBLEMS:-build/solexecbench}" \
+        ${PLANNING:-L1/092_ L1/015_ L1/067_ L2/059_ L2/016_ L2/047_} --device cuda \
+        --out "$out/planning.json" 2>&1 | tail -n 8
       ;;
     rerun)
       # chosen SOL-ExecBench problems audited again, default profile (RERUN="L2/076_ ..."),
