@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from solexecbench_scale import problem_id, write_shim
+from solexecbench_scale import problem_folders, problem_id, write_shim
 
 from kernelaudit.checks import build_checks
 from kernelaudit.checks.base import PlanContext
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     device = resolve_device(args.device)
-    folders = sorted(p.parent for p in args.root.glob("*/*/definition.json"))
+    folders = problem_folders(args.root)
     rows = []
     with tempfile.TemporaryDirectory() as shims:
         for prefix in args.problems:

@@ -152,10 +152,15 @@ def problem_id(folder: Path) -> str:
     return f"{folder.parent.name}/{folder.name}"
 
 
+def problem_folders(root: Path) -> list[Path]:
+    """Every problem folder under `root` (`<level>/<problem>/definition.json`), in order."""
+    return sorted(p.parent for p in root.glob("*/*/definition.json"))
+
+
 def plan(root: Path, only: list[str] | None, device: str, device_name: str) -> list[Job]:
     """Every problem under `root` (those whose id holds one of `only`), each settled here when
     it does not load or cannot run on `device`."""
-    folders = sorted(p.parent for p in root.glob("*/*/definition.json"))
+    folders = problem_folders(root)
     if not folders:
         sys.exit(f"no */*/definition.json under {root}; pass the SOL-ExecBench problems folder")
     known = _references_record()

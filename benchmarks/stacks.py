@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from solexecbench_scale import problem_id, write_shim
+from solexecbench_scale import problem_folders, problem_id, write_shim
 
 _CHILD = (
     "import faulthandler, runpy, sys\n"
@@ -35,7 +35,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    folders = sorted(p.parent for p in args.root.glob("*/*/definition.json"))
+    folders = problem_folders(args.root)
     for prefix in args.problems:
         matches = [f for f in folders if problem_id(f).startswith(prefix)]
         if len(matches) != 1:

@@ -331,10 +331,7 @@ def test_cases_left_out_are_a_note_when_the_candidate_launches_triton_kernels(
     ctx = PlanContext(rows_of(1 << 20), profile, "cpu", 132, candidate)
     check = TritonBounds()
     left_out = [case for case in interpreted_cases(ctx) if case.label == "boundary rows=9"]
-    check._too_long = tuple(
-        triton_bounds._TooLong(case, 9 * 2 * (1 << 20), 4.45) for case in left_out
-    )
-    check._limit_s = profile.timeout_s
+    check._too_long = tuple(triton_bounds._TooLong.of(ctx, case) for case in left_out)
     check._run = runs["scale"]
     (note,) = check.conclude([])
     assert note.severity == "note" and note.key == "not-watched:too-large"

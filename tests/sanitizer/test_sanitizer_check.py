@@ -74,7 +74,7 @@ def _stand_in(folder: Path, outputs: dict[str, str]) -> Path:
 def _session(tmp_path: Path, function: str, outputs: dict[str, str], **profile: object) -> Session:
     problem = load_problem(FIXTURES / "copy_problem.py")
     chosen = replace(PROFILES["quick"], **profile)  # type: ignore[arg-type]
-    cases, built, dropped = prepare(problem, chosen.sanitizer_cases)
+    cases, built, dropped = prepare(problem, chosen)
     assert not dropped
     tool = _stand_in(tmp_path, outputs)
     candidate = parse_candidate(f"{CANDIDATES}::{function}")
@@ -159,7 +159,7 @@ def test_a_candidate_that_cannot_be_imported_stops_the_tools(tmp_path: Path) -> 
     broken.write_text("import torch\nraise ImportError('no such extension: fused_copy')\n")
     problem = load_problem(FIXTURES / "copy_problem.py")
     chosen = PROFILES["quick"]
-    cases, built, _ = prepare(problem, chosen.sanitizer_cases)
+    cases, built, _ = prepare(problem, chosen)
     tool = _stand_in(tmp_path, {"memcheck": "memcheck_clean"})
     candidate = parse_candidate(f"{broken}::copy")
     session = run_session(problem, candidate, chosen, "cpu", str(tool), cases, built)
@@ -376,12 +376,15 @@ def test_a_case_whose_inputs_would_take_the_runs_past_host_memory_is_left_out_be
         "arguments",
         lambda problem, case: made.append(case.label) or arguments(problem, case),
     )
-    cases, built, dropped = prepare(problem, 2, host_bytes=100 << 20, runs=4)
+    # the default profile's plain run and three tools: four runs at once
+    limited = replace(PROFILES["default"], sanitizer_cases=2, host_memory_bytes=100 << 20)
+    assert len(limited.sanitizer_tools) == 3
+    cases, built, dropped = prepare(problem, limited)
     assert [case.label for case in cases] == made == ["tail sizes rows=5 cols=1048576"]
     assert len(built) == 1
     assert dropped == [
         "workload 0: its inputs take 0.03 GiB, held by each of the 4 sanitizer runs at once, "
         "more than the 0.10 GiB of host memory the candidate's processes may hold"
     ]
-    # without a limit, both are made
-    assert len(prepare(problem, 2)[0]) == 2
+    # with the machine's half, both are made
+    assert len(prepare(problem, replace(limited, host_memory_bytes=0))[0]) == 2

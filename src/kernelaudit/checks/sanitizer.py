@@ -30,7 +30,6 @@ from kernelaudit.checks.base import (
 from kernelaudit.errors import UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.profiles import Profile
-from kernelaudit.runner.limits import host_share
 from kernelaudit.sanitizer.attribution import attribute, kernel_base
 from kernelaudit.sanitizer.cases import Arguments
 from kernelaudit.sanitizer.locate import locate
@@ -171,13 +170,7 @@ def _prepare(ctx: PlanContext) -> _Prepared:
     located = locate()
     if not located.found:
         return _Prepared()  # as above
-    profile = ctx.profile
-    cases, built, dropped = prepare(
-        ctx.problem,
-        profile.sanitizer_cases,
-        profile.host_memory_bytes or host_share(),
-        1 + len(profile.sanitizer_tools),  # the plain run and every tool's, at once
-    )
+    cases, built, dropped = prepare(ctx.problem, ctx.profile)
     if not built:
         reason = "; ".join(dropped) or "the problem declares no workload"
         return _Prepared(

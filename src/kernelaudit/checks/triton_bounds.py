@@ -31,7 +31,7 @@ from kernelaudit.checks.sweep import shapes_for
 from kernelaudit.engine.calls import call_for
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.cost import case_elements, case_seconds
+from kernelaudit.inputs.cost import case_elements, cost_model
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, materialize
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
@@ -65,7 +65,6 @@ class TritonBounds(ConcludingOnly):
         self._unwatched = ""
         self._idle = ""
         self._too_long: tuple[_TooLong, ...] = ()
-        self._limit_s = 0.0
 
     def not_applicable(self, ctx: PlanContext) -> str:
         if ctx.candidate is not None and ctx.candidate.autograd is not None:
@@ -84,12 +83,8 @@ class TritonBounds(ConcludingOnly):
             return []
         self._cases, calls = [], []
         chosen = interpreted_cases(ctx)
-        self._limit_s = ctx.profile.timeout_s
-        self._too_long = tuple(
-            _TooLong(case, case_elements(ctx.problem, case.size_map()), seconds)
-            for case in chosen
-            if (seconds := case_seconds(ctx.problem, case, "cpu")) > self._limit_s
-        )
+        estimates = (_TooLong.of(ctx, case) for case in chosen)
+        self._too_long = tuple(t for t in estimates if t.seconds > t.limit_s)
         left_out = {t.case for t in self._too_long}
         for case in chosen:
             if case in left_out:
@@ -102,7 +97,7 @@ class TritonBounds(ConcludingOnly):
             calls.append(call_for(ctx.problem, case, inputs))
         if not calls and self._too_long:
             least = min(self._too_long, key=lambda t: t.seconds)
-            self._unwatched = f"Triton's interpreter {least.describe(self._limit_s)}"
+            self._unwatched = f"Triton's interpreter {least.describe()}"
             return []
         if not calls:
             self._idle = "the problem can make no input at the interpreted sizes"
@@ -132,32 +127,39 @@ class TritonBounds(ConcludingOnly):
         ]
         stopped = _stopped(seen, found)
         if seen.launched and self._too_long:
-            failures.append(_left_out(self._too_long, self._limit_s))
+            failures.append(_left_out(self._too_long))
         return failures + ([stopped] if stopped is not None else [])
 
 
 @dataclass(frozen=True)
 class _TooLong:
-    """An interpreted case left out: one call of it would run past a call's time limit."""
+    """An interpreted case and the estimated seconds of one call of it under the interpreter
+    (`inputs.cost`, on a CPU), left out where they pass a call's time limit."""
 
     case: Case
     elements: int
     seconds: float
-    """The estimated seconds of one call under the interpreter."""
+    limit_s: float
 
-    def describe(self, limit_s: float) -> str:
+    @classmethod
+    def of(cls, ctx: PlanContext, case: Case) -> _TooLong:
+        elements = case_elements(ctx.problem, case.size_map())
+        seconds = cost_model("cpu").seconds(elements)
+        return cls(case, elements, seconds, ctx.profile.timeout_s)
+
+    def describe(self) -> str:
         return (
             f"would take about {self.seconds:,.0f} s a call at {self.case.label} "
-            f"({self.elements:,} elements), past the {limit_s:.0f} s a call may take"
+            f"({self.elements:,} elements), past the {self.limit_s:.0f} s a call may take"
         )
 
 
-def _left_out(too_long: Sequence[_TooLong], limit_s: float) -> Failure:
-    described = "; ".join(f"{t.case.label} {t.describe(limit_s)}" for t in too_long)
+def _left_out(too_long: Sequence[_TooLong]) -> Failure:
+    described = "; ".join(f"{t.case.label} {t.describe()}" for t in too_long)
     return note(
         "not-watched:too-large",
         f"the interpreted bounds check left out {len(too_long)} case(s): {described}",
-        tuple((t.case.label, t.describe(limit_s)) for t in too_long),
+        tuple((t.case.label, t.describe()) for t in too_long),
     )
 
 

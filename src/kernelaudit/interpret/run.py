@@ -76,10 +76,9 @@ class InterpretedRun:
             "calls": list(calls),  # nothing else holds these tensors: no one writes them
             "alarm_s": math.ceil(timeout_s) + _ORPHAN_GRACE_S,
         }
-        self._starting = threading.Thread(
+        threading.Thread(
             target=self._start, args=(candidate,), name="interpreted-run", daemon=True
-        )
-        self._starting.start()
+        ).start()
 
     def _start(self, candidate: CandidateRef) -> None:
         """Write the request and start the child (in the background: see the module). The

@@ -44,13 +44,13 @@ def progress_bar(console: Console) -> Iterator[Callable[[str, ProgressEvent], No
     the probe just judged whenever `QUIET_S` have passed without a line.
     """
     if not console.is_terminal:
-        began = time.perf_counter()
-        said = [began]  # when the last line was printed
+        began = said = time.perf_counter()  # said: when the last line was printed
 
         def log(label: str, event: ProgressEvent) -> None:
+            nonlocal said
             now = time.perf_counter()
             if event.kind == "probe":
-                if now - said[0] < QUIET_S:
+                if now - said < QUIET_S:
                     return
                 line = f"probe {event.done} of {event.total} judged: {escape(event.what)}"
             else:
@@ -58,7 +58,7 @@ def progress_bar(console: Console) -> Iterator[Callable[[str, ProgressEvent], No
                     f"{event.kind} {escape(event.what)}: {event.seconds:.1f} s "
                     f"({event.total} probes)"
                 )
-            said[0] = now
+            said = now
             console.print(f"[{now - began:7.1f} s] {escape(label)}  {line}", soft_wrap=True)
 
         yield log

@@ -18,6 +18,7 @@ from kernelaudit.inputs.cost import input_bytes
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.limits import host_share
 from kernelaudit.runner.sandbox import for_candidate
 from kernelaudit.sanitizer.attribution import is_library_kernel, kernel_base
 from kernelaudit.sanitizer.cases import Arguments, arguments, small_cases
@@ -106,18 +107,19 @@ def own_kernels(
     )
 
 
-def prepare(
-    problem: Problem, count: int, host_bytes: int = 0, runs: int = 1
-) -> tuple[list[Case], list[Arguments], list[str]]:
-    """The small cases, their arguments, and why any case had to be left out. Every one of
-    the `runs` that go at once holds the inputs of every case on the host: a case whose inputs
-    would take the runs past `host_bytes` together (0: no limit) is left out before its inputs
-    are made (a mixture-of-experts layer's weights can take tens of GiB)."""
+def prepare(problem: Problem, profile: Profile) -> tuple[list[Case], list[Arguments], list[str]]:
+    """The profile's small cases, their arguments, and why any case had to be left out. Every
+    run that goes at once (the plain one and one per tool) holds the inputs of every case on
+    the host: a case whose inputs would take the runs past the host memory the candidate's
+    processes may hold together is left out before its inputs are made (a mixture-of-experts
+    layer's weights can take tens of GiB)."""
+    host_bytes = profile.host_memory_bytes or host_share()
+    runs = 1 + len(profile.sanitizer_tools)
     cases, built, dropped = [], [], []
     held = 0
-    for case in small_cases(problem, count):
+    for case in small_cases(problem, profile.sanitizer_cases):
         needed = input_bytes(problem, case)
-        if host_bytes and runs * (held + needed) > host_bytes:
+        if runs * (held + needed) > host_bytes:
             dropped.append(
                 f"{case.label}: its inputs take {needed / 2**30:.2f} GiB, held by each of the "
                 f"{runs} sanitizer runs at once, more than the {host_bytes / 2**30:.2f} GiB of "
