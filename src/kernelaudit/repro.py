@@ -16,6 +16,7 @@ from kernelaudit.engine.executor import Executor
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, read_reports
 from kernelaudit.formats import read_candidate, read_problem
+from kernelaudit.inputs import draws
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.domain import assuming
 from kernelaudit.profiles import profile_named
@@ -45,6 +46,9 @@ def replay(args: argparse.Namespace, console: Console) -> int:
         finding = report.finding(args.finding)
         for change in files_changed_since(report):
             console.print(f"[yellow]{escape(change)}; the replay runs it as it is now[/]")
+        drawn_otherwise = draws_changed_since(report)
+        if drawn_otherwise:
+            console.print(f"[yellow]{escape(drawn_otherwise)}[/]")
         problem = assuming(read_problem(report.problem_path), report.assumed)
         if report.candidate_source:
             problem, candidate = read_candidate(report.candidate_source, problem)
@@ -102,3 +106,19 @@ def files_changed_since(report: AuditReport) -> list[str]:
     spec = report.candidate_source or f"{report.candidate_path}::{report.candidate_function}"
     job = Job(report.problem_path, spec, recorded.get("problem"), recorded.get("candidate"))
     return changed_files(job)
+
+
+def draws_changed_since(report: AuditReport) -> str:
+    """A sentence when the report's inputs were drawn another way than this kernelaudit draws
+    them (`inputs.draws.SCHEME`): the replayed case then holds other values than the audit's."""
+    recorded = dict(report.environment)
+    if not recorded:
+        return ""  # a report that records no environment at all (made by hand, say)
+    scheme = recorded.get(draws.RECORDED_AS, "torch's generators")
+    if scheme == draws.SCHEME:
+        return ""
+    return (
+        f"the report's inputs were drawn by {scheme}, this kernelaudit draws them by "
+        f"{draws.SCHEME}: the replayed case holds other values than the audit's, and a finding "
+        "that depends on them may not come back"
+    )

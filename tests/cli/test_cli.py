@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from kernelaudit.cli import main
+from kernelaudit.inputs import draws
 
 ROOT = Path(__file__).parents[1]
 PROBLEM = ROOT / "problem" / "fixtures" / "good.py"
@@ -183,8 +184,8 @@ def test_checks_that_cannot_run_here_are_refused_when_named_and_fail_under_stric
     assert report["verdict"] == "PASS" and list(report["unverified"]) == ["kernels"]
 
 
-def test_repro_says_when_the_candidate_is_not_the_file_the_report_judged(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_repro_says_when_the_candidate_or_the_draws_are_not_the_ones_the_report_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     candidates = tmp_path / "candidates.py"
     candidates.write_text(CANDIDATES.read_text())
@@ -197,9 +198,17 @@ def test_repro_says_when_the_candidate_is_not_the_file_the_report_judged(
     finding = document["findings"][0]["id"]
     capsys.readouterr()
     main(["repro", str(report), finding, "--device", "cpu"])
-    assert "changed after the run read it" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "changed after the run read it" not in out and "inputs were drawn by" not in out
     candidates.write_text(CANDIDATES.read_text() + "\n# edited since the audit\n")
     assert main(["repro", str(report), finding, "--device", "cpu"]) == 1
     out = capsys.readouterr().out
     assert f"the candidate {candidates} changed after the run read it" in out
     assert "reproduced" in out
+    # a kernelaudit that draws its inputs another way than the one that wrote the report
+    assert document["environment"]["input draws"] == draws.SCHEME
+    monkeypatch.setattr(draws, "SCHEME", "another-scheme")
+    main(["repro", str(report), finding, "--device", "cpu"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"the report's inputs were drawn by {document['environment']['input draws']}" in out
+    assert "holds other values than the audit's" in out

@@ -1,7 +1,12 @@
-"""Large draws on several cores: the same values for a seed whatever the number of threads,
-torch's own values for tensors up to one piece, and the distribution's shape at every size."""
+"""Large draws on several cores: the same values for a seed whatever the number of threads or
+the machine, torch's own integers for tensors up to one piece, and the distribution's shape at
+every size."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -24,20 +29,46 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 @pytest.mark.parametrize("numel", [0, 1, 15, 16, 17, 999, 1000])
-def test_a_tensor_of_one_piece_holds_torchs_own_draws(small_pieces: int, numel: int) -> None:
+def test_an_integer_tensor_of_one_piece_holds_torchs_own_draws(
+    small_pieces: int, numel: int
+) -> None:
     shape = (numel,)
-    assert torch.equal(
-        draws.randn(shape, _seeded(3)),
-        torch.randn(shape, generator=_seeded(3), dtype=torch.float64),
-    )
-    assert torch.equal(
-        draws.rand(shape, _seeded(3)),
-        torch.rand(shape, generator=_seeded(3), dtype=torch.float64),
-    )
     assert torch.equal(
         draws.randint(-4, 5, shape, _seeded(3)),
         torch.randint(-4, 5, shape, generator=_seeded(3), dtype=torch.int64),
     )
+
+
+def test_floats_are_the_seeds_own_on_every_machine() -> None:
+    """The same seed gives the same bits whatever vector instructions torch picks for this
+    CPU: what a reproducer replayed on another machine needs."""
+    script = (
+        "import hashlib, torch\n"
+        "from kernelaudit.inputs import draws\n"
+        "g = torch.Generator().manual_seed(7)\n"
+        "for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):\n"
+        "    x = torch.cat([draws.randn((3000,), g, dtype), draws.rand((3000,), g, dtype)])\n"
+        "    print(hashlib.sha256(x.view(torch.uint8).numpy().tobytes()).hexdigest())\n"
+    )
+    seen = []
+    for capability in ("default", "avx2"):
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        )
+        seen.append(done.stdout.split())
+    assert len(seen[0]) == 4 and seen[0] == seen[1]
+
+
+def test_half_precision_is_float32_rounded_and_uniform_stays_below_one() -> None:
+    for dtype in (torch.float16, torch.bfloat16):
+        normal = draws.randn((5000,), _seeded(4), dtype)
+        assert normal.dtype == dtype
+        assert torch.equal(normal, draws.randn((5000,), _seeded(4), torch.float32).to(dtype))
+        uniform = draws.rand((1 << 16,), _seeded(4), dtype)
+        assert float(uniform.max()) < 1.0 and float(uniform.min()) >= 0.0
+    with pytest.raises(TypeError, match="floating draws"):
+        draws.randn((3,), _seeded(4), torch.int32)
 
 
 def test_the_values_depend_on_the_seed_not_on_the_threads(small_pieces: int) -> None:

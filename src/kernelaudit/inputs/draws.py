@@ -1,15 +1,22 @@
 """Seeded random draws that use the audit's share of the cores for large tensors.
 
-A CPU generator fills one tensor on one core: drawing the inputs of a workload of tens of
-millions of elements took seconds of an audit's time. A tensor of more than `CHUNK` elements
-is filled in pieces of `CHUNK` elements: the first from the case's own generator, exactly as a
-small tensor is, each further one from a generator of its own seeded by a draw of the case's
-generator. The pieces are filled in threads (torch releases the interpreter's lock while it
-fills), and the values depend on the seed alone, never on how many threads there are.
+Floating values come from NumPy's generators (`numpy.random.Generator` over `SFC64`), not
+torch's: torch's CPU normal draw in float64 fills one element at a time (about 40 million a
+second a core), and in float16 and bfloat16 its values depend on the CPU's vector instructions
+(the same seed gave other bits with `ATEN_CPU_CAPABILITY=default` than with AVX2) and ran at 22
+million a second a core on an H200's host. NumPy's ziggurat draws float64 normals at about
+twice torch's speed, float32 ones as fast, and its values depend on the seed alone on every
+platform. A half-precision tensor is drawn in float32 and rounded.
+
+A tensor is filled in pieces of at most `CHUNK` elements, each from a generator of its own
+seeded by one draw of the case's torch generator (`seeds`), in threads (NumPy releases the
+interpreter's lock while it fills): the values depend on the seed alone, never on how many
+threads there are. Integer draws (`randint`) stay torch's: up to `CHUNK` elements exactly
+`torch.randint`'s, further pieces from torch generators seeded the same way.
 
 A benchmark's own input generator (SOL-ExecBench's `get_inputs`, KernelBench's) calls
 `torch.randn` and `torch.rand` itself, on one core, from the global generator: inside
-`spread_global_draws` those calls are drawn the same way, on several cores.
+`spread_global_draws` its large draws are made the same way, on several cores.
 """
 
 from __future__ import annotations
@@ -20,30 +27,50 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
 CHUNK = 1 << 22
-"""Elements one generator fills. Tensors up to this size are drawn as torch draws them."""
+"""Elements one generator fills."""
+
+SCHEME = "numpy-sfc64"
+"""How floating values are drawn, as a report's environment records it (under `RECORDED_AS`):
+a report made by another scheme replays other values for the same case (`kernelaudit repro`
+says so)."""
+
+RECORDED_AS = "input draws"
 
 Fill = Callable[[torch.Tensor, torch.Generator], object]
-"""Fills a contiguous 1-D tensor in place from a generator."""
+"""Fills a contiguous 1-D tensor in place from a torch generator (integer draws)."""
+
+FloatFill = Callable[[np.ndarray, np.random.Generator], object]
+"""Fills a contiguous 1-D float32 or float64 array in place from a NumPy generator."""
+
+_NATIVE = {torch.float64: np.float64, torch.float32: np.float32}
+"""The dtypes NumPy fills in place; others are drawn in float32 and rounded."""
+
+
+def _normal(out: np.ndarray, generator: np.random.Generator) -> None:
+    generator.standard_normal(out=out, dtype=out.dtype)
+
+
+def _uniform(out: np.ndarray, generator: np.random.Generator) -> None:
+    generator.random(out=out, dtype=out.dtype)
 
 
 def randn(
     shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
-    """N(0, 1): `torch.randn(shape, generator=generator, dtype=dtype)` up to `CHUNK`
-    elements."""
-    return _filled(shape, dtype, generator, lambda t, g: t.normal_(generator=g))
+    """N(0, 1) at `dtype`, its values decided by `generator`'s state alone."""
+    return _floats(shape, dtype, generator, _normal)
 
 
 def rand(
     shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
-    """U[0, 1): `torch.rand(shape, generator=generator, dtype=dtype)` up to `CHUNK`
-    elements."""
-    return _filled(shape, dtype, generator, lambda t, g: t.uniform_(generator=g))
+    """U[0, 1) at `dtype`, its values decided by `generator`'s state alone."""
+    return _floats(shape, dtype, generator, _uniform)
 
 
 def from_global() -> torch.Generator:
@@ -52,6 +79,42 @@ def from_global() -> torch.Generator:
     generator = torch.Generator(device="cpu")
     generator.manual_seed(int(torch.randint(1 << 32, (), dtype=torch.int64)))
     return generator
+
+
+def seeds(generator: torch.Generator, count: int) -> list[int]:
+    """`count` seeds for generators of their own, drawn from `generator`."""
+    return torch.randint(1 << 62, (count,), generator=generator, dtype=torch.int64).tolist()
+
+
+def _floats(
+    shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator, fill: FloatFill
+) -> torch.Tensor:
+    if not dtype.is_floating_point:
+        raise TypeError(f"floating draws cannot fill a tensor of dtype {dtype}")
+    out = torch.empty(shape, dtype=dtype)
+    flat = out.view(-1)
+    pieces = math.ceil(flat.numel() / CHUNK)
+    if pieces == 0:
+        return out
+    own = seeds(generator, pieces)
+    native = _NATIVE.get(dtype)
+
+    def piece(k: int) -> None:
+        part = flat[k * CHUNK : (k + 1) * CHUNK]
+        numpy_generator = np.random.Generator(np.random.SFC64(own[k]))
+        if native is not None:
+            fill(part.numpy(), numpy_generator)
+            return
+        drawn = np.empty(part.numel(), dtype=np.float32)
+        fill(drawn, numpy_generator)
+        part.copy_(torch.from_numpy(drawn))
+        if fill is _uniform:
+            # rounding to a short mantissa would turn values near 1 into 1.0: the largest
+            # value below 1 in the dtype keeps the interval half-open
+            part.clamp_(max=1.0 - torch.finfo(dtype).eps / 2)
+
+    _in_threads(piece, pieces)
+    return out
 
 
 def randint(
@@ -83,20 +146,22 @@ def _filled(
         own.manual_seed(seeds[k])
         fill(flat[(k + 1) * CHUNK : (k + 2) * CHUNK], own)
 
+    _in_threads(piece, pieces)
+    return out
+
+
+def _in_threads(piece: Callable[[int], None], pieces: int) -> None:
+    """`piece(k)` for every k below `pieces`, on this process's share of the cores."""
     workers = max(1, min(pieces, torch.get_num_threads()))
     if workers == 1:
         for k in range(pieces):
             piece(k)
-        return out
+        return
     with ThreadPoolExecutor(workers, thread_name_prefix="draw") as pool:
         list(pool.map(piece, range(pieces)))
-    return out
 
 
-_GLOBAL_FILLS: dict[Callable[..., Any], Fill] = {
-    torch.randn: lambda t, g: t.normal_(generator=g),
-    torch.rand: lambda t, g: t.uniform_(generator=g),
-}
+_GLOBAL_FILLS: dict[Callable[..., Any], FloatFill] = {torch.randn: _normal, torch.rand: _uniform}
 _PLAIN = frozenset({"dtype", "device", "layout", "requires_grad", "pin_memory"})
 """The keywords a plain draw may be given (a generator or an output makes it one of its own)."""
 
@@ -128,7 +193,7 @@ class _SpreadDraws(TorchFunctionMode):
         if fill is None or shape is None or math.prod(shape) <= CHUNK:
             return func(*args, **kwargs)
         dtype = kwargs.get("dtype") or torch.get_default_dtype()
-        return _filled(shape, dtype, from_global(), fill)
+        return _floats(shape, dtype, from_global(), fill)
 
 
 @contextmanager
