@@ -202,7 +202,9 @@ def spread_global_draws() -> Iterator[None]:
     `CHUNK` elements is drawn on several cores, as `randn(size, from_global(), dtype)` draws
     it: its values depend on the global generator's seed alone, as torch's own do, but are not
     torch's. Smaller draws, and draws given a generator, an output, another device or layout,
-    are torch's own, bit for bit. For the benchmarks' input generators: SOL-ExecBench L1/001's
+    are torch's own, bit for bit: the values the benchmark's own harness draws (KernelBench's
+    draws its inputs on the host), with torch's dependence on the CPU's vector instructions
+    below float64. For the benchmarks' input generators: SOL-ExecBench L1/001's
     took 12.5 s a call at its largest workload on one core, 3.9 s on an H100 host's cores."""
     with _SpreadDraws():
         yield
