@@ -115,7 +115,9 @@ for step in ${steps[@]}; do
       ;;
     rerun)
       # chosen SOL-ExecBench problems audited again, default profile (RERUN="L2/076_ ..."),
-      # none started after STOP_AFTER seconds; the reports and logs kept in one archive
+      # none started after STOP_AFTER seconds; the reports and logs kept in one archive (the
+      # work folder emptied first: a machine may keep another run's /tmp)
+      rm -rf /tmp/rerun-work
       python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
         --out "$out/rerun.json" --work /tmp/rerun-work --profile default \
         --timeout "${TIMEOUT:-150}" --stop-after "${STOP_AFTER:-3600}" --device cuda \

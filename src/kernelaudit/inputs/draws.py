@@ -4,9 +4,9 @@ Floating values come from NumPy's generators (`numpy.random.Generator` over `SFC
 torch's: torch's CPU normal draw in float64 fills one element at a time (about 40 million a
 second a core), and in float16 and bfloat16 its values depend on the CPU's vector instructions
 (the same seed gave other bits with `ATEN_CPU_CAPABILITY=default` than with AVX2) and ran at 22
-million a second a core on an H200's host. NumPy's ziggurat draws float64 normals at about
-twice torch's speed, float32 ones as fast, and its values depend on the seed alone on every
-platform. A half-precision tensor is drawn in float32 and rounded.
+million a second a core on an H200's host. NumPy's ziggurat drew float64 normals there at about
+twice torch's speed, half-precision ones (drawn in float32 and rounded) at 2.5 times, and its
+values depend on the seed alone on every platform.
 
 A tensor is filled in pieces of at most `CHUNK` elements, each from a generator of its own
 seeded by one draw of the case's torch generator (`seeds`), in threads (NumPy releases the
@@ -40,6 +40,7 @@ a report made by another scheme replays other values for the same case (`kernela
 says so)."""
 
 RECORDED_AS = "input draws"
+"""The name `SCHEME` goes by in a report's environment."""
 
 Fill = Callable[[torch.Tensor, torch.Generator], object]
 """Fills a contiguous 1-D tensor in place from a torch generator (integer draws)."""
@@ -47,7 +48,7 @@ Fill = Callable[[torch.Tensor, torch.Generator], object]
 FloatFill = Callable[[np.ndarray, np.random.Generator], object]
 """Fills a contiguous 1-D float32 or float64 array in place from a NumPy generator."""
 
-_NATIVE = {torch.float64: np.float64, torch.float32: np.float32}
+_NATIVE = frozenset({torch.float64, torch.float32})
 """The dtypes NumPy fills in place; others are drawn in float32 and rounded."""
 
 
@@ -97,12 +98,12 @@ def _floats(
     if pieces == 0:
         return out
     own = seeds(generator, pieces)
-    native = _NATIVE.get(dtype)
+    native = dtype in _NATIVE
 
     def piece(k: int) -> None:
         part = flat[k * CHUNK : (k + 1) * CHUNK]
         numpy_generator = np.random.Generator(np.random.SFC64(own[k]))
-        if native is not None:
+        if native:
             fill(part.numpy(), numpy_generator)
             return
         drawn = np.empty(part.numel(), dtype=np.float32)
