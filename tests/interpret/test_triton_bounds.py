@@ -337,6 +337,7 @@ def test_cases_left_out_are_a_note_when_the_candidate_launches_triton_kernels(
     assert note.severity == "note" and note.key == "not-watched:too-large"
     assert note.title.startswith("the interpreted bounds check left out 1 case(s): boundary rows=9")
     assert "past the 2 s a call may take" in note.title
+    assert note.title.count("boundary rows=9") == 1
 
 
 def test_a_run_that_cannot_start_is_a_note_not_a_broken_audit(

@@ -155,10 +155,14 @@ class _TooLong:
 
 
 def _left_out(too_long: Sequence[_TooLong]) -> Failure:
-    described = "; ".join(f"{t.case.label} {t.describe()}" for t in too_long)
+    described = "; ".join(
+        f"{t.case.label} (about {t.seconds:,.0f} s a call, {t.elements:,} elements)"
+        for t in too_long
+    )
     return note(
         "not-watched:too-large",
-        f"the interpreted bounds check left out {len(too_long)} case(s): {described}",
+        f"the interpreted bounds check left out {len(too_long)} case(s): {described}, past "
+        f"the {too_long[0].limit_s:.0f} s a call may take",
         tuple((t.case.label, t.describe()) for t in too_long),
     )
 
