@@ -169,6 +169,28 @@ def test_contract_batch_fields_are_validated(contract: Contract, field: str, wor
     assert words in str(raised.value)
 
 
+def test_an_axis_of_one_fixed_size_is_no_batch_axis_and_costs_no_reference_run() -> None:
+    calls = []
+
+    def projection(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        calls.append(x.shape)
+        return x @ w
+
+    # a layer whose width is a constant of the model: a row of it alone is no size it takes
+    fixed = Problem(
+        name="projection",
+        reference=projection,
+        axes=(Axis("hidden", min=64, max=64), Axis("out", min=32, max=32)),
+        inputs=(TensorInput("x", ("hidden",)), TensorInput("w", ("hidden", "out"), role="weight")),
+        outputs=(Output("y", ("out",)),),
+        workloads=({"hidden": 64, "out": 32},),
+    )
+    assert infer_batch_axes(fixed) == ()
+    assert not calls
+    with pytest.raises(ProblemError, match="'out' cannot be a batch axis: its size is fixed at 32"):
+        validate(replace(fixed, contract=Contract(batch_axes=("out",))))
+
+
 def test_an_index_bound_cannot_be_declared_a_batch_axis() -> None:
     with pytest.raises(ProblemError, match="index input 'ids' points into it"):
         validate(replace(EMBEDDING, contract=Contract(batch_axes=("vocab",))))

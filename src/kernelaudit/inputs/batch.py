@@ -86,8 +86,12 @@ def axis_position(shape: tuple[Dim, ...], axis: str) -> int | None:
 
 def structural_reason(problem: Problem, axis: str) -> str:
     """Why the declaration alone rules `axis` out as a batch axis; "" when it does not."""
-    if axis not in {a.name for a in problem.axes}:
+    declared = {a.name: a for a in problem.axes}
+    if axis not in declared:
         return f"{axis!r} is not a declared axis"
+    if declared[axis].max == declared[axis].min:
+        # a row of it alone, or more rows than that, is a size the problem never takes
+        return f"its size is fixed at {declared[axis].min}"
 
     held = False
     for inp in problem.inputs:
@@ -172,10 +176,10 @@ def _small_size(axis: Axis) -> int:
 
 def _truth(problem: Problem, case: Case) -> tuple[torch.Tensor, ...]:
     # imported here: the oracle imports the checks, which import this module
-    from kernelaudit.oracle.truth import expected
+    from kernelaudit.oracle.truth import truth_only
 
     config = problem.dtype_configs()[case.dtype_config]
-    return expected(problem, materialize(problem, case), config, "cpu").truth
+    return truth_only(problem, materialize(problem, case), config, "cpu")
 
 
 def _rows_agree(problem: Problem, case: Case, whole: tuple[torch.Tensor, ...], axis: str) -> bool:

@@ -50,14 +50,7 @@ def expected(
     one input at a time) are freed before the native copies of the baseline are made, so the
     largest problem that fits is bounded by its float64 inputs, not by both sets together.
     """
-    sizes = _axis_sizes(problem, inputs)
-    dtypes = tuple(problem.output_dtype(out, dtype_config) for out in problem.outputs)
-    mutated = [_mutated_position(problem, name) for name in problem.contract.mutates]
-
-    promoted = [
-        _promoted_on(inputs[spec.name], dtype_config.get(spec.name), device)
-        for spec in problem.inputs
-    ]
+    sizes, dtypes, mutated, promoted = _promoted_run(problem, inputs, dtype_config, device)
     # selections are recorded only where an output could be one (the recording costs every
     # torch call of the run some time)
     indices = any(is_exact(dtype) and dtype != torch.bool for dtype in dtypes)
@@ -114,6 +107,36 @@ def expected(
         selections=chosen_by,
         nudge=nudge,
     )
+
+
+def truth_only(
+    problem: Problem,
+    inputs: Mapping[str, object],
+    dtype_config: Mapping[str, torch.dtype],
+    device: str,
+) -> tuple[torch.Tensor, ...]:
+    """The truth `expected` computes for `inputs`, without the baseline's run: for what needs
+    the reference's float64 results alone (which axes' rows are independent)."""
+    sizes, dtypes, mutated, promoted = _promoted_run(problem, inputs, dtype_config, device)
+    return _truth(problem, promoted, sizes, dtypes, mutated, _TRUTH_RUN)
+
+
+def _promoted_run(
+    problem: Problem,
+    inputs: Mapping[str, object],
+    dtype_config: Mapping[str, torch.dtype],
+    device: str,
+) -> tuple[dict[str, int], tuple[torch.dtype, ...], list[int], list[object]]:
+    """What the truth's run needs: the axes' sizes, the declared outputs' dtypes, where the
+    mutated inputs stand, and every input's float64 copy on `device`."""
+    sizes = _axis_sizes(problem, inputs)
+    dtypes = tuple(problem.output_dtype(out, dtype_config) for out in problem.outputs)
+    mutated = [_mutated_position(problem, name) for name in problem.contract.mutates]
+    promoted = [
+        _promoted_on(inputs[spec.name], dtype_config.get(spec.name), device)
+        for spec in problem.inputs
+    ]
+    return sizes, dtypes, mutated, promoted
 
 
 def _truth(

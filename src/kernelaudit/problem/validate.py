@@ -383,8 +383,8 @@ def _validate_batch_axes(v: _Validator) -> None:
             v.fail(
                 "contract.batch_axes",
                 f"{axis!r} cannot be a batch axis: {reason}",
-                "name only axes every result has once and no index input points into, or "
-                "leave batch_axes out to have them inferred",
+                "name only axes whose size may vary, that every result has once and no index "
+                "input points into, or leave batch_axes out to have them inferred",
                 "batch_axes",
             )
 
