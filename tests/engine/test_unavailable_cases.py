@@ -111,14 +111,16 @@ def test_a_workload_whose_truth_outgrows_the_device_is_a_warning_and_the_rest_ju
 
 
 NARROW = Path(__file__).parent / "fixtures" / "narrow_generator.py"
+SHORT = Path(__file__).parent / "fixtures" / "short_generator.py"
 
 
+@pytest.mark.parametrize("fixture", [NARROW, SHORT], ids=["fails", "makes-fewer-rows"])
 @pytest.mark.parametrize(("candidate", "verdict"), [("doubled", "PASS"), ("tripled", "FAIL")])
 def test_cases_the_problems_generator_cannot_make_are_untried_and_the_rest_judged(
-    candidate, verdict
+    fixture, candidate, verdict
 ):
     report = audit(
-        NARROW, f"{NARROW}::{candidate}", "quick", "cpu", checks=["execution", "numerics"]
+        fixture, f"{fixture}::{candidate}", "quick", "cpu", checks=["execution", "numerics"]
     )
     assert report.verdict == verdict
     assert any("the input generator cannot make these sizes" in w for w in dict(report.untried))
@@ -129,9 +131,18 @@ def test_cases_the_problems_generator_cannot_make_are_untried_and_the_rest_judge
             assert dict(record.case.values).get("x") not in (None, "get_inputs")
 
 
-def test_a_generator_that_fails_at_a_workload_stops_the_audit_with_the_fix(tmp_path):
-    broken = _with_workload(NARROW, tmp_path, '{"rows": 33, "cols": 64}', '{"rows": 33, "cols": 8}')
-    with pytest.raises(ProblemError, match="input generator failed for sizes"):
+@pytest.mark.parametrize(
+    ("fixture", "words"),
+    [(NARROW, "input generator failed for sizes"), (SHORT, "gives \\(16, 8\\) for input 'x'")],
+    ids=["fails", "makes-fewer-rows"],
+)
+def test_a_generator_that_fails_at_a_workload_stops_the_audit_with_the_fix(
+    tmp_path, fixture, words
+):
+    broken = _with_workload(
+        fixture, tmp_path, '{"rows": 33, "cols": 64}', '{"rows": 33, "cols": 8}'
+    )
+    with pytest.raises(ProblemError, match=words):
         audit(broken, f"{broken}::doubled", "quick", "cpu", ["numerics"])
 
 

@@ -63,12 +63,21 @@ def generated_tensor(
     generated: Mapping[str, object],
     shape: tuple[int, ...],
     dtype: torch.dtype,
+    sizes: Mapping[str, int],
 ) -> torch.Tensor:
-    """Input `name`'s generated value, contiguous on the CPU at `dtype`, once its shape is
-    the declared one."""
+    """Input `name`'s generated value at `sizes`, contiguous on the CPU at `dtype`, once its
+    shape is the declared one."""
     value = generated[name]
     if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
         got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        if not any(workload.held_by(sizes) for workload in problem.workloads):
+            # sizes no workload has, at which the generator makes other shapes (fewer
+            # sequences in fewer tokens): a constraint the declaration does not state
+            raise CaseUnavailable(
+                f"the problem's input generator gives {got} for input {name!r} at sizes "
+                f"{dict(sizes)}, declared {shape}",
+                "the input generator cannot make these sizes",
+            )
         raise ProblemError(
             file=problem.source or problem.name,
             field="get_inputs",

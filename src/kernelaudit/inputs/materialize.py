@@ -173,7 +173,7 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
         dtype = config[inp.name]
         layout = case.layout_of(inp.name)
         if distribution == GENERATOR:
-            values[inp.name] = _from_generator(problem, inp, generated, shape, dtype, layout)
+            values[inp.name] = _from_generator(problem, inp, generated, shape, dtype, layout, sizes)
             continue
         if distribution == ARGMAX:
             assert isinstance(inp, IndexInput)
@@ -356,8 +356,9 @@ def _from_generator(
     shape: tuple[int, ...],
     dtype: torch.dtype,
     layout: str,
+    sizes: dict[str, int],
 ) -> torch.Tensor:
-    value = generated_tensor(problem, inp.name, generated, shape, dtype)
+    value = generated_tensor(problem, inp.name, generated, shape, dtype, sizes)
     # the generator's first slice stands for the rest where the layout broadcasts
     return _as_presented(value, shape, layout)
 
