@@ -152,62 +152,6 @@ def test_the_families_are_spread_over_the_inputs():
     assert abs(varied.count("x") - varied.count("y")) <= 1
 
 
-def _three_inputs(rows: int = 8192) -> Problem:
-    def add3(x, y, z):
-        return x + y + z
-
-    inputs = tuple(
-        TensorInput(name, ("rows", "cols"), (torch.float32,)) for name in ("x", "y", "z")
-    )
-    return Problem(
-        name="add3",
-        reference=add3,
-        axes=("rows", "cols"),
-        inputs=inputs,
-        outputs=(Output("out", ("rows", "cols"), "x"),),
-        workloads=({"rows": rows, "cols": rows},),
-    )
-
-
-def test_under_a_tight_budget_several_inputs_share_a_case_where_none_hides_another():
-    problem = _three_inputs()
-    ctx = _context(problem, budget_s=0.001)
-    variants = value_variants(ctx)
-    needed = covering_variants(ctx, variants)
-    covering = [v for v, chosen in zip(variants, needed, strict=True) if chosen]
-    probes = Numerics().plan(ctx)
-    at_anchor = [
-        dict(p.case.values)
-        for p in probes
-        if p.rank == COVERAGE and p.case.label == "workload 0" and p.case.values
-    ]
-    assert len(at_anchor) < len(covering) - 1  # fewer cases than one per variant
-    # every input still meets every family the covering set gives it
-    drawn = {pair for values in at_anchor for pair in values.items()}
-    assert {pair for values in covering for pair in values} <= drawn
-    shared = [values for values in at_anchor if len(values) > 1]
-    assert shared
-    for values in shared:
-        families = list(values.values())
-        # NaN, inf, undefined rows, overflow and underflow decide a result alone
-        assert not {"nonfinite", "zero_rows", "neg_inf_rows", "large", "tiny"} & set(families)
-        assert sum(f in ("heavy_tailed", "outlier_channels") for f in families) <= 1
-    # each variant that shares a case runs alone too, first among the optional cases
-    waiting = {p.case.values for p in probes if p.rank == MORE_VARIANTS}
-    for values in shared:
-        for pair in values.items():
-            assert (pair,) in waiting
-    # a budget that fits every variant runs each alone
-    small = _three_inputs(rows=64)
-    roomy = Numerics().plan(_context(small))
-    alone = [
-        p.case.values
-        for p in roomy
-        if p.rank == COVERAGE and p.case.label == "workload 0" and not p.case.layouts
-    ]
-    assert sorted(alone) == sorted(tuple(sorted(v)) for v in value_variants(_context(small)))
-
-
 def test_costly_first_workloads_give_way_to_a_cheaper_base_for_the_checks():
     cheap_first = _problem([{"rows": 256, "cols": 256}, {"rows": 16384, "cols": 16384}])
     assert base_workload(_context(cheap_first)) == "workload 0"

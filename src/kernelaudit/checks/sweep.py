@@ -8,7 +8,7 @@ from collections import Counter
 from kernelaudit.checks.base import PlanContext
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import case_elements, cost_model
-from kernelaudit.inputs.distributions import ACTIVATIONS_ONLY, PEAKED, UNDEFINED_WHERE_NAN
+from kernelaudit.inputs.distributions import ACTIVATIONS_ONLY, PEAKED
 from kernelaudit.inputs.indices import ARGMAX
 from kernelaudit.inputs.layouts import geometry
 from kernelaudit.inputs.masks import FULLY_MASKED
@@ -243,81 +243,25 @@ def covering_variants(ctx: PlanContext, variants: list[Variant]) -> list[bool]:
     return chosen
 
 
-_DRAWN_ALONE = UNDEFINED_WHERE_NAN | {"nonfinite", FULLY_MASKED, "large", "tiny"}
-"""Families a packed case never draws next to another input's: NaN and inf reach every result
-they enter; rows a case may leave undefined (`UNDEFINED_WHERE_NAN`, fully masked rows) are not
-judged; and large or tiny values carry the results they enter to where the dtype overflows or
-keeps few bits, where the baseline's error, and so the noise floor, is that of the rescaling.
-Another input's draw would go unseen in each."""
-_OUTLYING = frozenset({"heavy_tailed", "outlier_channels"})
-"""Families with a few values far above the rest: they raise the error every product they enter
-may have, so a packed case holds at most one."""
-
-
-def packed_variants(ctx: PlanContext, variants: list[Variant]) -> list[Variant]:
-    """`variants` with those that change one input's distribution drawn together, several
-    inputs' families in one case: no input twice, at most one outlying family (`_OUTLYING`)
-    and never a family drawn alone (`_DRAWN_ALONE`), each variant joining the case that holds
-    fewest so far. Every family still reaches the inputs it reached; a packed case that fails is
-    narrowed to the input that fails it when it is shrunk ("X at its default"). The others
-    (default values, argument modes, variants that set several inputs together) stay alone, in
-    their places; a packed case takes the place of its first variant."""
-    scalars = {inp.name for inp in ctx.problem.inputs if isinstance(inp, ScalarInput)}
-    groups: list[list[tuple[str, str]]] = []
-    placed: list[list[tuple[str, str]]] = []
-    for values in variants:
-        single = len(values) == 1 and values[0][0] not in scalars
-        if not single or values[0][1] in _DRAWN_ALONE:
-            placed.append(list(values))
-            continue
-        name, family = values[0]
-        admitting = [
-            group
-            for group in groups
-            if all(other != name for other, _ in group)
-            and not (family in _OUTLYING and any(f in _OUTLYING for _, f in group))
-        ]
-        if admitting:
-            min(admitting, key=len).append(values[0])
-        else:
-            groups.append([values[0]])
-            placed.append(groups[-1])
-    return [tuple(sorted(values)) for values in placed]
-
-
-def _anchor(
-    ctx: PlanContext, kept: list[str], variants: list[Variant]
-) -> tuple[str, list[Variant], list[Variant]]:
-    """The workload the value variants are tried at, the variants every audit runs there and
-    those that wait for the budget (`MORE_VARIANTS`): all of them at the largest kept workload
-    at which they fit their share of the budget (larger sizes reveal more: longer reductions,
-    more repeated ids); where none fits them all, the covering set (`covering_variants`),
-    packed (`packed_variants`), at the workload where it fits unpacked, else at the smallest
-    (the cases packing saves are time saved, not a larger workload), and every variant not run
-    alone waits."""
+def _anchor(ctx: PlanContext, kept: list[str], variants: list[Variant]) -> tuple[str, list[bool]]:
+    """The workload the value variants are tried at, and which of them every audit runs
+    there: all of them at the largest kept workload at which they fit their share of the
+    budget (larger sizes reveal more: longer reductions, more repeated ids); where none fits
+    them all, the covering set (`covering_variants`) at the largest kept workload at which it
+    fits, else at the smallest."""
     problem = ctx.problem
     model = cost_model(ctx.device)
     sizes = {w.name: w.as_dict() for w in problem.workloads}
     configs = len(problem.dtype_configs())
     cost = {name: model.seconds(case_elements(problem, sizes[name])) for name in kept}
     allowance = _VARIANT_SHARE * required_budget(ctx)
+    every = [True] * len(variants)
     covering = covering_variants(ctx, variants)
-    for count in (len(variants), sum(covering)):
-        fitting = [n for n in kept if cost[n] * count * configs <= allowance]
-        if fitting and count == len(variants):
-            return max(fitting, key=lambda name: cost[name]), variants, []
+    for chosen in (every, covering):
+        fitting = [n for n in kept if cost[n] * sum(chosen) * configs <= allowance]
         if fitting:
-            break
-    anchor = (
-        max(fitting, key=lambda name: cost[name])
-        if fitting
-        else min(kept, key=lambda name: cost[name])
-    )
-    packed = packed_variants(
-        ctx, [v for v, needed in zip(variants, covering, strict=True) if needed]
-    )
-    alone = set(packed)
-    return anchor, packed, [v for v in variants if v not in alone]
+            return max(fitting, key=lambda name: cost[name]), chosen
+    return min(kept, key=lambda name: cost[name]), covering
 
 
 def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
@@ -338,7 +282,7 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
     labels = {label for _, label in shapes}
     kept, sampled, left_out = ([n for n in names if n in labels] for names in kept_workloads(ctx))
     variants = value_variants(ctx)
-    anchor, required, waiting = _anchor(ctx, kept, variants) if kept else ("", [], [])
+    anchor, required = _anchor(ctx, kept, variants) if kept else ("", [])
     size_of = {label: case_elements(problem, sizes) for sizes, label in shapes}
     offset = tuple((i.name, "offset") for i in activations(problem))
     ranked: list[tuple[Case, int]] = []
@@ -355,10 +299,8 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
             elif label in sampled:
                 add(sizes, label, config, (), SAMPLED_WORKLOADS)
             elif label == anchor:
-                for values in required:
-                    add(sizes, label, config, values, COVERAGE)
-                for values in waiting:
-                    add(sizes, label, config, values, MORE_VARIANTS)
+                for values, needed in zip(variants, required, strict=True):
+                    add(sizes, label, config, values, COVERAGE if needed else MORE_VARIANTS)
             elif label in kept:
                 add(sizes, label, config, (), COVERAGE)
             else:
