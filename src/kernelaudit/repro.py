@@ -16,7 +16,7 @@ from kernelaudit.engine.executor import Executor
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, read_reports
 from kernelaudit.formats import read_candidate, read_problem
-from kernelaudit.inputs import draws
+from kernelaudit.inputs import scheme
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.domain import assuming
 from kernelaudit.profiles import profile_named
@@ -110,15 +110,15 @@ def files_changed_since(report: AuditReport) -> list[str]:
 
 def draws_changed_since(report: AuditReport) -> str:
     """A sentence when the report's inputs were drawn another way than this kernelaudit draws
-    them (`inputs.draws.SCHEME`): the replayed case then holds other values than the audit's."""
+    them (`inputs.scheme.SCHEME`): the replayed case then holds other values than the audit's."""
     recorded = dict(report.environment)
     if not recorded:
         return ""  # a report that records no environment at all (made by hand, say)
-    scheme = recorded.get(draws.RECORDED_AS, "torch's generators")
-    if scheme == draws.SCHEME:
+    drawn_by = recorded.get(scheme.RECORDED_AS, "torch's generators")
+    if drawn_by == scheme.SCHEME:
         return ""
     return (
-        f"the report's inputs were drawn by {scheme}, this kernelaudit draws them by "
-        f"{draws.SCHEME}: the replayed case holds other values than the audit's, and a finding "
+        f"the report's inputs were drawn by {drawn_by}, this kernelaudit draws them by "
+        f"{scheme.SCHEME}: the replayed case holds other values than the audit's, and a finding "
         "that depends on them may not come back"
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kernelaudit.cli import main
-from kernelaudit.inputs import draws
+from kernelaudit.inputs import scheme
 
 ROOT = Path(__file__).parents[1]
 PROBLEM = ROOT / "problem" / "fixtures" / "good.py"
@@ -206,8 +206,8 @@ def test_repro_says_when_the_candidate_or_the_draws_are_not_the_ones_the_report_
     assert f"the candidate {candidates} changed after the run read it" in out
     assert "reproduced" in out
     # a kernelaudit that draws its inputs another way than the one that wrote the report
-    assert document["environment"]["input draws"] == draws.SCHEME
-    monkeypatch.setattr(draws, "SCHEME", "another-scheme")
+    assert document["environment"]["input draws"] == scheme.SCHEME
+    monkeypatch.setattr(scheme, "SCHEME", "another-scheme")
     main(["repro", str(report), finding, "--device", "cpu"])
     out = " ".join(capsys.readouterr().out.split())
     assert f"the report's inputs were drawn by {document['environment']['input draws']}" in out

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelaudit.corpus import jobs as corpus_jobs
 from kernelaudit.corpus.jobs import Job, changed_files, discover, keyed
 from kernelaudit.errors import UsageError
 
@@ -153,6 +154,18 @@ def test_a_job_key_changes_with_the_candidate_and_how_it_is_audited(tmp_path: Pa
     kernel.write_text("def f(x):\n    return x.clone()\n")
     assert key() != first
     assert len(keyed([job, job], "quick", None, tmp_path)) == 1
+
+
+def test_a_job_audited_on_inputs_drawn_another_way_is_another_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a corpus resumed by a kernelaudit that draws its inputs otherwise audits every job again
+    problem = _write(tmp_path / "p.py", "problem = 1")
+    kernel = _write(tmp_path / "k.py", "def f(x):\n    return x\n")
+    job = Job(str(problem), f"{kernel}::f")
+    before = keyed([job], "quick", None, tmp_path)
+    monkeypatch.setattr(corpus_jobs, "SCHEME", "another-scheme")
+    assert keyed([job], "quick", None, tmp_path).keys() != before.keys()
 
 
 def test_a_sol_execbench_folder_key_covers_its_workloads(tmp_path: Path) -> None:

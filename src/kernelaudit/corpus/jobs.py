@@ -16,6 +16,7 @@ from pathlib import Path
 
 import kernelaudit
 from kernelaudit.errors import UsageError
+from kernelaudit.inputs.scheme import SCHEME
 
 PROBLEM_FILES = ("definition.json", "problem.py")
 """What makes a folder a problem: a SOL-ExecBench definition, or a native or KernelBench
@@ -94,8 +95,9 @@ def keyed(
     The key is a sha256 over the problem's bytes (for a folder: its definition.json,
     workload.jsonl and problem.py), the candidate file's bytes, the candidate spec with its
     path relative to `root` (see `corpus_root`; absolute where the file lies outside it), the
-    profile, the checks and kernelaudit's version: editing a candidate makes it a new job, and
-    so does auditing it differently, but moving or copying the corpus folder does not."""
+    profile, the checks, kernelaudit's version and how it draws inputs (`inputs.scheme`):
+    editing a candidate makes it a new job, and so does auditing it differently or on inputs
+    drawn otherwise, but moving or copying the corpus folder does not."""
     problems: dict[Path, bytes] = {}
     chosen = "all" if checks is None else ",".join(sorted(set(checks)))
     result: dict[str, Job] = {}
@@ -112,6 +114,7 @@ def keyed(
             profile.encode(),
             chosen.encode(),
             kernelaudit.__version__.encode(),
+            SCHEME.encode(),
         ):
             digest.update(_field(part))
         read = Job(

@@ -34,7 +34,7 @@ from kernelaudit.engine.shrink import ShrinkAllowance
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
 from kernelaudit.host_copies import release as release_page_locked
-from kernelaudit.inputs import draws
+from kernelaudit.inputs import scheme
 from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.resident import RESIDENT
@@ -371,7 +371,7 @@ def environment(device: str) -> tuple[tuple[str, str], ...]:
     """Versions and hardware, so a report says where its numbers come from."""
     env = [
         ("kernelaudit", kernelaudit.__version__),
-        (draws.RECORDED_AS, draws.SCHEME),
+        (scheme.RECORDED_AS, scheme.SCHEME),
         ("python", platform.python_version()),
         ("torch", torch.__version__),
     ]

@@ -34,13 +34,6 @@ from torch.overrides import TorchFunctionMode
 CHUNK = 1 << 22
 """Elements one generator fills."""
 
-SCHEME = "numpy-sfc64"
-"""How floating values are drawn, as a report's environment records it (under `RECORDED_AS`):
-a report made by another scheme replays other values for the same case (`kernelaudit repro`
-says so)."""
-
-RECORDED_AS = "input draws"
-"""The name `SCHEME` goes by in a report's environment."""
 
 Fill = Callable[[torch.Tensor, torch.Generator], object]
 """Fills a contiguous 1-D tensor in place from a torch generator (integer draws)."""
