@@ -116,10 +116,11 @@ for step in ${steps[@]}; do
     rerun)
       # chosen SOL-ExecBench problems audited again, default profile (RERUN="L2/076_ ..."),
       # none started after STOP_AFTER seconds; the reports and logs kept in one archive (the
-      # work folder emptied first: a machine may keep another run's /tmp)
+      # work folder emptied first: a machine may keep another run's /tmp). CODE names the
+      # code in the record (the machine's copy of the tree may hold another commit's .git)
       rm -rf /tmp/rerun-work
       python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
-        --out "$out/rerun.json" --work /tmp/rerun-work --profile default \
+        --out "$out/rerun.json" --work /tmp/rerun-work --profile default --code "${CODE:-}" \
         --timeout "${TIMEOUT:-150}" --stop-after "${STOP_AFTER:-3600}" --device cuda \
         --only ${RERUN} 2>&1 | tail -n 4
       tar -czf "$out/rerun-logs.tar.gz" -C /tmp/rerun-work logs reports
