@@ -81,8 +81,8 @@ def generated_tensor(
         raise ProblemError(
             file=problem.source or problem.name,
             field="get_inputs",
-            message=f"the problem's own input generator gives {got} for input {name!r}, "
-            f"declared {shape}",
+            message=f"the problem's own input generator gives {got} for input {name!r} at "
+            f"sizes {dict(sizes)}, declared {shape}",
             fix="make the generator and the declared shape agree",
         )
     return value.detach().to(device="cpu", dtype=dtype).contiguous()

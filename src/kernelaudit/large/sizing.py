@@ -101,7 +101,8 @@ def plan_large_case(problem: Problem, axes: tuple[str, ...], elements: int = ELE
     if not axes:
         raise CannotGrow(
             "the problem has no batch axis to grow, so the truth would be needed for the whole "
-            "of a tensor past the limit; declare Contract(batch_axes=...) if it has one"
+            "of a tensor past the limit; declare Contract(batch_axes=...) if an axis whose size "
+            "may vary is one"
         )
     generated = [i.name for i in problem.inputs if isinstance(i, GeneratedInput)]
     if generated:
