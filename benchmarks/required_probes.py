@@ -7,20 +7,24 @@ were, run it with the old code and the new, then compare.
     PYTHONPATH=src python benchmarks/required_probes.py build/solexecbench --out new.json
     python benchmarks/required_probes.py --compare old.json new.json
 
-Plans are made for a GPU (`--device cuda`, 132 SMs as an H200 has), the candidate being the
-problem's reference; nothing runs.
+Each plan also records its required probes' estimated seconds by where their cases' sizes come
+from (the workloads, the boundary shapes, the held-back shapes); `--origins new.json` gives the
+median shares. Plans are made for a GPU (`--device cuda`, 132 SMs as an H200 has), the
+candidate being the problem's reference; nothing runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
-from kernelaudit.checks.base import PlanContext
-from kernelaudit.engine.budget import fit_ahead
+from kernelaudit.checks.base import PlanContext, Probe
+from kernelaudit.engine.budget import fit_ahead, probe_seconds
 from kernelaudit.errors import UsageError
 from kernelaudit.formats.readers import read_problem
+from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import PROFILES
 
 
@@ -49,8 +53,53 @@ def plans(root: Path, device: str, profiles: list[str]) -> dict[str, dict[str, o
                 "required": required,
                 "optional taken": len(fitted.probes) - len(required),
                 "estimate_s": round(fitted.estimate_s, 3),
+                "required_s_by_origin": by_origin(problem, fitted.probes, device),
             }
     return result
+
+
+def by_origin(problem: Problem, probes: tuple[Probe, ...], device: str) -> dict[str, float]:
+    """The required probes' estimated seconds by where their cases' sizes come from: the
+    workloads, the boundary shapes around the base workload, the held-back shapes; calls
+    made twice (probes of several checks on one run) counted once, as the budget counts them."""
+    seconds: dict[str, float] = {}
+    counted: set[tuple[object, object]] = set()
+    for probe in probes:
+        if probe.rank != 0 or (probe.case, probe.plan) in counted:
+            continue
+        counted.add((probe.case, probe.plan))
+        origin = next(
+            (
+                kind
+                for kind in ("boundary", "held-back", "far past")
+                if probe.case.label.startswith(kind)
+            ),
+            "workload",
+        )
+        seconds[origin] = seconds.get(origin, 0.0) + probe_seconds(problem, probe, device)
+    return {origin: round(value, 3) for origin, value in sorted(seconds.items())}
+
+
+def summary(plans_made: dict) -> dict[str, object]:
+    """For each profile, the median share of the required estimate each origin takes, over
+    every plan and over the plans past 90 s."""
+    shares: dict[str, dict[str, list[float]]] = {}
+    for key, plan in plans_made.items():
+        split = plan.get("required_s_by_origin")
+        total = sum(split.values()) if split else 0.0
+        if not total:
+            continue
+        profile = key.rsplit(" ", 1)[1]
+        groups = ["all"] + (["past 90 s"] if plan["estimate_s"] > 90 else [])
+        for group in groups:
+            for origin in ("workload", "boundary", "held-back", "far past"):
+                by_group = shares.setdefault(f"{profile}, {group}", {})
+                by_group.setdefault(origin, []).append(split.get(origin, 0.0) / total)
+    return {
+        group: {"plans": len(next(iter(values.values())))}
+        | {origin: round(statistics.median(v), 3) for origin, v in values.items()}
+        for group, values in shares.items()
+    }
 
 
 def compare(old: dict, new: dict) -> dict[str, object]:
@@ -84,10 +133,15 @@ def main() -> None:
     parser.add_argument("--profiles", nargs="+", default=["quick", "default"])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--compare", type=Path, nargs=2, metavar=("OLD", "NEW"))
+    parser.add_argument(
+        "--origins", type=Path, metavar="PLANS", help="the median shares of a plans file's origins"
+    )
     args = parser.parse_args()
     if args.compare:
         old, new = (json.loads(path.read_text()) for path in args.compare)
         result: dict[str, object] = compare(old, new)
+    elif args.origins:
+        result = summary(json.loads(args.origins.read_text()))
     elif args.root is not None:
         result = plans(args.root, args.device, args.profiles)
     else:
@@ -95,7 +149,7 @@ def main() -> None:
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text + "\n")
-    print(text if args.compare else f"{len(result)} plans")
+    print(text if args.compare or args.origins else f"{len(result)} plans")
 
 
 if __name__ == "__main__":
