@@ -58,6 +58,10 @@ def plans(root: Path, device: str, profiles: list[str]) -> dict[str, dict[str, o
     return result
 
 
+ORIGINS = ("workload", "boundary", "held-back", "far past")
+"""Where a case's sizes come from: a workload, else the prefix of its label."""
+
+
 def by_origin(problem: Problem, probes: tuple[Probe, ...], device: str) -> dict[str, float]:
     """The required probes' estimated seconds by where their cases' sizes come from: the
     workloads, the boundary shapes around the base workload, the held-back shapes; calls
@@ -68,14 +72,8 @@ def by_origin(problem: Problem, probes: tuple[Probe, ...], device: str) -> dict[
         if probe.rank != 0 or (probe.case, probe.plan) in counted:
             continue
         counted.add((probe.case, probe.plan))
-        origin = next(
-            (
-                kind
-                for kind in ("boundary", "held-back", "far past")
-                if probe.case.label.startswith(kind)
-            ),
-            "workload",
-        )
+        label = probe.case.label
+        origin = next((kind for kind in ORIGINS[1:] if label.startswith(kind)), ORIGINS[0])
         seconds[origin] = seconds.get(origin, 0.0) + probe_seconds(problem, probe, device)
     return {origin: round(value, 3) for origin, value in sorted(seconds.items())}
 
@@ -92,7 +90,7 @@ def summary(plans_made: dict) -> dict[str, object]:
         profile = key.rsplit(" ", 1)[1]
         groups = ["all"] + (["past 90 s"] if plan["estimate_s"] > 90 else [])
         for group in groups:
-            for origin in ("workload", "boundary", "held-back", "far past"):
+            for origin in ORIGINS:
                 by_group = shares.setdefault(f"{profile}, {group}", {})
                 by_group.setdefault(origin, []).append(split.get(origin, 0.0) / total)
     return {

@@ -29,14 +29,11 @@ def generator_values(
     except CaseUnavailable:
         raise
     except Exception as error:
-        if not any(workload.held_by(sizes) for workload in problem.workloads):
-            # sizes no workload has, which the generator cannot make (a square root of the
-            # patches left for its last grid, say): a constraint the declaration does not
-            # state, and no case to judge a candidate on
-            raise CaseUnavailable(
-                f"the problem's input generator cannot make inputs at sizes {dict(sizes)}: "
-                f"{type(error).__name__}: {error}",
-                "the input generator cannot make these sizes",
+        if _off_workloads(problem, sizes):
+            # which the generator cannot make (a square root of the patches left for its last
+            # grid, say)
+            raise _unavailable(
+                sizes, f"cannot make inputs there: {type(error).__name__}: {error}"
             ) from error
         raise ProblemError(
             file=problem.source or problem.name,
@@ -70,14 +67,9 @@ def generated_tensor(
     value = generated[name]
     if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
         got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        if not any(workload.held_by(sizes) for workload in problem.workloads):
-            # sizes no workload has, at which the generator makes other shapes (fewer
-            # sequences in fewer tokens): a constraint the declaration does not state
-            raise CaseUnavailable(
-                f"the problem's input generator gives {got} for input {name!r} at sizes "
-                f"{dict(sizes)}, declared {shape}",
-                "the input generator cannot make these sizes",
-            )
+        if _off_workloads(problem, sizes):
+            # where the generator makes other shapes (fewer sequences in fewer tokens)
+            raise _unavailable(sizes, f"gives {got} for input {name!r}, declared {shape}")
         raise ProblemError(
             file=problem.source or problem.name,
             field="get_inputs",
@@ -86,3 +78,16 @@ def generated_tensor(
             fix="make the generator and the declared shape agree",
         )
     return value.detach().to(device="cpu", dtype=dtype).contiguous()
+
+
+def _off_workloads(problem: Problem, sizes: Mapping[str, int]) -> bool:
+    """Whether no workload has `sizes`: what the generator does there is a constraint the
+    declaration does not state, and a failure there no case to judge a candidate on."""
+    return not any(workload.held_by(sizes) for workload in problem.workloads)
+
+
+def _unavailable(sizes: Mapping[str, int], what: str) -> CaseUnavailable:
+    return CaseUnavailable(
+        f"at sizes {dict(sizes)}, which no workload has, the problem's input generator {what}",
+        "the input generator cannot make these sizes",
+    )
