@@ -150,3 +150,24 @@ def test_event_time_of_one_long_kernel_agrees_with_the_profiler():
 
     gap, sentence = agreement(time_calls(sleep, "cuda"), profile_kernels(sleep, "cuda"))
     assert gap < 0.05, sentence
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_call_of_many_launches_is_profiled_once_and_counted_per_call(monkeypatch):
+    # a recurrence stepped from Python: thousands of launches a call make a session of the
+    # profiler take seconds, so later sessions are left out once the first took that long
+    import kernelaudit.timing.kernels as kernels
+
+    x = torch.zeros(1024, device="cuda")
+
+    def stepped() -> None:
+        for _ in range(2000):
+            x.add_(1.0)
+
+    monkeypatch.setattr(kernels, "PROFILED_SECONDS", 0.0)
+    profile = profile_kernels(stepped, "cuda", calls=3)
+    assert profile.calls == 1
+    assert sum(k.launches for k in profile.kernels) == pytest.approx(2000)
+    monkeypatch.setattr(kernels, "PROFILED_SECONDS", 3600.0)
+    assert profile_kernels(stepped, "cuda", calls=3).calls == 3

@@ -43,6 +43,25 @@ def test_repetitions_adapt_to_the_time_budget():
     assert 5 < timing.repetitions <= 26
 
 
+def test_calls_that_take_seconds_stop_at_five_repetitions_and_short_ones_do_not():
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def takes(seconds: float):
+        def call() -> None:
+            now[0] += seconds
+
+        return call
+
+    long = time_calls(takes(0.5), "cpu", warmup=1, clock=clock)
+    assert long.repetitions == 5 and long.median_s == pytest.approx(0.5)
+    # a call of 100 ms reaches the two seconds only after twenty: the minimum of ten holds
+    assert time_calls(takes(0.1), "cpu", warmup=1, clock=clock).repetitions == 10
+    assert time_calls(takes(0.5), "cpu", min_repetitions=3, clock=clock).repetitions == 3
+
+
 def test_on_output_gets_every_timed_result_in_order_and_is_not_timed():
     counter = itertools.count()
     seen = []

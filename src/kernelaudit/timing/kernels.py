@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from kernelaudit.errors import UsageError
 from kernelaudit.timing.measure import (
+    _PERF,
     Timing,
     as_device,
     flush_l2_cache,
@@ -37,6 +38,11 @@ MISMATCH_GAP = 0.05
 """Relative gap between event time and kernel time above which the two disagree: the event
 protocol's own residue (a few microseconds of wake-up and launch) stays well under it for calls
 of at least `MIN_JUDGED_KERNEL_S`."""
+
+PROFILED_SECONDS = 2.0
+"""Wall time of profiling (the call, the trace written and read) after which no further call is
+profiled: a call of tens of thousands of launches (a recurrence stepped from Python) takes
+seconds a session, and its kernels' times per call are averages over those launches already."""
 
 MIN_JUDGED_KERNEL_S = 50e-6
 """Kernel time per call under which a gap is not judged: at tens of microseconds the launch gaps
@@ -88,9 +94,11 @@ def profile_kernels(
     *,
     flush_l2: bool = True,
 ) -> KernelProfile:
-    """Run `call()` `warmup` times, then `calls` times under the PyTorch profiler (each in its
-    own session, so the L2 flush between calls, which matches `time_calls`, stays out of the
-    record) and return the device work per call, longest first. On a CPU device nothing is
+    """Run `call()` `warmup` times, then up to `calls` times under the PyTorch profiler (each
+    in its own session, so the L2 flush between calls, which matches `time_calls`, stays out of
+    the record; no further session once the sessions so far took `PROFILED_SECONDS`) and return
+    the device work per profiled call, longest first. Only the device's activity is recorded
+    (its kernels, copies and memsets), not the host's operators. On a CPU device nothing is
     run and the profile is empty."""
     device = as_device(device)
     if calls < 1:
@@ -104,13 +112,15 @@ def profile_kernels(
     launches: dict[str, int] = {}
     seconds: dict[str, float] = {}
     busy = 0.0
+    profiled = 0
+    began = _PERF()
     with tempfile.TemporaryDirectory(prefix="kernelaudit-profile-") as folder:
         trace = Path(folder) / "trace.json"
-        for _ in range(calls):
+        while profiled < calls and (profiled == 0 or _PERF() - began < PROFILED_SECONDS):
             if flush_l2:
                 flush_l2_cache(device)
             synchronize(device)
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as session:
+            with profile(activities=[ProfilerActivity.CUDA]) as session:
                 call()
                 synchronize(device)
             session.export_chrome_trace(str(trace))
@@ -119,6 +129,8 @@ def profile_kernels(
                 launches[name] = launches.get(name, 0) + 1
                 seconds[name] = seconds.get(name, 0.0) + duration
             busy += busy_time(spans)
+            profiled += 1
+    calls = profiled
 
     kernels = tuple(
         sorted(

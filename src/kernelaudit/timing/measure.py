@@ -43,6 +43,13 @@ CALIBRATION_CALLS = 16
 `min_repetitions`), their median protocol cost is subtracted from every sample: enough that
 the median is stable to a fraction of a microsecond, few enough to cost a few milliseconds."""
 
+FEWEST_REPETITIONS = 5
+"""Timed calls that suffice, below `min_repetitions`, once the timed loop has run for
+`ENOUGH_SECONDS`: a call of half a second or more (a recurrence stepped from Python, an
+interpreted kernel) has a median that five samples settle, and ten of them cost seconds."""
+
+ENOUGH_SECONDS = 2.0
+
 FALLBACK_L2_BYTES = 128 * 2**20
 """Assumed L2 size when the device does not report one: larger than the L2 of any current GPU
 that reports none, so the flush still evicts everything."""
@@ -89,7 +96,8 @@ def time_calls(
 ) -> Timing:
     """Time `call()` on `device`: `warmup` untimed calls, then at least `min_repetitions` timed
     ones, adding more until `target_seconds` of wall time have passed in the timed loop or
-    `max_repetitions` is reached.
+    `max_repetitions` is reached. Calls so long that the timed loop runs `ENOUGH_SECONDS`
+    before `min_repetitions` stop at `FEWEST_REPETITIONS` (never more than `min_repetitions`).
 
     on_output(result, repetition) runs after each timed repetition, outside the timed region:
     the place to check or fingerprint what the call returned.
@@ -125,7 +133,10 @@ def time_calls(
         empty.append(protocol(_noop)[0])
         if len(raws) >= max_repetitions:
             break
-        if len(raws) >= min_repetitions and clock() - began >= target_seconds:
+        elapsed = clock() - began
+        if len(raws) >= min_repetitions and elapsed >= target_seconds:
+            break
+        if len(raws) >= min(FEWEST_REPETITIONS, min_repetitions) and elapsed >= ENOUGH_SECONDS:
             break
 
     overhead = max(percentile(sorted(empty), 50), 0.0)
