@@ -85,9 +85,12 @@ class Profile:
     shared memory) or "shared-or-unknown" (also where the profiler could not say)."""
     sanitizer_cases: int = 2
     """Small cases the sanitizer runs (the first is the tail-sizes case)."""
-    sanitizer_budget_s: float = 300.0
+    sanitizer_budget_s: float = 60.0
     """Wall time the sanitizer runs of one audit may take together at most (they go on beside
-    the probes); a tool is skipped, and the report says so, once the budget is spent."""
+    the probes, which wait for them before measuring the device); a tool is skipped, or stopped
+    and what it reported until then judged, once the budget is spent, and the report says so.
+    Twice the audit's own budget in `default`, scaled with it by `--budget`: the tools take a
+    few seconds on most problems, minutes on a layer of billions of weights."""
     interpreted_cases: int = 2
     """Boundary cases a Triton candidate is run at under Triton's interpreter with every memory
     access checked (the triton-bounds check): the cheapest of each axis, then each axis one
@@ -157,7 +160,7 @@ PROFILES: dict[str, Profile] = {
         race_queued=1,
         sanitizer_tools=("memcheck",),
         sanitizer_cases=1,
-        sanitizer_budget_s=120.0,
+        sanitizer_budget_s=30.0,
     ),
     "default": Profile(
         name="default",
@@ -208,10 +211,12 @@ def profile_named(name: str) -> Profile:
 
 
 def profile_with_budget(name: str, budget_s: float | None) -> Profile:
-    """The named profile, its time budget replaced by `budget_s` when one is given."""
+    """The named profile, its time budget replaced by `budget_s` when one is given, and the
+    sanitizer's in proportion."""
     profile = profile_named(name)
     if budget_s is None:
         return profile
     if not (math.isfinite(budget_s) and budget_s > 0):
         raise UsageError(f"--budget is {budget_s:g}; give a positive, finite number of seconds")
-    return replace(profile, budget_s=budget_s)
+    share = profile.sanitizer_budget_s / profile.budget_s
+    return replace(profile, budget_s=budget_s, sanitizer_budget_s=budget_s * share)

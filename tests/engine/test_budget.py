@@ -223,3 +223,13 @@ def test_a_budget_must_be_a_positive_finite_number_of_seconds(given):
     with pytest.raises(UsageError, match="--budget"):
         profile_with_budget("quick", given)
     assert profile_with_budget("quick", 2.5).budget_s == 2.5
+
+
+def test_the_sanitizer_gets_twice_the_audits_budget_and_follows_a_given_one():
+    default = profile_named("default")
+    assert default.sanitizer_budget_s == 2 * default.budget_s
+    # an audit given ten times the time lets the sanitizer's runs take ten times as long
+    assert profile_with_budget("default", 300.0).sanitizer_budget_s == 600.0
+    assert profile_with_budget("quick", 5.0).sanitizer_budget_s == pytest.approx(
+        profile_named("quick").sanitizer_budget_s / 2
+    )
