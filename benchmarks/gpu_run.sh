@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -227,6 +227,18 @@ for step in ${steps[@]}; do
         cp "$out/profiles/${names[$i]}/summary.txt" "$out/profile-${names[$i]}.txt"
       done
       tar -czf "$out/profiles.tar.gz" -C "$out" profiles && rm -rf "$out/profiles"
+      ;;
+    sampled)
+      # where one audit's time goes in every thread and child, sampled by py-spy (a copy of its
+      # binary carried in build/pyspy; the sandbox off, so py-spy follows the worker), and the
+      # samples summed by benchmarks/sampled_profile.py (SAMPLED="PROBLEM CANDIDATE")
+      KERNELAUDIT_SANDBOX=off "${PYSPY:-build/pyspy/py-spy}" record --rate 200 --idle --threads \
+        --subprocesses --format raw -o /tmp/sampled.txt -- python3 -m kernelaudit.cli check \
+        ${SAMPLED:-examples/layernorm/problem.py examples/layernorm/candidates.py::masked_statistics} \
+        --profile default --json "$out/sampled.json" > "$out/sampled.log" 2>&1
+      gzip -c /tmp/sampled.txt > "$out/sampled.txt.gz"
+      python3 benchmarks/sampled_profile.py /tmp/sampled.txt > "$out/sampled-summary.txt"
+      head -n 20 "$out/sampled-summary.txt"
       ;;
     sandbox)
       # the sandbox on a GPU: is it there, do the GPU paths work in it, and what it costs

@@ -49,6 +49,7 @@ FEWEST_REPETITIONS = 5
 interpreted kernel) has a median that five samples settle, and ten of them cost seconds."""
 
 ENOUGH_SECONDS = 2.0
+"""Wall time of timed calls after which `FEWEST_REPETITIONS` suffice."""
 
 FALLBACK_L2_BYTES = 128 * 2**20
 """Assumed L2 size when the device does not report one: larger than the L2 of any current GPU
