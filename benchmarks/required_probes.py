@@ -90,8 +90,8 @@ def summary(plans_made: dict) -> dict[str, object]:
         profile = key.rsplit(" ", 1)[1]
         groups = ["all"] + (["past 90 s"] if plan["estimate_s"] > 90 else [])
         for group in groups:
+            by_group = shares.setdefault(f"{profile}, {group}", {})
             for origin in ORIGINS:
-                by_group = shares.setdefault(f"{profile}, {group}", {})
                 by_group.setdefault(origin, []).append(split.get(origin, 0.0) / total)
     return {
         group: {"plans": len(next(iter(values.values())))}
