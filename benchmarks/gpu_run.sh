@@ -231,11 +231,20 @@ for step in ${steps[@]}; do
     sampled)
       # where one audit's time goes in every thread and child, sampled by py-spy (a copy of its
       # binary carried in build/pyspy; the sandbox off, so py-spy follows the worker), and the
-      # samples summed by benchmarks/sampled_profile.py (SAMPLED="PROBLEM CANDIDATE")
-      KERNELAUDIT_SANDBOX=off "${PYSPY:-build/pyspy/py-spy}" record --rate 200 --idle --threads \
-        --subprocesses --format raw -o /tmp/sampled.txt -- python3 -m kernelaudit.cli check \
+      # samples summed by benchmarks/sampled_profile.py (SAMPLED="PROBLEM CANDIDATE", or
+      # SAMPLED_SOL="L2/016_" for a SOL-ExecBench reference as its own candidate; RATE samples a
+      # second, LIMIT seconds at most)
+      if [ -n "${SAMPLED_SOL:-}" ]; then
+        folder=$(realpath "$(ls -d "${PROBLEMS:-build/solexecbench}"/${SAMPLED_SOL}* | head -n 1)")
+        shim=$(cd benchmarks && python3 -c 'import sys; from pathlib import Path; from solexecbench_scale import write_shim; print(write_shim(Path(sys.argv[1]), Path("/tmp/shims")))' "$folder")
+        SAMPLED="$folder $shim"
+      fi
+      timeout -s INT "${LIMIT:-600}" "${PYSPY:-build/pyspy/py-spy}" record --rate "${RATE:-200}" \
+        --idle --threads --subprocesses --format raw -o /tmp/sampled.txt -- \
+        env KERNELAUDIT_SANDBOX=off python3 -m kernelaudit.cli check \
         ${SAMPLED:-examples/layernorm/problem.py examples/layernorm/candidates.py::masked_statistics} \
         --profile default --json "$out/sampled.json" > "$out/sampled.log" 2>&1
+      pkill -INT -f "kernelaudit.cli check" && sleep 5  # an audit cut short by LIMIT
       gzip -c /tmp/sampled.txt > "$out/sampled.txt.gz"
       python3 benchmarks/sampled_profile.py /tmp/sampled.txt > "$out/sampled-summary.txt"
       head -n 20 "$out/sampled-summary.txt"

@@ -21,7 +21,7 @@ def _kept(draws: Draws, key: str, fill: float = 1.0) -> torch.Tensor:
     return draws.get(key, lambda: torch.full((SMALLEST,), fill))
 
 
-def test_copies_of_one_draw_share_one_held_copy_and_others_get_none() -> None:
+def test_cases_given_one_draw_share_one_held_copy_and_others_get_none() -> None:
     draws = Draws(1 << 30)
     held = Resident(draws, most_bytes=1 << 30)
     one, two = _kept(draws, "w"), _kept(draws, "w")
@@ -31,11 +31,13 @@ def test_copies_of_one_draw_share_one_held_copy_and_others_get_none() -> None:
     as_half = held.get(two, torch.float16, CPU)  # another dtype: a copy of its own
     assert as_half is not None and as_half.dtype == torch.float16
     assert held.get(torch.ones(SMALLEST), torch.float32, CPU) is None  # not a kept draw
-    two.add_(1.0)  # written to: its values are its own now
-    assert held.get(two, torch.float32, CPU) is None
     with held.paused():
         assert held.get(one, torch.float32, CPU) is None
     assert held.get(one, torch.float32, CPU) is first
+    two.add_(1.0)  # written to: its values are no longer the draw's
+    assert held.get(two, torch.float32, CPU) is None
+    again = _kept(draws, "w")  # drawn afresh for the next case: the held copy is its values
+    assert torch.equal(again, first) and held.get(again, torch.float32, CPU) is first
 
 
 def test_what_is_held_stays_within_its_bytes_least_recently_used_dropped_first() -> None:

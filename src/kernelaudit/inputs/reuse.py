@@ -5,9 +5,13 @@ seeds its generator: `materialize.input_generator`), the distribution, the shape
 and, for ids, their bound. A layer's weights, whose shape no batch axis changes, are therefore
 the same tensor in every case of an audit that draws them by default, and drawing them is most
 of what making a case of a large model's layer costs (seconds per billion elements on many
-cores); copying them is a small part of that. So a large draw is kept, and every case that asks
-for it again gets a copy: bit for bit what drawing it again would give, and its own, so that
-nothing done to one case's inputs reaches another's.
+cores). So a large draw is kept, and every case that asks for it again gets the kept tensor
+itself: bit for bit what drawing it again would give. Copying it for each case cost a mixture of
+experts' audit a sixth of its time (4 GB of weights copied for each of some sixty cases). What
+is given out is never written to: the trusted side copies a case's inputs wherever it changes
+them (to the device, into the worker's shared region, nudged by a rounding). Should anything
+write to a kept draw all the same (its version counter moves), the next case that asks for it
+gets it drawn afresh, so a write reaches at most the cases already made with it.
 
 A problem's own input generator (SOL-ExecBench's `get_inputs`, KernelBench's) is kept the same
 way: its values depend on nothing but the sizes and the seed it is called with, and most cases
@@ -18,8 +22,8 @@ host, 84 calls in one `default` audit, for 19 sets of values.
 Only tensors of at least `SMALLEST` elements are kept, at most `limit_bytes()` of them in all
 (a sixteenth of the machine's memory, at most 8 GiB), the least recently used dropped first.
 
-Each copy given out is remembered with what it is a copy of (`Draws.origin`), for as long as
-it lives and is not written to: the trusted side keeps a kept draw's copy on the device once
+Each tensor given out is remembered with the draw it holds (`Draws.origin`), for as long as it
+lives and is not written to: the trusted side keeps a kept draw's copy on the device once
 (`oracle.resident`) instead of copying each case's weights there again.
 """
 
@@ -58,6 +62,7 @@ class Draws:
     def __init__(self, most_bytes: int) -> None:
         self.most_bytes = most_bytes
         self._kept: OrderedDict[Hashable, torch.Tensor | dict[str, object]] = OrderedDict()
+        self._versions: dict[Hashable, tuple[int, ...]] = {}
         self._bytes = 0
         self._given: dict[int, tuple[weakref.ref[torch.Tensor], Hashable, int]] = {}
 
@@ -67,14 +72,18 @@ class Draws:
     def get(
         self, key: Hashable, draw: Callable[[], Kept], names: Collection[str] | None = None
     ) -> Kept:
-        """A copy of what is kept under `key` (each tensor copied), or `draw()`'s, kept when
-        its tensors are large enough. A key that cannot be hashed (a declaration holding an
-        unhashable value) is drawn every time. For values by name (a generator's), `names`
-        picks the entries the caller takes: only those are copied and given."""
+        """What is kept under `key` (the kept tensors themselves: never write to them), or
+        `draw()`'s, kept when its tensors are large enough. A key that cannot be hashed (a
+        declaration holding an unhashable value) is drawn every time, and so is a kept draw
+        something wrote to since it was kept. For values by name (a generator's), `names`
+        picks the entries the caller takes."""
         try:
             kept = self._kept.get(key)
         except TypeError:
             return _picked(draw(), names)
+        if kept is not None and _versions(kept) != self._versions[key]:
+            self._drop(key)  # written to: its values are no longer the draw's
+            kept = None
         if kept is not None:
             self._kept.move_to_end(key)
             return self._given_out(key, _picked(kept, names))  # type: ignore[type-var]
@@ -84,16 +93,21 @@ class Draws:
         if sum(t.numel() for t in tensors) < SMALLEST or size > self.most_bytes:
             return _picked(drawn, names)
         self._kept[key] = drawn
+        self._versions[key] = _versions(drawn)
         self._bytes += size
         while self._bytes > self.most_bytes:
-            _, dropped = self._kept.popitem(last=False)
-            self._bytes -= sum(t.numel() * t.element_size() for t in _tensors(dropped))
+            self._drop(next(iter(self._kept)))
         return self._given_out(key, _picked(drawn, names))
 
+    def _drop(self, key: Hashable) -> None:
+        dropped = self._kept.pop(key)
+        del self._versions[key]
+        self._bytes -= sum(t.numel() * t.element_size() for t in _tensors(dropped))
+
     def origin(self, tensor: torch.Tensor) -> Hashable | None:
-        """What `tensor` is a copy of, if it is one this gave out and nothing has written to
-        it since (its version counter unchanged): the same key for every copy of the same
-        values, whether or not the draw is still kept. None for any other tensor."""
+        """The draw `tensor` holds, if it is one this gave out and nothing has written to it
+        since (its version counter unchanged): the same key wherever the same values were
+        given, whether or not the draw is still kept. None for any other tensor."""
         given = self._given.get(id(tensor))
         if given is None:
             return None
@@ -103,23 +117,23 @@ class Draws:
         return key
 
     def _given_out(self, key: Hashable, kept: Kept) -> Kept:
-        """A copy of `kept`, each tensor remembered with its origin (`origin`)."""
-        copied = _copy(kept)
-        if isinstance(copied, torch.Tensor):
-            self._remember(copied, key)
+        """`kept`, each tensor remembered with its origin (`origin`)."""
+        if isinstance(kept, torch.Tensor):
+            self._remember(kept, key)
         else:
-            for name, value in copied.items():
+            kept = dict(kept)  # the caller's own mapping; the tensors are the kept ones
+            for name, value in kept.items():
                 if isinstance(value, torch.Tensor):
                     self._remember(value, (key, name))
-        return copied
+        return kept
 
-    def _remember(self, copy: torch.Tensor, key: Hashable) -> None:
-        number = id(copy)
+    def _remember(self, given: torch.Tensor, key: Hashable) -> None:
+        number = id(given)
 
         def forget(_: object, number: int = number) -> None:
             self._given.pop(number, None)
 
-        self._given[number] = (weakref.ref(copy, forget), key, copy._version)
+        self._given[number] = (weakref.ref(given, forget), key, given._version)
 
 
 def _tensors(kept: torch.Tensor | dict[str, object]) -> list[torch.Tensor]:
@@ -134,10 +148,9 @@ def _picked(kept: Kept, names: Collection[str] | None) -> Kept:
     return {name: value for name, value in kept.items() if name in names}
 
 
-def _copy(kept: Kept) -> Kept:
-    if isinstance(kept, torch.Tensor):
-        return kept.clone()
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kept.items()}
+def _versions(kept: Kept) -> tuple[int, ...]:
+    """The version counters of the kept tensors: one moves with every write to its tensor."""
+    return tuple(t._version for t in _tensors(kept))
 
 
 DRAWS = Draws(limit_bytes())

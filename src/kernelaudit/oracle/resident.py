@@ -10,9 +10,9 @@ and every later case gets a copy made on the device from it (and its float64 tru
 promotion of it there). What is held is bounded by `most_bytes` (an eighth of the device's
 memory), the least recently used dropped first; the candidate's limit is three quarters of the
 memory free when the audit began (`runner.limits.default_limits`), so this stays within the
-quarter the auditor keeps for its own work. A tensor that is not a kept draw's unchanged copy
+quarter the auditor keeps for its own work. A tensor that holds no kept draw unchanged
 (`Draws.origin`), or too large to hold, is copied from the host as before. The values are the
-same bits either way: a kept draw's copies all hold its values.
+same bits either way.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class Resident:
         device: torch.device,
         derived: tuple[Hashable, Callable[[torch.Tensor], torch.Tensor]] | None = None,
     ) -> torch.Tensor | None:
-        """The copy held on `device` of the kept draw `value` is a copy of, at `dtype` (made
-        now if it is not held yet); None where `value` is no kept draw's unchanged copy or the
+        """The copy held on `device` of the kept draw that `value` holds, at `dtype` (made
+        now if it is not held yet); None where `value` holds no kept draw unchanged or the
         copy would not fit. With `derived` (a name, and a function of that copy that writes
         nothing into it), what the function gives, held the same way under that name: values
         that depend on nothing but the draw's (its case nudged by one rounding, say). The
