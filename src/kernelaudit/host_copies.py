@@ -147,11 +147,13 @@ def _block(nbytes: int) -> int:
 
 
 def _owned() -> int:
-    """The page-locked bytes the caching allocator owns, in use or cached."""
+    """The page-locked bytes the caching allocator owns, in use or cached, the staging buffers
+    aside (a few tens of MiB made once, `_STAGE_BYTES`)."""
     try:
-        return int(torch.cuda.host_memory_stats()["allocated_bytes.current"])
+        owned = int(torch.cuda.host_memory_stats()["allocated_bytes.current"])
     except (AttributeError, KeyError, RuntimeError, TypeError):
         return _requested
+    return owned - sum(_block(b.numel()) for pair in _stages.values() for b in pair)
 
 
 def _page_locked(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:

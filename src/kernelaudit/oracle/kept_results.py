@@ -130,8 +130,10 @@ def copied_to_host(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return value.detach().to(dtype=dtype, copy=True)
     try:
         # a copy of its own, whatever `value` is: the reference may write into what it
-        # returned again (a buffer it keeps), and a view would hold all it is a view of
-        on_device = value.detach().to(dtype=dtype, copy=True)
+        # returned again (a buffer it keeps), and a view would hold all it is a view of;
+        # contiguous, so that a large one comes to the host through the staging buffers
+        # (`host_copies`) rather than page by page
+        on_device = value.detach().to(dtype=dtype, copy=True, memory_format=torch.contiguous_format)
     except torch.cuda.OutOfMemoryError:
         KEPT_RESULTS.clear()
         torch.cuda.empty_cache()
