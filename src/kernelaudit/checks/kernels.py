@@ -66,7 +66,8 @@ class Kernels:
                 failures.append(
                     Failure(
                         key="no-kernels",
-                        title=f"launched no device kernel in {profile.calls} profiled calls: "
+                        title="launched no device kernel in "
+                        f"{profile.calls} profiled call{'s' if profile.calls != 1 else ''}: "
                         "the results come from the host or from a cache",
                         evidence=evidence,
                         severity="fail",
