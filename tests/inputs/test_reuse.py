@@ -61,7 +61,6 @@ def test_a_kept_draw_written_to_is_drawn_afresh_for_the_next_case(
     monkeypatch.setattr(materialize_module, "DRAWS", Draws(0))
     fresh = materialize(LAYER, _case(17))
     assert torch.equal(again["w"], fresh["w"]) and bool(again["w"].abs().sum() > 0)
-    assert materialize(LAYER, _case(9))["w"] is not again["w"]  # Draws(0) keeps nothing
 
 
 def test_what_decides_the_values_decides_what_is_reused(kept: Draws) -> None:
