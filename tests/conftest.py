@@ -57,3 +57,20 @@ def device(request: pytest.FixtureRequest) -> str:
 def module_device(request: pytest.FixtureRequest) -> str:
     """`device` for fixtures that live as long as their module (a worker kept across tests)."""
     return request.param
+
+
+@pytest.fixture
+def staged_copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The element counts of the copies to the host that go through the page-locked staging
+    buffers (`host_copies._staged`), in order, while the test runs."""
+    from kernelaudit import host_copies
+
+    staged: list[int] = []
+    real = host_copies._staged
+
+    def spy(value: torch.Tensor, copy: torch.Tensor) -> object:
+        staged.append(value.numel())
+        return real(value, copy)
+
+    monkeypatch.setattr(host_copies, "_staged", spy)
+    return staged

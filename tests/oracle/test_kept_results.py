@@ -142,7 +142,7 @@ def test_results_kept_on_a_gpu_are_the_host_copies_bits_and_judge_as_they_would(
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_large_result_laid_out_otherwise_comes_to_the_host_through_the_staging_buffers(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, staged_copies: list[int]
 ) -> None:
     from kernelaudit import host_copies
     from kernelaudit.oracle.kept_results import copied_to_host
@@ -150,13 +150,10 @@ def test_a_large_result_laid_out_otherwise_comes_to_the_host_through_the_staging
     # the sizes scaled down, and no page-locked block to be had: the copy is pageable
     monkeypatch.setattr(host_copies, "STAGED_LEAST_BYTES", 1 << 20)
     monkeypatch.setattr(host_copies, "pinned_most_bytes", lambda: 0)
-    staged: list[int] = []
-    real = host_copies._staged
-    monkeypatch.setattr(host_copies, "_staged", lambda v, c: (staged.append(v.numel()), real(v, c)))
     # a patch embedding's output: (batch, hidden, patches) transposed to (batch, patches, hidden)
     result = torch.randn(2, 64, 4099, device="cuda").transpose(1, 2)
     host = copied_to_host(result, torch.float64)
-    assert staged == [result.numel()]
+    assert staged_copies == [result.numel()]
     assert host.is_contiguous() and host.shape == result.shape and not host.is_pinned()
     assert torch.equal(host, result.double().cpu())
     held = KEPT_RESULTS.on(host, result.device)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from kernelaudit.runner.guard import GUARD_BYTES, allocate, breach, holds, place
+from kernelaudit.runner.guard import GUARD_BYTES, allocate, breach, holds, place, same_bits
 from kernelaudit.runner.poison import PoisonMode, poison_value
 
 
@@ -117,3 +117,20 @@ def test_a_buffer_holds_its_values_until_one_bit_of_them_changes(device: str, la
     with torch.no_grad():
         guarded.view[0, 0] = -0.0 if values[0, 0] == 0.0 else 0.0
     assert not holds(guarded.view, values)
+
+
+def test_bits_compare_equal_only_when_every_byte_does_wherever_the_views_start() -> None:
+    # views starting one element (4 bytes) or one byte into their storage, against fresh
+    # tensors that start at 0: the same bytes whatever word the comparison runs in
+    values = torch.arange(9.0)
+    assert same_bits(values[1:5], torch.arange(1.0, 5.0))
+    assert not same_bits(values[1:5], torch.arange(2.0, 6.0))
+    raw = torch.arange(12, dtype=torch.uint8)
+    assert same_bits(raw[1:6], raw.clone()[1:6])
+    assert not same_bits(raw[1:6], raw[2:7])
+    # NaN payloads and the sign of zero count; shapes and dtypes must agree
+    nan = torch.full((4,), float("nan"))
+    assert same_bits(nan, nan.clone())
+    assert not same_bits(torch.tensor([0.0, -0.0]), torch.tensor([0.0, 0.0]))
+    assert not same_bits(torch.zeros(4), torch.zeros(2, 2))
+    assert not same_bits(torch.zeros(4), torch.zeros(4, dtype=torch.int32))

@@ -60,27 +60,24 @@ def test_page_locked_blocks_stay_within_their_share_of_the_host(
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_large_pageable_copy_from_a_gpu_goes_through_the_staging_buffers_intact(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, staged_copies: list[int]
 ) -> None:
     # the sizes scaled down: staged from 1 MiB, through buffers of 256 KiB, so a copy of
     # 2.3 MiB takes ten turns of the two buffers and ends on a part-filled one
     monkeypatch.setattr(host_copies, "STAGED_LEAST_BYTES", 1 << 20)
     monkeypatch.setattr(host_copies, "_STAGE_BYTES", 256 << 10)
     monkeypatch.setattr(host_copies, "_stages", {})
-    staged: list[int] = []
-    real = host_copies._staged
-    monkeypatch.setattr(host_copies, "_staged", lambda v, c: (staged.append(v.numel()), real(v, c)))
     value = torch.randn(3, 100_003, dtype=torch.float64, device="cuda")  # 2.3 MiB
     copy = host_copy(value, page_locked=False)
-    assert staged == [value.numel()]
+    assert staged_copies == [value.numel()]
     assert not copy.is_pinned() and copy.shape == value.shape and copy.dtype == value.dtype
     assert torch.equal(copy, value.cpu())
     # another dtype, a view that is not contiguous, a small tensor: the device's own copy
     assert torch.equal(host_copy(value, torch.float32, page_locked=False), value.float().cpu())
     assert torch.equal(host_copy(value.t(), page_locked=False), value.t().cpu())
     assert torch.equal(host_copy(value[:, :10], page_locked=False), value[:, :10].cpu())
-    assert staged == [value.numel()]
+    assert staged_copies == [value.numel()]
     # integers and booleans come through bit for bit too
     flags = torch.rand(5 << 20, device="cuda") > 0.5
     assert torch.equal(host_copy(flags, page_locked=False), flags.cpu())
-    assert staged == [value.numel(), flags.numel()]
+    assert staged_copies == [value.numel(), flags.numel()]

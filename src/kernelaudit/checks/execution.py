@@ -14,6 +14,7 @@ _TITLES = {
     "cuda": "the candidate triggered a CUDA error",
     "memory": "the candidate ran out of memory",
     "contract": "the candidate broke the calling contract",
+    "tampered": "the candidate's process tampered with how its calls are observed",
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from kernelaudit.runner.arena import Arena
 from kernelaudit.runner.autotuners import (
     NotOffered,
     find_autotuners,
@@ -33,6 +34,7 @@ from kernelaudit.runner.messages import (
     GuardBreach,
     Invocation,
     InvocationResult,
+    Placement,
     StateChange,
     TensorArg,
 )
@@ -89,11 +91,14 @@ def run_invocation(
     invocation: Invocation,
     device: torch.device,
     watch: Watch | None = None,
+    arena: Arena | None = None,
 ) -> InvocationResult:
-    """Run the calls in order; stop at the first that fails, keeping what came before."""
+    """Run the calls in order; stop at the first that fails, keeping what came before. The
+    calls' fresh buffers are taken from `arena` where there is one."""
     watch = watch or Watch()
     outcomes: list[CallOutcome] = []
     breaches: list[GuardBreach] = []
+    placements: list[Placement] = []
     held: list[tuple[torch.Tensor, ...]] = []
     reused = {call.reuse for call in invocation.calls if call.reuse is not None}
     placed: dict[int, Placed] = {}
@@ -108,6 +113,7 @@ def run_invocation(
             breaches=tuple(breaches),
             import_changes=watch.import_changes,
             autotuners=describe_autotuners(_autotuners(candidate, device, watch)),
+            placements=tuple(placements),
             **fields,  # type: ignore[arg-type]
         )
 
@@ -129,6 +135,7 @@ def run_invocation(
                     noise_s=outcomes[0].seconds if outcomes else 0.0,
                     holding=holding,
                     always_return=invocation.always_return,
+                    arena=arena,
                 )
         except NotOffered as error:
             return result(changed_later=changed_later(held, outcomes), not_run=str(error))
@@ -140,6 +147,8 @@ def run_invocation(
         if call.autotune is not None:
             outcome = replace(outcome, forced_runs=launches[0])
         outcomes.append(outcome)
+        if call.reuse is None:
+            placements.extend(buffers.placements(index))
         held.append(outputs if call.keep else ())
         if index == 0 and contended:
             alone = outputs
@@ -172,6 +181,7 @@ def run_call(
     noise_s: float = 0.0,
     holding: Sequence[torch.Tensor] = (),
     always_return: Collection[int] = (),
+    arena: Arena | None = None,
 ) -> tuple[CallOutcome, tuple[torch.Tensor, ...], Placed]:
     """One call on fresh guarded inputs (or on an earlier call's buffers, rewritten). Appends
     the guard breaches it sees to `breaches`.
@@ -182,6 +192,7 @@ def run_call(
         of the memory the call is said to keep.
     always_return: of `return_inputs`, those sent back even when the call left them as they
         were (`Invocation.always_return`).
+    arena: where the call's fresh buffers are taken from (`runner.arena`), if anywhere.
 
     Returns what goes back to the auditor, the outputs as they live on the device (held until
     the invocation ends, to see whether later calls change them) and the buffers used.
@@ -195,7 +206,7 @@ def run_call(
     if measured and watch.memory_at_load is None:
         prepare(device)
         watch.memory_at_load = read_memory(device)  # a worker started without `main`
-    buffers = buffers_for(call, device, placed or {})
+    buffers = buffers_for(call, device, placed or {}, arena)
     inputs, slots = buffers.inputs, buffers.slots
     args = [inputs[p].view if p in inputs else arg for p, arg in enumerate(call.args)]
     slot_views = [s.view for s in slots]

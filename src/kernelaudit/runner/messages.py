@@ -35,6 +35,10 @@ class Load:
     function: str
     autograd: str
     """`CandidateRef.autograd_argument()`: how to differentiate the candidate ("-": not)."""
+    canary: bytes = b""
+    """The canary pattern the worker guards its buffers with (`runner.guard.use_canary`),
+    drawn by the auditor so it can check the bands of the buffers in an arena itself; empty:
+    the worker's own draw."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,24 @@ class Invocation:
     calls: tuple[Call, ...]
     return_inputs: tuple[int, ...] = ()
     always_return: tuple[int, ...] = ()
+    arena: tuple[int, int] = (0, 0)
+    """(offset, bytes) of the stretch of the invocation's region that the calls' fresh
+    guarded buffers are taken from (`runner.arena`, on a CPU); (0, 0): none, each buffer is
+    the worker's own memory."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the worker put a fresh guarded buffer in the arena (`runner.arena`): the auditor
+    knows its size and layout from the call, and reads it there itself."""
+
+    tensor: str
+    """"input 0", "output 1": as in `GuardBreach`."""
+    call: int
+    offset: int
+    """The buffer's first byte, from the region's start."""
+    phase: int
+    """Where in the canary pattern the buffer's first byte is."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +261,8 @@ class InvocationResult:
     breaches: tuple[GuardBreach, ...] = ()
     error: str = ""
     error_kind: str = ""
-    """"" | "exception" | "crash" | "timeout" | "cuda" | "memory" | "contract"."""
+    """"" | "exception" | "crash" | "timeout" | "cuda" | "memory" | "contract" | "tampered"
+    (the auditor could not check the reply's observations, `runner.observed`)."""
     import_changes: tuple[StateChange, ...] = ()
     """Process-wide state that importing the candidate changed (the same on every result)."""
     autotuners: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -249,3 +272,5 @@ class InvocationResult:
     """Why a forced autotuner configuration could not run on this input here (pruned by the
     autotuner for it, or beyond what this device can compile): the calls stop there, and it
     is no failure of the candidate."""
+    placements: tuple[Placement, ...] = ()
+    """Where each fresh input and output buffer went in the invocation's arena."""

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import torch
 
 from kernelaudit.host_copies import host_copy
+from kernelaudit.runner.arena import Arena
 from kernelaudit.runner.failures import CandidateFailure
 from kernelaudit.runner.guard import GuardedTensor, allocate, breach, contiguous_geometry, place
-from kernelaudit.runner.messages import Call, GuardBreach, TensorArg
+from kernelaudit.runner.messages import Call, GuardBreach, Placement, TensorArg
 from kernelaudit.runner.poison import fill_poison, poison_value
 
 
@@ -23,12 +24,23 @@ class Placed:
     inputs: dict[int, GuardedTensor]
     slots: list[GuardedTensor]
 
+    def placements(self, call: int) -> list[Placement]:
+        """Where the buffers taken from an arena went."""
+        return [
+            Placement(g.label, call, g.offset, g.phase)
+            for g in (*self.inputs.values(), *self.slots)
+            if g.offset >= 0
+        ]
 
-def buffers_for(call: Call, device: torch.device, placed: dict[int, Placed]) -> Placed:
-    """Fresh guarded buffers for the call's tensors, or the buffers of the call it reuses with
-    this call's values written in: through an alias, so the tensors the candidate sees keep
-    their identity, address and version counter; or, for an update (`Call.updated`), in place,
-    so their version counters move as after an optimizer's step."""
+
+def buffers_for(
+    call: Call, device: torch.device, placed: dict[int, Placed], arena: Arena | None = None
+) -> Placed:
+    """Fresh guarded buffers for the call's tensors (taken from `arena` where there is one),
+    or the buffers of the call it reuses with this call's values written in: through an
+    alias, so the tensors the candidate sees keep their identity, address and version
+    counter; or, for an update (`Call.updated`), in place, so their version counters move as
+    after an optimizer's step."""
     if call.reuse is not None and call.reuse in placed:
         earlier = placed[call.reuse]
         for position, arg in enumerate(call.args):
@@ -44,14 +56,16 @@ def buffers_for(call: Call, device: torch.device, placed: dict[int, Placed]) -> 
             rewrite(slot.view, torch.full((), value))
         return earlier
     inputs = {
-        position: place(f"input {position}", arg.values, arg.layout, device)
+        position: place(f"input {position}", arg.values, arg.layout, device, arena)
         for position, arg in enumerate(call.args)
         if isinstance(arg, TensorArg)
     }
     slots = []
     for k, slot in enumerate(call.slots):
         stride = contiguous_geometry(tuple(slot.shape)).stride
-        guarded = allocate(f"output {k}", tuple(slot.shape), stride, slot.dtype, device)
+        guarded = allocate(
+            f"output {k}", tuple(slot.shape), stride, slot.dtype, device, arena=arena
+        )
         fill_poison(guarded.view, call.poison, call.sentinel)
         slots.append(guarded)
     return Placed(inputs, slots)

@@ -6,7 +6,9 @@ only the child down. The two sides exchange messages over two private pipes in t
 `kernelaudit.runner.wire`; large tensors cross in two memory regions both map (`runner.shared`),
 the invocation's in one and the reply's in the other. The auditor sizes both before each
 invocation, the reply's to what the calls' declared inputs and outputs can fill, and reads the
-reply's tensors only inside the size it chose.
+reply's tensors only inside the size it chose. On a CPU the invocation's region also holds the
+arena its calls' buffers are laid out in (`runner.arena`), which the auditor reads itself
+after the reply (`runner.observed`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import torch
 
 from kernelaudit.errors import UsageError
 from kernelaudit.runner import prestart
+from kernelaudit.runner.arena import aligned, arena_bytes
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.guard import draw_canary
 from kernelaudit.runner.launch import PIPE_BYTES
 from kernelaudit.runner.limits import (
     MEMORY_POLL_S,
@@ -36,6 +40,7 @@ from kernelaudit.runner.limits import (
     resident_bytes,
 )
 from kernelaudit.runner.messages import Invocation, InvocationResult, Load, TensorArg
+from kernelaudit.runner.observed import Unplaced, observe
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.shared import Region, room
 from kernelaudit.runner.wire import REGION_LEAST_BYTES, TooLarge, decode, encode
@@ -94,6 +99,9 @@ class Worker:
         self._ready = False
         self._arguments: Region | None = None
         self._results: Region | None = None
+        self._canary = draw_canary()
+        """The pattern the worker guards its buffers with: the auditor's, so it can read the
+        bands of the buffers in an arena itself (`runner.observed`)."""
 
     def __enter__(self) -> Worker:
         self.launch()
@@ -180,7 +188,7 @@ class Worker:
         mark = self._stderr_size()
         try:
             bound = reply_bytes or self.limits.host_memory_bytes or None
-            self._size_regions(invocation, bound)
+            invocation = self._size_regions(invocation, bound)
             self._send(invocation, began + limit, self._arguments)
             reply = self._receive(began + limit, bound, self._results)
         except _Timeout:
@@ -225,6 +233,17 @@ class Worker:
             # The child exits by itself after these; make sure of it and start anew next run.
             self._kill()
             return reply
+        if self._arguments is not None:
+            try:
+                reply = observe(invocation, reply, self._arguments, self._canary)
+            except Unplaced as unplaced:
+                self._kill()
+                return InvocationResult(
+                    calls=(),
+                    error=f"{unplaced}; the auditor cannot check what the worker reported, "
+                    "and the worker was killed.",
+                    error_kind="tampered",
+                )
         held = self._device_used() - self._device_baseline
         if self.limits.gpu_memory_bytes and held > self.limits.gpu_memory_bytes:
             self._kill()
@@ -261,11 +280,13 @@ class Worker:
         self._to_child, self._from_child = child.to_child, child.from_child
         if child.regions:
             self._arguments, self._results = (Region(fd) for fd in child.regions)
+        self._canary = draw_canary()
         load = Load(
             self.device,
             self.limits.gpu_memory_bytes,
             self.candidate.function,
             self.candidate.autograd_argument(),
+            self._canary,
         )
         # a few hundred bytes into an empty pipe; a child already gone is seen when the
         # worker's answer to loading is awaited
@@ -317,16 +338,27 @@ class Worker:
 
     # --- I/O with deadlines ---
 
-    def _size_regions(self, invocation: Invocation, reply_bytes: int | None) -> None:
+    def _size_regions(self, invocation: Invocation, reply_bytes: int | None) -> Invocation:
         """Grow the arguments' region to the invocation's large tensors and the results' to
-        what the reply may take, each within `limits.region_most_bytes`."""
+        what the reply may take, each within `limits.region_most_bytes`. On a CPU, the
+        arguments' region also takes an arena after them, where it fits: the invocation
+        returned says where (`Invocation.arena`)."""
         if self._arguments is None or self._results is None:
-            return
+            return invocation
         most = region_most_bytes()
         values = [a.values for c in invocation.calls for a in c.args if isinstance(a, TensorArg)]
         large = [v for v in values if v.nbytes >= REGION_LEAST_BYTES]
-        self._arguments.grow(min(most, sum(room(v.dtype, tuple(v.shape)) for v in large)), most)
+        arguments = sum(room(v.dtype, tuple(v.shape)) for v in large)
+        arena = arena_bytes(invocation.calls) if torch.device(self.device).type == "cpu" else 0
+        start = aligned(arguments)
+        if arena and start + arena <= most:
+            self._arguments.grow(start + arena, most)
+            invocation = replace(invocation, arena=(start, arena))
+        else:
+            self._arguments.grow(min(most, arguments), most)
+            invocation = replace(invocation, arena=(0, 0))
         self._results.grow(min(most, reply_bytes or most), most)
+        return invocation
 
     def _send(self, message: object, deadline: float, region: Region | None = None) -> None:
         for view in encode(message, region):

@@ -178,6 +178,16 @@ class Region:
             )
         return self._view(offset, dtype, shape)
 
+    def bytes_at(self, offset: int, nbytes: int) -> torch.Tensor:
+        """Bytes `offset` to `offset + nbytes` of the region itself, as a uint8 tensor (no
+        copy); ValueError when they are not all inside it."""
+        if offset < 0 or nbytes <= 0 or offset + nbytes > self.size:
+            raise ValueError(
+                f"{nbytes:,} bytes at offset {offset:,} are not inside the region's "
+                f"{self.size:,} bytes"
+            )
+        return self._view(offset, torch.uint8, (nbytes,))
+
     def _view(self, offset: int, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
         count = math.prod(shape)
         if count == 0:

@@ -99,6 +99,7 @@ _ALLOWED = {
             "InvocationResult",
             "OutputObject",
             "StateChange",
+            "Placement",
         )
     },
     **{

@@ -4,9 +4,11 @@
 Started by `kernelaudit.runner.process.Worker` as
 `python -m kernelaudit.runner.worker READ_FD WRITE_FD FILE ARGUMENTS_FD RESULTS_FD`: the last
 two are memory files the auditor sizes (or "-"), which the invocations' large tensors come in
-and the results' go out in (`runner.wire`). Its first message names the
-device, the device memory it may hold and the function to call in FILE (`Load`), so the
-process can start before the auditor knows them (`runner.prestart`). It then takes a snapshot
+and the results' go out in (`runner.wire`); on a CPU the calls' buffers are laid out in the
+arena the auditor sets aside in the first (`runner.arena`). Its first message names the
+device, the device memory it may hold, the function to call in FILE and the canary pattern to
+guard buffers with (`Load`), so the process can start before the auditor knows them
+(`runner.prestart`). It then takes a snapshot
 of the process-wide state, imports the candidate once, says it is ready, and answers every
 invocation. After a CUDA error (the context can no longer be trusted), a crash or an exhausted
 memory limit it answers and exits; the auditor starts a new one.
@@ -28,10 +30,11 @@ from pathlib import Path
 import torch
 
 from kernelaudit.errors import UsageError
+from kernelaudit.runner.arena import Arena
 from kernelaudit.runner.call import Watch, run_invocation
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.runner.failures import describe
-from kernelaudit.runner.guard import prepare
+from kernelaudit.runner.guard import prepare, use_canary
 from kernelaudit.runner.memory import read_memory
 from kernelaudit.runner.messages import Invocation, InvocationResult, Load
 from kernelaudit.runner.shared import Region
@@ -117,6 +120,8 @@ def main(argv: Sequence[str]) -> int:
     if load is None:
         return 0
     assert isinstance(load, Load), type(load)
+    if load.canary:
+        use_canary(load.canary)
     device = torch.device(load.device)
     if device.type == "cuda":
         if device.index is None:
@@ -151,7 +156,9 @@ def main(argv: Sequence[str]) -> int:
             return 0
         try:
             assert isinstance(invocation, Invocation), type(invocation)
-            result = run_invocation(candidate, invocation, device, watch)
+            result = run_invocation(
+                candidate, invocation, device, watch, _arena(arguments, invocation)
+            )
         except BaseException:
             result = InvocationResult(
                 calls=(),
@@ -169,6 +176,14 @@ def main(argv: Sequence[str]) -> int:
         gc.collect(1)
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _arena(region: Region | None, invocation: Invocation) -> Arena | None:
+    """The stretch of the invocation's region the auditor set aside for its calls' buffers."""
+    start, size = invocation.arena
+    if region is None or size <= 0:
+        return None
+    return Arena(region, start, size)
 
 
 def _limit_device_memory(device: torch.device, limit: int) -> None:

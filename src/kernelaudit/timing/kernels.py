@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +23,16 @@ from torch.profiler import ProfilerActivity, profile
 
 from kernelaudit.errors import UsageError
 from kernelaudit.timing.measure import (
-    _PERF,
     Timing,
     as_device,
     flush_l2_cache,
     format_seconds,
     synchronize,
 )
+
+_clock = time.perf_counter
+"""Captured when the module is imported (in a worker, before the candidate is): a candidate
+may replace the module attribute."""
 
 DEVICE_ACTIVITIES = ("kernel", "gpu_memcpy", "gpu_memset")
 """Trace categories of work the device did for the call. Left out: `gpu_user_annotation`, the
@@ -113,10 +117,10 @@ def profile_kernels(
     seconds: dict[str, float] = {}
     busy = 0.0
     profiled = 0
-    began = _PERF()
+    began = _clock()
     with tempfile.TemporaryDirectory(prefix="kernelaudit-profile-") as folder:
         trace = Path(folder) / "trace.json"
-        while profiled < calls and (profiled == 0 or _PERF() - began < PROFILED_SECONDS):
+        while profiled < calls and (profiled == 0 or _clock() - began < PROFILED_SECONDS):
             if flush_l2:
                 flush_l2_cache(device)
             synchronize(device)
@@ -130,19 +134,21 @@ def profile_kernels(
                 seconds[name] = seconds.get(name, 0.0) + duration
             busy += busy_time(spans)
             profiled += 1
-    calls = profiled
 
     kernels = tuple(
         sorted(
-            (KernelTime(name, launches[name] / calls, seconds[name] / calls) for name in seconds),
+            (
+                KernelTime(name, launches[name] / profiled, seconds[name] / profiled)
+                for name in seconds
+            ),
             key=lambda k: -k.seconds,
         )
     )
     return KernelProfile(
         kernels=kernels,
         total_s=sum(k.seconds for k in kernels),
-        busy_s=busy / calls,
-        calls=calls,
+        busy_s=busy / profiled,
+        calls=profiled,
     )
 
 

@@ -1,0 +1,60 @@
+"""The stretch of shared memory a CPU worker lays out its calls' tensors in.
+
+The auditor sets it aside, after the invocation's own tensors in the region it sends them in
+(`runner.shared`), and sizes it to hold a guarded buffer (`runner.guard`) for every input and
+output slot of every call that does not reuse an earlier call's buffers. The worker takes the
+buffers from it in order, and says where each one went (`Placement`); the auditor then reads
+the bands, the inputs and the slots at those places through its own mapping
+(`runner.observed`), so what they show does not rest on code in the candidate's process.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernelaudit.runner.guard import guarded_nbytes
+from kernelaudit.runner.messages import Call, TensorArg
+from kernelaudit.runner.shared import Region
+
+ALIGN = 64
+"""Every buffer starts at a multiple of this many bytes from the region's start."""
+
+
+def aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def arena_bytes(calls: tuple[Call, ...]) -> int:
+    """The bytes an arena needs for every fresh buffer of `calls`, alignment included: one per
+    tensor argument (at its layout) and one per output slot of each call that does not reuse
+    an earlier call's buffers."""
+    total = 0
+    for call in calls:
+        if call.reuse is not None:
+            continue
+        for arg in call.args:
+            if isinstance(arg, TensorArg):
+                shape = tuple(arg.values.shape)
+                total += aligned(guarded_nbytes(shape, arg.values.dtype, arg.layout))
+        for slot in call.slots:
+            total += aligned(guarded_nbytes(tuple(slot.shape), slot.dtype, "contiguous"))
+    return total
+
+
+class Arena:
+    """The worker's side: buffers handed out in order from `start`, up to `size` bytes."""
+
+    def __init__(self, region: Region, start: int, size: int) -> None:
+        self.region = region
+        self.start = start
+        self.end = start + size
+        self._next = start
+
+    def take(self, nbytes: int) -> tuple[int, torch.Tensor] | None:
+        """The next `nbytes` of the arena (their offset in the region and a uint8 tensor over
+        them), or None when they do not fit."""
+        offset = aligned(self._next)
+        if offset + nbytes > min(self.end, self.region.size):
+            return None
+        self._next = offset + nbytes
+        return offset, self.region.bytes_at(offset, nbytes)

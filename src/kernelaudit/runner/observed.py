@@ -1,0 +1,219 @@
+"""What the auditor sees for itself in a CPU invocation's memory, after the worker's reply.
+
+The worker lays the calls' inputs and output slots out in the invocation's arena
+(`runner.arena`) and says where each went. Its own observations of them (guard bands, inputs
+left as given, slots as copied) are made by code in the candidate's process, which the
+candidate can rebind. Here the auditor reads the same bytes through its own mapping:
+
+- every fresh buffer of every call that finished must be where the worker says, of the size
+  and layout the call gives it, in the arena and apart from the others; a reply that places
+  them otherwise (or not at all) is not one whose observations can be checked, and the
+  candidate fails `execution`;
+- the guard bands and the gaps of strided layouts are checked against the canary the auditor
+  drew: a breach the worker did not report is added;
+- every input the contract does not let the candidate write is compared with what the call
+  was given (the last call that wrote into its buffer): a change the worker did not report
+  is added to the call's `inputs_after`;
+- a kept slot that no later repetition, profile or call rewrote must still hold the bytes
+  the worker sent: where it does not, its values changed after they were copied (work left
+  running), and the output is added to the call's `deferred`.
+
+A candidate can still compute on memory of its own and copy its results into the arena (its
+outputs are judged either way; it hides its out-of-bounds writes); see docs/threat-model.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import torch
+
+from kernelaudit.host_copies import host_copy
+from kernelaudit.runner.arena import ALIGN
+from kernelaudit.runner.guard import (
+    CANARY_BYTES,
+    GUARD_BYTES,
+    GuardedTensor,
+    breach,
+    guarded_nbytes,
+    holds,
+    laid_out,
+    same_bits,
+)
+from kernelaudit.runner.messages import (
+    Call,
+    CallOutcome,
+    GuardBreach,
+    Invocation,
+    InvocationResult,
+    Placement,
+    TensorArg,
+)
+from kernelaudit.runner.shared import Region
+
+
+class Unplaced(Exception):
+    """The reply does not place the calls' buffers where the auditor can read them."""
+
+
+_Layout = tuple[tuple[int, ...], torch.dtype, str]
+
+
+def observe(
+    invocation: Invocation, result: InvocationResult, region: Region, canary: bytes
+) -> InvocationResult:
+    """`result` with what the arena shows added to it; Unplaced when its placements are not
+    those of the calls that finished."""
+    start, size = invocation.arena
+    if size <= 0 or result.error:
+        return result
+    finished = invocation.calls[: len(result.calls)]
+    expected = _expected(finished)
+    buffers = _buffers(result.placements, expected, region, start, start + size)
+    calls = list(result.calls)
+    breaches = list(result.breaches)
+    for (call, label), guarded in sorted(buffers.items()):
+        writers = [call, *(r for r, c in enumerate(finished) if c.reuse == call)]
+        found = breach(guarded, call, canary)
+        if found is not None and not _reported(result.breaches, label, writers):
+            breaches.append(found)
+        kind, position = label.split(" ")
+        last = writers[-1]
+        if kind == "input":
+            calls[last] = _input_after(invocation, calls[last], int(position), guarded.view, last)
+        elif len(writers) == 1:
+            calls[call] = _slot_after(finished[call], calls[call], int(position), guarded.view)
+    return replace(result, calls=tuple(calls), breaches=tuple(breaches))
+
+
+def _expected(calls: tuple[Call, ...]) -> dict[tuple[int, str], _Layout]:
+    """The fresh buffers of `calls`: (call, "input p" / "output k") -> shape, dtype, layout."""
+    expected: dict[tuple[int, str], _Layout] = {}
+    for index, call in enumerate(calls):
+        if call.reuse is not None:
+            continue
+        for position, arg in enumerate(call.args):
+            if isinstance(arg, TensorArg):
+                values = arg.values
+                expected[index, f"input {position}"] = (
+                    tuple(values.shape),
+                    values.dtype,
+                    arg.layout,
+                )
+        for k, slot in enumerate(call.slots):
+            expected[index, f"output {k}"] = (tuple(slot.shape), slot.dtype, "contiguous")
+    return expected
+
+
+def _buffers(
+    placements: tuple[Placement, ...],
+    expected: dict[tuple[int, str], _Layout],
+    region: Region,
+    start: int,
+    end: int,
+) -> dict[tuple[int, str], GuardedTensor]:
+    """The guarded buffers the placements name, read through the auditor's mapping."""
+    found: dict[tuple[int, str], GuardedTensor] = {}
+    spans: list[tuple[int, int, str]] = []
+    for place in placements:
+        if not isinstance(place, Placement):
+            raise Unplaced(f"the reply lists a {type(place).__name__} among its placements")
+        key = (place.call, place.tensor)
+        if key not in expected or key in found:
+            raise Unplaced(
+                f"the reply places {place.tensor} of call {place.call}, which the invocation "
+                "does not give a fresh buffer, or places it twice"
+            )
+        shape, dtype, layout = expected[key]
+        nbytes = guarded_nbytes(shape, dtype, layout)
+        offset, phase = place.offset, place.phase
+        if (
+            type(offset) is not int
+            or offset % ALIGN
+            or not start <= offset <= end - nbytes
+            or type(phase) is not int
+            or not 0 <= phase < CANARY_BYTES
+        ):
+            raise Unplaced(
+                f"the reply places {place.tensor} of call {place.call} ({nbytes:,} bytes) at "
+                f"offset {offset!r}, phase {phase!r}: not an aligned place inside the arena "
+                f"({start:,} to {end:,})"
+            )
+        spans.append((offset, offset + nbytes, f"{place.tensor} of call {place.call}"))
+        found[key] = _guarded(region, place, shape, dtype, layout, nbytes)
+    spans.sort()
+    for (_, first_end, first), (second_start, _, second) in itertools.pairwise(spans):
+        if second_start < first_end:
+            raise Unplaced(f"the reply places {first} and {second} in overlapping memory")
+    missing = sorted(set(expected) - set(found))
+    if missing:
+        call, label = missing[0]
+        raise Unplaced(
+            f"{label} of call {call} was not laid out in the memory the auditor set aside "
+            f"for it ({len(missing)} buffer(s) in all): the candidate's process changed how "
+            "its calls' tensors are placed"
+        )
+    return found
+
+
+def _guarded(
+    region: Region,
+    place: Placement,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    layout: str,
+    nbytes: int,
+) -> GuardedTensor:
+    buffer = region.bytes_at(place.offset, nbytes)
+    where = laid_out(shape, layout)
+    itemsize = dtype.itemsize
+    view = buffer.view(dtype).as_strided(
+        shape, where.stride, GUARD_BYTES // itemsize + where.storage_offset
+    )
+    first_byte = GUARD_BYTES + where.storage_offset * itemsize
+    return GuardedTensor(
+        place.tensor,
+        buffer,
+        view,
+        shape,
+        tuple(where.stride),
+        first_byte,
+        place.phase,
+        place.offset,
+    )
+
+
+def _reported(breaches: tuple[GuardBreach, ...], label: str, calls: list[int]) -> bool:
+    return any(b.tensor == label and b.call in calls for b in breaches)
+
+
+def _input_after(
+    invocation: Invocation, outcome: CallOutcome, position: int, view: torch.Tensor, call: int
+) -> CallOutcome:
+    """`outcome` with input `position`'s values after the call where the worker said it was
+    left as given and the arena shows otherwise."""
+    if position not in invocation.return_inputs or position in invocation.always_return:
+        return outcome
+    j = invocation.return_inputs.index(position)
+    given = invocation.calls[call].args[position]
+    if j >= len(outcome.inputs_after) or outcome.inputs_after[j] is not None:
+        return outcome
+    assert isinstance(given, TensorArg)
+    if holds(view, given.values):
+        return outcome
+    after = list(outcome.inputs_after)
+    after[j] = host_copy(view)
+    return replace(outcome, inputs_after=tuple(after))
+
+
+def _slot_after(call: Call, outcome: CallOutcome, k: int, view: torch.Tensor) -> CallOutcome:
+    """`outcome` with slot `k` among its deferred outputs where the slot no longer holds the
+    bytes the worker sent for it (a slot no repetition or profile rewrote)."""
+    if not call.keep or call.timed or call.profiled or call.threads:
+        return outcome
+    if k >= len(outcome.outputs) or k in outcome.deferred:
+        return outcome
+    if same_bits(view.contiguous(), outcome.outputs[k]):
+        return outcome
+    return replace(outcome, deferred=(*outcome.deferred, k))

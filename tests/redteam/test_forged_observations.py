@@ -1,0 +1,36 @@
+"""Candidates that rebind, in their own process, what the worker observes around their calls.
+On a CPU the calls' inputs and output slots lie in memory the auditor maps too
+(`runner.arena`), and the auditor reads their guard bands and inputs there itself
+(`runner.observed`): each forgery ends in FAIL for the candidate, for the reason it hid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.engine.audit import audit
+from kernelaudit.findings import AuditReport
+from kernelaudit.problem.load import load_problem
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _audit(candidate: str) -> AuditReport:
+    problem = load_problem(FIXTURES / "problem" / "double.py")
+    spec = f"{FIXTURES / 'candidates' / candidate}.py::double"
+    return audit(problem, spec, "quick", "cpu", ["numerics", "execution", "bounds", "mutation"])
+
+
+@pytest.mark.parametrize(
+    ("candidate", "check"),
+    [
+        ("forges_its_guard_check", "bounds"),
+        ("forges_its_input_snapshot", "mutation"),
+        ("forges_its_placement", "execution"),
+    ],
+)
+def test_a_forged_observation_fails_for_what_it_hid(candidate: str, check: str) -> None:
+    report = _audit(candidate)
+    assert report.verdict == "FAIL"
+    assert check in {f.check for f in report.failures}, [f.title for f in report.failures]

@@ -1,0 +1,83 @@
+"""The auditor's own look at a CPU call's memory (`runner.observed`): what a candidate hides by
+rebinding the worker's checks in its process, the auditor still sees in the arena."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelaudit.runner.candidate import parse_candidate
+from kernelaudit.runner.messages import Call, Invocation, InvocationResult, OutputSlot, TensorArg
+from kernelaudit.runner.process import Worker
+
+FIXTURE = Path(__file__).parent / "fixtures" / "forgers.py"
+
+X = torch.arange(1.0, 9.0)
+
+
+def _run(function: str, calls: int = 2, layout: str = "contiguous") -> InvocationResult:
+    """`calls` calls of `function` in a worker of its own (a forgery lasts its process)."""
+    call = Call(args=(TensorArg(X, layout),), slots=(OutputSlot((8,), torch.float32),))
+    invocation = Invocation(calls=(call,) * calls, return_inputs=(0,))
+    with Worker(parse_candidate(f"{FIXTURE}::{function}"), "cpu", timeout_s=30.0) as worker:
+        return worker.run(invocation)
+
+
+@pytest.fixture(scope="module")
+def honest() -> Iterator[InvocationResult]:
+    yield _run("honest")
+
+
+def test_an_honest_candidates_buffers_are_read_where_the_worker_placed_them(
+    honest: InvocationResult,
+) -> None:
+    assert honest.error == ""
+    assert {(p.call, p.tensor) for p in honest.placements} == {
+        (0, "input 0"),
+        (0, "output 0"),
+        (1, "input 0"),
+        (1, "output 0"),
+    }
+    assert honest.breaches == ()
+    for outcome in honest.calls:
+        assert outcome.inputs_after == (None,)
+        assert outcome.deferred == ()
+        assert torch.equal(outcome.outputs[0], X * 2)
+
+
+def test_a_write_past_the_slot_is_seen_though_the_harness_check_is_rebound() -> None:
+    result = _run("hides_its_breach")
+    assert result.error == ""
+    assert sorted((b.tensor, b.call) for b in result.breaches) == [
+        ("output 0", 0),
+        ("output 0", 1),
+    ]
+    assert all(b.first_offset == 32 and b.bytes_changed == 4 for b in result.breaches)
+
+
+def test_a_zeroed_input_is_seen_though_the_harness_look_is_rebound() -> None:
+    result = _run("hides_its_write", layout="offset")
+    assert result.error == ""
+    # the forgery is in place from the first call's end: every call's input comes back zeroed
+    for outcome in result.calls:
+        (after,) = outcome.inputs_after
+        assert after is not None and torch.equal(after, torch.zeros(8))
+
+
+def test_tensors_placed_out_of_the_auditors_sight_fail_the_invocation() -> None:
+    result = _run("places_its_own")
+    assert result.error_kind == "tampered"
+    assert "input 0 of call 1 was not laid out in the memory the auditor set aside" in (
+        result.error
+    )
+
+
+def test_outputs_sent_other_than_the_slot_holds_are_deferred() -> None:
+    result = _run("forges_its_output", calls=1)
+    assert result.error == ""
+    (outcome,) = result.calls
+    assert torch.equal(outcome.outputs[0], X * 2)  # what the forged copy sent
+    assert outcome.deferred == (0,)  # the slot held 3x: changed after it was "copied"
