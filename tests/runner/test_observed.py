@@ -81,3 +81,25 @@ def test_outputs_sent_other_than_the_slot_holds_are_deferred() -> None:
     (outcome,) = result.calls
     assert torch.equal(outcome.outputs[0], X * 2)  # what the forged copy sent
     assert outcome.deferred == (0,)  # the slot held 3x: changed after it was "copied"
+
+
+def _run_calls(function: str, *calls: Call) -> InvocationResult:
+    with Worker(parse_candidate(f"{FIXTURE}::{function}"), "cpu", timeout_s=30.0) as worker:
+        return worker.run(Invocation(calls=calls, return_inputs=(0,)))
+
+
+def test_buffers_a_later_call_reuses_are_judged_with_that_calls_values() -> None:
+    slot = (OutputSlot((8,), torch.float32),)
+    first = Call(args=(TensorArg(X),), slots=slot)
+    again = Call(args=(TensorArg(X + 10),), slots=slot, reuse=0)
+    updated = Call(args=(TensorArg(X + 20),), slots=slot, reuse=0, updated=True)
+    honest = _run_calls("honest", first, again, updated)
+    assert honest.error == "" and honest.breaches == ()
+    assert {(p.call, p.tensor) for p in honest.placements} == {(0, "input 0"), (0, "output 0")}
+    assert [o.inputs_after for o in honest.calls] == [(None,)] * 3
+    # the forger zeroes its input in every call: the arena holds the last call's, which is
+    # compared with the values that call wrote in (the earlier ones' were written over)
+    forged = _run_calls("hides_its_write", first, again, updated)
+    assert forged.error == ""
+    (after,) = forged.calls[2].inputs_after
+    assert after is not None and torch.equal(after, torch.zeros(8))

@@ -113,7 +113,7 @@ def start_worker(
     WRITE_FD FILE ARGUMENTS_FD RESULTS_FD`), its output to `log`; what to call and where comes
     in its first message. The last two are the memory files the calls' large tensors cross in
     (`launch.memory_file`; "-" where there are none), one each way."""
-    regions = [memory_file("kernelaudit-arguments"), memory_file("kernelaudit-results")]
+    regions = [memory_file("arguments"), memory_file("results")]
     if min(regions) < 0:
         for fd in regions:
             if fd >= 0:

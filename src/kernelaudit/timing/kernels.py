@@ -118,7 +118,7 @@ def profile_kernels(
     busy = 0.0
     profiled = 0
     began = _clock()
-    with tempfile.TemporaryDirectory(prefix="kernelaudit-profile-") as folder:
+    with tempfile.TemporaryDirectory(prefix="profile-") as folder:
         trace = Path(folder) / "trace.json"
         while profiled < calls and (profiled == 0 or _clock() - began < PROFILED_SECONDS):
             if flush_l2:

@@ -112,8 +112,8 @@ class CandidateProcess:
         regions: list[str] = ["-", "-"]
         if shared.available():
             try:
-                self._arguments = Region.create("kernelaudit-slot-arguments")
-                self._results = Region.create("kernelaudit-slot-results")
+                self._arguments = Region.create("slot-arguments")
+                self._results = Region.create("slot-results")
             except OSError:  # a kernel or a filter that refuses them: the pipe carries all
                 self._close_regions()
         if self._arguments is not None and self._results is not None:
