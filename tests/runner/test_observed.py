@@ -103,3 +103,22 @@ def test_buffers_a_later_call_reuses_are_judged_with_that_calls_values() -> None
     assert forged.error == ""
     (after,) = forged.calls[2].inputs_after
     assert after is not None and torch.equal(after, torch.zeros(8))
+
+
+def test_a_reply_whose_account_cannot_be_read_fails_the_invocation() -> None:
+    from dataclasses import replace
+
+    from kernelaudit.runner.observed import Unplaced, observe
+    from kernelaudit.runner.shared import Region
+
+    region = Region.create("test")
+    try:
+        region.grow(1 << 16)
+        call = Call(args=(TensorArg(X),))
+        invocation = Invocation(calls=(call,), return_inputs=(0,), arena=(0, 1 << 16))
+        honest = InvocationResult(calls=())
+        for garbage in (7, ("input 0",), None):
+            with pytest.raises(Unplaced):
+                observe(invocation, replace(honest, placements=garbage), region, b"")
+    finally:
+        region.close()

@@ -68,9 +68,29 @@ def observe(
     start, size = invocation.arena
     if size <= 0 or result.error:
         return result
+    try:
+        return _observed(invocation, result, region, canary, start, start + size)
+    except Unplaced:
+        raise
+    except Exception as error:  # the reply is the worker's to write: anything may be in it
+        raise Unplaced(
+            f"the reply's account of its calls could not be read ({type(error).__name__}: {error})"
+        ) from None
+
+
+def _observed(
+    invocation: Invocation,
+    result: InvocationResult,
+    region: Region,
+    canary: bytes,
+    start: int,
+    end: int,
+) -> InvocationResult:
+    if not isinstance(result.calls, tuple) or not isinstance(result.placements, tuple):
+        raise Unplaced("the reply's calls or placements are not lists of them")
     finished = invocation.calls[: len(result.calls)]
     expected = _expected(finished)
-    buffers = _buffers(result.placements, expected, region, start, start + size)
+    buffers = _buffers(result.placements, expected, region, start, end)
     calls = list(result.calls)
     breaches = list(result.breaches)
     for (call, label), guarded in sorted(buffers.items()):
