@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from kernelaudit.runner import arena as arenas
 from kernelaudit.runner import process
 from kernelaudit.runner.candidate import parse_candidate
 from kernelaudit.runner.messages import Call, Invocation, OutputSlot, TensorArg
@@ -40,15 +41,15 @@ def _invocation(mib: int, calls: int, layout: str) -> Invocation:
 
 
 def _seconds(worker: process.Worker, invocation: Invocation, arena: bool) -> tuple[float, bool]:
-    sizing = process.arena_bytes
+    sizing = arenas.arena_bytes
     if not arena:
-        process.arena_bytes = lambda calls: 0  # the arena withheld: nothing placed in it
+        arenas.arena_bytes = lambda calls: 0  # the arena withheld: nothing placed in it
     try:
         began = time.perf_counter()
         result = worker.run(invocation)
         took = time.perf_counter() - began
     finally:
-        process.arena_bytes = sizing
+        arenas.arena_bytes = sizing
     assert result.error == "", result.error
     return took, bool(result.placements)
 

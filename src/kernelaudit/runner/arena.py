@@ -10,18 +10,23 @@ the bands, the inputs and the slots at those places through its own mapping
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from kernelaudit.runner.guard import guarded_nbytes
-from kernelaudit.runner.messages import Call, TensorArg
-from kernelaudit.runner.shared import Region
-
-ALIGN = 64
-"""Every buffer starts at a multiple of this many bytes from the region's start."""
+from kernelaudit.runner.messages import Call, Invocation, TensorArg
+from kernelaudit.runner.shared import Region, aligned
 
 
-def aligned(nbytes: int) -> int:
-    return -(-nbytes // ALIGN) * ALIGN
+def set_aside(invocation: Invocation, after: int, most: int) -> Invocation:
+    """`invocation` with an arena after the first `after` bytes of its region (its own large
+    tensors), where one fits in a region of `most` bytes; without one otherwise."""
+    size = arena_bytes(invocation.calls)
+    start = aligned(after)
+    if size and start + size <= most:
+        return replace(invocation, arena=(start, size))
+    return replace(invocation, arena=(0, 0))
 
 
 def arena_bytes(calls: tuple[Call, ...]) -> int:

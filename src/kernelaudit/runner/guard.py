@@ -97,16 +97,32 @@ def allocate(
     arena: Arena | None = None,
 ) -> GuardedTensor:
     """A view of `shape` and `stride` inside a fresh guarded buffer; every byte holds its
-    canary byte. With an `arena` (a CPU buffer), the buffer is taken from it while it has
+    canary byte. With an `arena` (on a CPU), the buffer is taken from it while it has
     room."""
     itemsize = dtype.itemsize
     if storage_numel is None:
         storage_numel = storage_offset + storage_span(shape, stride)
     nbytes = 2 * GUARD_BYTES + storage_numel * itemsize
     phase = _phase[0] = (_phase[0] + _PHASE_STEP) % CANARY_BYTES
-    taken = arena.take(nbytes) if arena is not None and torch.device(device).type == "cpu" else None
+    taken = arena.take(nbytes) if arena is not None else None
     offset, buffer = taken or (-1, torch.empty(nbytes, dtype=torch.uint8, device=device))
     _fill_canary(buffer, phase)
+    return guarded_in(label, buffer, shape, stride, dtype, storage_offset, phase, offset)
+
+
+def guarded_in(
+    label: str,
+    buffer: torch.Tensor,
+    shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    dtype: torch.dtype,
+    storage_offset: int,
+    phase: int,
+    offset: int = -1,
+) -> GuardedTensor:
+    """The view of `shape` and `stride` that `allocate` puts in a guarded buffer (the flat
+    uint8 `buffer`, bands included), without touching its bytes."""
+    itemsize = dtype.itemsize
     view = buffer.view(dtype).as_strided(shape, stride, GUARD_BYTES // itemsize + storage_offset)
     first_byte = GUARD_BYTES + storage_offset * itemsize
     return GuardedTensor(

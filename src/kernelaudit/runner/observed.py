@@ -30,12 +30,11 @@ from dataclasses import replace
 import torch
 
 from kernelaudit.host_copies import host_copy
-from kernelaudit.runner.arena import ALIGN
 from kernelaudit.runner.guard import (
     CANARY_BYTES,
-    GUARD_BYTES,
     GuardedTensor,
     breach,
+    guarded_in,
     guarded_nbytes,
     holds,
     laid_out,
@@ -50,7 +49,7 @@ from kernelaudit.runner.messages import (
     Placement,
     TensorArg,
 )
-from kernelaudit.runner.shared import Region
+from kernelaudit.runner.shared import ALIGN, Region
 
 
 class Unplaced(Exception):
@@ -63,19 +62,24 @@ _Layout = tuple[tuple[int, ...], torch.dtype, str]
 def observe(
     invocation: Invocation, result: InvocationResult, region: Region, canary: bytes
 ) -> InvocationResult:
-    """`result` with what the arena shows added to it; Unplaced when its placements are not
-    those of the calls that finished."""
+    """`result` with what the arena shows added to it; a "tampered" failure in its place when
+    its placements are not those of the calls that finished, or cannot be read."""
     start, size = invocation.arena
     if size <= 0 or result.error:
         return result
     try:
         return _observed(invocation, result, region, canary, start, start + size)
-    except Unplaced:
-        raise
+    except Unplaced as unplaced:
+        why = str(unplaced)
     except Exception as error:  # the reply is the worker's to write: anything may be in it
-        raise Unplaced(
-            f"the reply's account of its calls could not be read ({type(error).__name__}: {error})"
-        ) from None
+        why = f"the reply's account of its calls could not be read ({type(error).__name__}: "
+        why += f"{error})"
+    return InvocationResult(
+        calls=(),
+        error=f"{why}; the auditor cannot check what the worker reported, and the worker "
+        "was killed.",
+        error_kind="tampered",
+    )
 
 
 def _observed(
@@ -185,20 +189,15 @@ def _guarded(
     layout: str,
     nbytes: int,
 ) -> GuardedTensor:
-    buffer = region.bytes_at(place.offset, nbytes)
     where = laid_out(shape, layout)
-    itemsize = dtype.itemsize
-    view = buffer.view(dtype).as_strided(
-        shape, where.stride, GUARD_BYTES // itemsize + where.storage_offset
-    )
-    first_byte = GUARD_BYTES + where.storage_offset * itemsize
-    return GuardedTensor(
+    buffer = region.bytes_at(place.offset, nbytes)
+    return guarded_in(
         place.tensor,
         buffer,
-        view,
         shape,
-        tuple(where.stride),
-        first_byte,
+        where.stride,
+        dtype,
+        where.storage_offset,
         place.phase,
         place.offset,
     )

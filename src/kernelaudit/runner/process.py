@@ -28,7 +28,7 @@ import torch
 
 from kernelaudit.errors import UsageError
 from kernelaudit.runner import prestart
-from kernelaudit.runner.arena import aligned, arena_bytes
+from kernelaudit.runner.arena import set_aside
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.guard import draw_canary
 from kernelaudit.runner.launch import PIPE_BYTES
@@ -40,7 +40,7 @@ from kernelaudit.runner.limits import (
     resident_bytes,
 )
 from kernelaudit.runner.messages import Invocation, InvocationResult, Load, TensorArg
-from kernelaudit.runner.observed import Unplaced, observe
+from kernelaudit.runner.observed import observe
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.shared import Region, room
 from kernelaudit.runner.wire import REGION_LEAST_BYTES, TooLarge, decode, encode
@@ -99,9 +99,8 @@ class Worker:
         self._ready = False
         self._arguments: Region | None = None
         self._results: Region | None = None
-        self._canary = draw_canary()
-        """The pattern the worker guards its buffers with: the auditor's, so it can read the
-        bands of the buffers in an arena itself (`runner.observed`)."""
+        self._canary = b""
+        """The canary pattern drawn for the worker now running (`runner.observed` reads it)."""
 
     def __enter__(self) -> Worker:
         self.launch()
@@ -229,21 +228,12 @@ class Worker:
                 "channel or forged its reply, and the worker was killed.",
                 error_kind="crash",
             )
-        if reply.error_kind in ("cuda", "crash", "memory"):
-            # The child exits by itself after these; make sure of it and start anew next run.
+        if self._arguments is not None:
+            reply = observe(invocation, reply, self._arguments, self._canary)
+        if reply.error_kind in ("cuda", "crash", "memory", "tampered"):
+            # The child exits after these, or cannot be trusted: make sure, start anew next run.
             self._kill()
             return reply
-        if self._arguments is not None:
-            try:
-                reply = observe(invocation, reply, self._arguments, self._canary)
-            except Unplaced as unplaced:
-                self._kill()
-                return InvocationResult(
-                    calls=(),
-                    error=f"{unplaced}; the auditor cannot check what the worker reported, "
-                    "and the worker was killed.",
-                    error_kind="tampered",
-                )
         held = self._device_used() - self._device_baseline
         if self.limits.gpu_memory_bytes and held > self.limits.gpu_memory_bytes:
             self._kill()
@@ -349,14 +339,10 @@ class Worker:
         values = [a.values for c in invocation.calls for a in c.args if isinstance(a, TensorArg)]
         large = [v for v in values if v.nbytes >= REGION_LEAST_BYTES]
         arguments = sum(room(v.dtype, tuple(v.shape)) for v in large)
-        arena = arena_bytes(invocation.calls) if torch.device(self.device).type == "cpu" else 0
-        start = aligned(arguments)
-        if arena and start + arena <= most:
-            self._arguments.grow(start + arena, most)
-            invocation = replace(invocation, arena=(start, arena))
-        else:
-            self._arguments.grow(min(most, arguments), most)
-            invocation = replace(invocation, arena=(0, 0))
+        if torch.device(self.device).type == "cpu":
+            invocation = set_aside(invocation, arguments, most)
+        start, size = invocation.arena
+        self._arguments.grow(min(most, max(arguments, start + size)), most)
         self._results.grow(min(most, reply_bytes or most), most)
         return invocation
 

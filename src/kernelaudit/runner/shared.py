@@ -34,7 +34,8 @@ import torch
 from kernelaudit.host_copies import host_copy
 from kernelaudit.runner.launch import memory_file
 
-_ALIGN = 64
+ALIGN = 64
+"""Tensors and arena buffers start at multiples of this many bytes from the region's start."""
 _GROWTH = 1 << 22
 """Regions grow in steps of at least 4 MiB (and at least double), so a run whose calls grow
 slowly remaps a few times, not at every call."""
@@ -58,13 +59,13 @@ def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
     return math.prod(shape) * dtype.itemsize
 
 
-def _aligned(offset: int) -> int:
-    return -(-offset // _ALIGN) * _ALIGN
+def aligned(offset: int) -> int:
+    return -(-offset // ALIGN) * ALIGN
 
 
 def room(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
     """The bytes a tensor takes in a region, alignment included."""
-    return _aligned(_nbytes(dtype, shape))
+    return aligned(_nbytes(dtype, shape))
 
 
 class Region:
@@ -145,7 +146,7 @@ class Region:
 
     def put_at(self, tensor: torch.Tensor, offset: int) -> SharedTensor | None:
         """Copy `tensor` in at `offset` (aligned up); None when it does not fit there."""
-        place, shape = _aligned(offset), tuple(tensor.shape)
+        place, shape = aligned(offset), tuple(tensor.shape)
         if place + _nbytes(tensor.dtype, shape) > self.size:
             return None
         self._view(place, tensor.dtype, shape).copy_(tensor.detach().reshape(shape))
@@ -169,7 +170,7 @@ class Region:
         if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
             raise ValueError(f"tensor shape {shape!r} is not a tuple of sizes")
         offset = shared.offset
-        if type(offset) is not int or offset < 0 or offset % _ALIGN:
+        if type(offset) is not int or offset < 0 or offset % ALIGN:
             raise ValueError(f"offset {offset!r} is not an aligned place in the region")
         if offset + _nbytes(dtype, shape) > self.size:
             raise ValueError(

@@ -156,9 +156,8 @@ def main(argv: Sequence[str]) -> int:
             return 0
         try:
             assert isinstance(invocation, Invocation), type(invocation)
-            result = run_invocation(
-                candidate, invocation, device, watch, _arena(arguments, invocation)
-            )
+            arena = _arena(arguments, invocation) if device.type == "cpu" else None
+            result = run_invocation(candidate, invocation, device, watch, arena)
         except BaseException:
             result = InvocationResult(
                 calls=(),
