@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|lent|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -192,6 +192,14 @@ for step in ${steps[@]}; do
         tests/checks/test_batch_invariance_check.py > "$out/safety.txt" 2>&1
       note $? "$out/safety.txt"
       tail -n 40 "$out/safety.txt"
+      ;;
+    lent)
+      # device memory lent to a confined worker (`runner.lent`): whether both sides see each
+      # other's writes, what lending costs, and what the auditor's own look at a GPU call's
+      # memory costs against the worker's own buffers
+      python3 benchmarks/lent_memory.py --out "$out/lent-memory.json" 2>&1 | tail -n 8
+      python3 benchmarks/observed_memory.py --device cuda --sizes-mib 1 16 256 \
+        --out "$out/observed-memory-gpu.json" 2>&1 | tail -n 5
       ;;
     held-memory)
       # what the allocator still holds after common library calls, and who allocated it

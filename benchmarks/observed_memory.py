@@ -1,9 +1,11 @@
-"""What the auditor's own look at a CPU call's memory costs (`runner.observed`): one invocation
-of a destination-passing candidate (y = 2x into its slot) through a CPU worker, with the
-calls' buffers in the arena the auditor reads (as audits run), against the same invocation
-with the arena withheld (the worker's memory of its own, only the worker's checks).
+"""What the auditor's own look at a call's memory costs (`runner.observed`): one invocation
+of a destination-passing candidate (y = 2x into its slot) through a worker, with the calls'
+buffers in the arena the auditor reads (as audits run: shared memory on a CPU, device memory
+lent to the worker on a GPU), against the same invocation with the arena withheld (the
+worker's memory of its own, only the worker's checks).
 
     python benchmarks/observed_memory.py --out observed-memory.json [--sizes-mib 1 16 64]
+        [--device cuda]
 
 For each input size, `--repeats` invocations of `--calls` calls each, alternating the two ways
 after a warm-up of each; the median seconds per invocation are recorded.
@@ -21,7 +23,7 @@ from pathlib import Path
 import torch
 
 from kernelaudit.runner import arena as arenas
-from kernelaudit.runner import process
+from kernelaudit.runner import lent, process
 from kernelaudit.runner.candidate import parse_candidate
 from kernelaudit.runner.messages import Call, Invocation, OutputSlot, TensorArg
 
@@ -42,14 +44,14 @@ def _invocation(mib: int, calls: int, layout: str) -> Invocation:
 
 def _seconds(worker: process.Worker, invocation: Invocation, arena: bool) -> tuple[float, bool]:
     sizing = arenas.arena_bytes
-    if not arena:
-        arenas.arena_bytes = lambda calls: 0  # the arena withheld: nothing placed in it
+    if not arena:  # the arena withheld: nothing placed in it
+        arenas.arena_bytes = lent.arena_bytes = lambda calls: 0
     try:
         began = time.perf_counter()
         result = worker.run(invocation)
         took = time.perf_counter() - began
     finally:
-        arenas.arena_bytes = sizing
+        arenas.arena_bytes = lent.arena_bytes = sizing
     assert result.error == "", result.error
     return took, bool(result.placements)
 
@@ -61,18 +63,21 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--layout", default="contiguous")
+    parser.add_argument("--device", default="cpu")
     options = parser.parse_args()
     folder = options.out.parent.resolve()
     source = folder / "observed_memory_candidate.py"
     source.write_text(_CANDIDATE)
     rows = []
     try:
-        with process.Worker(parse_candidate(f"{source}::double"), "cpu", timeout_s=600.0) as worker:
+        candidate = parse_candidate(f"{source}::double")
+        with process.Worker(candidate, options.device, timeout_s=600.0) as worker:
             for mib in options.sizes_mib:
                 invocation = _invocation(mib, options.calls, options.layout)
                 times: dict[bool, list[float]] = {True: [], False: []}
-                # the arena is set aside where it fits in the region's bound (a sixteenth of
-                # the host's memory, `limits.region_most_bytes`)
+                # the arena is set aside where it fits: on a CPU in the region's bound (a
+                # sixteenth of the host's memory, `limits.region_most_bytes`), on a GPU within
+                # `lent.lent_most_bytes`
                 placed = _seconds(worker, invocation, True)[1]
                 _seconds(worker, invocation, False)  # warm-up
                 for _ in range(options.repeats):
@@ -85,6 +90,7 @@ def main() -> None:
                         "input_mib": mib,
                         "calls": options.calls,
                         "layout": options.layout,
+                        "device": options.device,
                         "placed_in_arena": placed,
                         "arena_s": with_arena,
                         "own_memory_s": without,
@@ -94,7 +100,7 @@ def main() -> None:
                 print(
                     f"{mib:5d} MiB x {options.calls} calls: arena {with_arena * 1e3:8.1f} ms, "
                     f"own memory {without * 1e3:8.1f} ms ({with_arena / without:.2f}x)"
-                    + ("" if placed else ", no arena: past the region's bound")
+                    + ("" if placed else ", no arena: past its bound")
                 )
     finally:
         source.unlink(missing_ok=True)
@@ -103,6 +109,8 @@ def main() -> None:
             {
                 "benchmark": "observed_memory",
                 "torch": torch.__version__,
+                "device": options.device,
+                "gpu": torch.cuda.get_device_name() if options.device != "cpu" else "",
                 "machine": platform.processor() or platform.machine(),
                 "threads": torch.get_num_threads(),
                 "date": time.strftime("%Y-%m-%d"),

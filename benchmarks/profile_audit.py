@@ -72,6 +72,8 @@ _WATCHED = (
     ("kernelaudit.engine.measure", "profile_kernels"),
     ("kernelaudit.runner.process.Worker", "run"),
     ("kernelaudit.runner.process.Worker", "start"),
+    ("kernelaudit.runner.process", "observe"),
+    ("kernelaudit.runner.lent.Lender", "lend"),
 )
 
 
@@ -81,10 +83,11 @@ def _stopwatches() -> dict[str, list[float]]:
 
     seen: dict[str, list[float]] = {}
     for where, name in _WATCHED:
-        module_name, _, owner_name = where.partition(".Worker")
-        owner = importlib.import_module(module_name)
-        if owner_name or where.endswith("Worker"):
-            owner = owner.Worker
+        module_name, _, last = where.rpartition(".")
+        if last[:1].isupper():  # a class: module.Class
+            owner = getattr(importlib.import_module(module_name), last)
+        else:
+            owner = importlib.import_module(where)
         original = getattr(owner, name)
         label = f"{where.rsplit('.', 1)[-1]}.{name}"
         seen[label] = []

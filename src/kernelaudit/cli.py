@@ -44,6 +44,7 @@ from kernelaudit.report.terminal import (
 from kernelaudit.repro import replay
 from kernelaudit.runner import prestart
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER
 
 DEFAULT_REPORT = "kernelaudit-report.json"
 
@@ -306,7 +307,16 @@ def _covered(reports: list[AuditReport], args: argparse.Namespace, console: Cons
 
 
 def _isolated(reports: list[AuditReport], args: argparse.Namespace, console: Console) -> bool:
-    """Say when candidates ran without their sandbox; False when `--strict` forbids it."""
+    """Say when candidates ran without their sandbox, or their calls' device memory was
+    observed by the worker alone; False when `--strict` forbids running without a sandbox."""
+    unlent = next((r for r in reports if OBSERVED_BY_THE_WORKER in r.isolation), None)
+    if unlent is not None:
+        why = unlent.isolation.split(OBSERVED_BY_THE_WORKER, 1)[1].strip(" ()")
+        console.print(
+            f"[yellow]{OBSERVED_BY_THE_WORKER} ({escape(why)}): a candidate that rebinds the "
+            "worker's checks in its process can hide writes out of bounds and into its "
+            "inputs there.[/]"
+        )
     loose = next((r for r in reports if not r.confined), None)
     if loose is None:
         return True

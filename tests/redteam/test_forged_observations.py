@@ -1,7 +1,8 @@
 """Candidates that rebind, in their own process, what the worker observes around their calls.
-On a CPU the calls' inputs and output slots lie in memory the auditor maps too
-(`runner.arena`), and the auditor reads their guard bands and inputs there itself
-(`runner.observed`): each forgery ends in FAIL for the candidate, for the reason it hid."""
+The calls' inputs and output slots lie in memory the auditor maps too (`runner.arena`: shared
+memory on a CPU, device memory it lends the worker on a GPU), and the auditor reads their
+guard bands and inputs there itself (`runner.observed`): each forgery ends in FAIL for the
+candidate, for the reason it hid."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from kernelaudit.problem.load import load_problem
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _audit(candidate: str) -> AuditReport:
+def _audit(candidate: str, device: str) -> AuditReport:
     problem = load_problem(FIXTURES / "problem" / "double.py")
     spec = f"{FIXTURES / 'candidates' / candidate}.py::double"
-    return audit(problem, spec, "quick", "cpu", ["numerics", "execution", "bounds", "mutation"])
+    return audit(problem, spec, "quick", device, ["numerics", "execution", "bounds", "mutation"])
 
 
 @pytest.mark.parametrize(
@@ -30,7 +31,9 @@ def _audit(candidate: str) -> AuditReport:
         ("forges_its_placement", "execution"),
     ],
 )
-def test_a_forged_observation_fails_for_what_it_hid(candidate: str, check: str) -> None:
-    report = _audit(candidate)
+def test_a_forged_observation_fails_for_what_it_hid(
+    candidate: str, check: str, device: str
+) -> None:
+    report = _audit(candidate, device)
     assert report.verdict == "FAIL"
     assert check in {f.check for f in report.failures}, [f.title for f in report.failures]

@@ -1,5 +1,6 @@
-"""The auditor's own look at a CPU call's memory (`runner.observed`): what a candidate hides by
-rebinding the worker's checks in its process, the auditor still sees in the arena."""
+"""The auditor's own look at a call's memory (`runner.observed`): what a candidate hides by
+rebinding the worker's checks in its process, the auditor still sees in the arena (shared
+memory on a CPU, device memory it lent the worker on a GPU, `runner.lent`)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,19 @@ FIXTURE = Path(__file__).parent / "fixtures" / "forgers.py"
 X = torch.arange(1.0, 9.0)
 
 
-def _run(function: str, calls: int = 2, layout: str = "contiguous") -> InvocationResult:
+def _run(
+    function: str, device: str, calls: int = 2, layout: str = "contiguous"
+) -> InvocationResult:
     """`calls` calls of `function` in a worker of its own (a forgery lasts its process)."""
     call = Call(args=(TensorArg(X, layout),), slots=(OutputSlot((8,), torch.float32),))
     invocation = Invocation(calls=(call,) * calls, return_inputs=(0,))
-    with Worker(parse_candidate(f"{FIXTURE}::{function}"), "cpu", timeout_s=30.0) as worker:
+    with Worker(parse_candidate(f"{FIXTURE}::{function}"), device, timeout_s=60.0) as worker:
         return worker.run(invocation)
 
 
 @pytest.fixture(scope="module")
-def honest() -> Iterator[InvocationResult]:
-    yield _run("honest")
+def honest(module_device: str) -> Iterator[InvocationResult]:
+    yield _run("honest", module_device)
 
 
 def test_an_honest_candidates_buffers_are_read_where_the_worker_placed_them(
@@ -48,8 +51,8 @@ def test_an_honest_candidates_buffers_are_read_where_the_worker_placed_them(
         assert torch.equal(outcome.outputs[0], X * 2)
 
 
-def test_a_write_past_the_slot_is_seen_though_the_harness_check_is_rebound() -> None:
-    result = _run("hides_its_breach")
+def test_a_write_past_the_slot_is_seen_though_the_harness_check_is_rebound(device: str) -> None:
+    result = _run("hides_its_breach", device)
     assert result.error == ""
     assert sorted((b.tensor, b.call) for b in result.breaches) == [
         ("output 0", 0),
@@ -58,8 +61,8 @@ def test_a_write_past_the_slot_is_seen_though_the_harness_check_is_rebound() -> 
     assert all(b.first_offset == 32 and b.bytes_changed == 4 for b in result.breaches)
 
 
-def test_a_zeroed_input_is_seen_though_the_harness_look_is_rebound() -> None:
-    result = _run("hides_its_write", layout="offset")
+def test_a_zeroed_input_is_seen_though_the_harness_look_is_rebound(device: str) -> None:
+    result = _run("hides_its_write", device, layout="offset")
     assert result.error == ""
     # the forgery is in place from the first call's end: every call's input comes back zeroed
     for outcome in result.calls:
@@ -67,42 +70,61 @@ def test_a_zeroed_input_is_seen_though_the_harness_look_is_rebound() -> None:
         assert after is not None and torch.equal(after, torch.zeros(8))
 
 
-def test_tensors_placed_out_of_the_auditors_sight_fail_the_invocation() -> None:
-    result = _run("places_its_own")
+def test_tensors_placed_out_of_the_auditors_sight_fail_the_invocation(device: str) -> None:
+    result = _run("places_its_own", device)
     assert result.error_kind == "tampered"
     assert "input 0 of call 1 was not laid out in the memory the auditor set aside" in (
         result.error
     )
 
 
-def test_outputs_sent_other_than_the_slot_holds_are_deferred() -> None:
-    result = _run("forges_its_output", calls=1)
+def test_outputs_sent_other_than_the_slot_holds_are_deferred(device: str) -> None:
+    result = _run("forges_its_output", device, calls=1)
     assert result.error == ""
     (outcome,) = result.calls
     assert torch.equal(outcome.outputs[0], X * 2)  # what the forged copy sent
     assert outcome.deferred == (0,)  # the slot held 3x: changed after it was "copied"
 
 
-def _run_calls(function: str, *calls: Call) -> InvocationResult:
-    with Worker(parse_candidate(f"{FIXTURE}::{function}"), "cpu", timeout_s=30.0) as worker:
+def _run_calls(function: str, device: str, *calls: Call) -> InvocationResult:
+    with Worker(parse_candidate(f"{FIXTURE}::{function}"), device, timeout_s=60.0) as worker:
         return worker.run(Invocation(calls=calls, return_inputs=(0,)))
 
 
-def test_buffers_a_later_call_reuses_are_judged_with_that_calls_values() -> None:
+def test_buffers_a_later_call_reuses_are_judged_with_that_calls_values(device: str) -> None:
     slot = (OutputSlot((8,), torch.float32),)
     first = Call(args=(TensorArg(X),), slots=slot)
     again = Call(args=(TensorArg(X + 10),), slots=slot, reuse=0)
     updated = Call(args=(TensorArg(X + 20),), slots=slot, reuse=0, updated=True)
-    honest = _run_calls("honest", first, again, updated)
+    honest = _run_calls("honest", device, first, again, updated)
     assert honest.error == "" and honest.breaches == ()
     assert {(p.call, p.tensor) for p in honest.placements} == {(0, "input 0"), (0, "output 0")}
     assert [o.inputs_after for o in honest.calls] == [(None,)] * 3
     # the forger zeroes its input in every call: the arena holds the last call's, which is
     # compared with the values that call wrote in (the earlier ones' were written over)
-    forged = _run_calls("hides_its_write", first, again, updated)
+    forged = _run_calls("hides_its_write", device, first, again, updated)
     assert forged.error == ""
     (after,) = forged.calls[2].inputs_after
     assert after is not None and torch.equal(after, torch.zeros(8))
+
+
+def test_an_arena_grown_between_invocations_is_read_where_the_worker_moved(device: str) -> None:
+    """A later invocation needing more room than the first gets a larger arena (a larger
+    block of lent device memory on a GPU): both are read where the worker placed them."""
+    spec = parse_candidate(f"{FIXTURE}::hides_its_breach")
+    with Worker(spec, device, timeout_s=60.0) as worker:
+        for n in (8, 1 << 20):
+            values = torch.arange(float(n))
+            call = Call(args=(TensorArg(values),), slots=(OutputSlot((n,), torch.float32),))
+            result = worker.run(Invocation(calls=(call,), return_inputs=(0,)))
+            assert result.error == ""
+            assert {(p.call, p.tensor) for p in result.placements} == {
+                (0, "input 0"),
+                (0, "output 0"),
+            }
+            assert torch.equal(result.calls[0].outputs[0], values * 2)
+            (found,) = result.breaches
+            assert (found.tensor, found.first_offset) == ("output 0", 4 * n)
 
 
 def test_a_reply_whose_account_cannot_be_read_fails_the_invocation() -> None:

@@ -42,6 +42,7 @@ from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile, profile_named
 from kernelaudit.runner.candidate import CandidateRef, from_callable
+from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER, unavailable
 from kernelaudit.runner.limits import Limits, default_limits
 from kernelaudit.runner.messages import CANDIDATE_MAINS
 from kernelaudit.runner.process import Worker
@@ -273,7 +274,7 @@ def _audit(
         records=tuple(records),
         seconds=time.perf_counter() - started,
         environment=environment(device),
-        isolation=isolation().describe(),
+        isolation=_confinement(device),
         unverified=missing,
         coverage=tuple((check.name, coverage(check, ctx)) for check in checks),
         assumed=problem.assumed,
@@ -348,6 +349,18 @@ class _Backward:
     """Probes the budget left out."""
     unavailable: tuple[tuple[Probe, str], ...]
     """Probes whose case the problem cannot make inputs for."""
+
+
+def _confinement(device: str) -> str:
+    """How the candidate's processes were confined (`sandbox.Isolation`), and on a GPU where
+    the auditor cannot lend the worker device memory (`runner.lent`), that the calls' memory
+    there was observed by the worker alone."""
+    described = isolation().describe()
+    if device.startswith("cuda"):
+        why = unavailable(torch.device(device))
+        if why:
+            described += f"; {OBSERVED_BY_THE_WORKER} ({why})"
+    return described
 
 
 def limits_for(profile: Profile, device: str) -> Limits:

@@ -1,22 +1,24 @@
-"""The stretch of shared memory a CPU worker lays out its calls' tensors in.
+"""The stretch of memory a worker lays out its calls' tensors in.
 
-The auditor sets it aside, after the invocation's own tensors in the region it sends them in
-(`runner.shared`), and sizes it to hold a guarded buffer (`runner.guard`) for every input and
-output slot of every call that does not reuse an earlier call's buffers. The worker takes the
-buffers from it in order, and says where each one went (`Placement`); the auditor then reads
-the bands, the inputs and the slots at those places through its own mapping
-(`runner.observed`), so what they show does not rest on code in the candidate's process.
+The auditor sets it aside: on a CPU after the invocation's own tensors in the region it sends
+them in (`runner.shared`), on a GPU in device memory it lends the worker (`runner.lent`); and
+sizes it to hold a guarded buffer (`runner.guard`) for every input and output slot of every
+call that does not reuse an earlier call's buffers. The worker takes the buffers from it in
+order, and says where each one went (`Placement`); the auditor then reads the bands, the
+inputs and the slots at those places through its own mapping (`runner.observed`), so what
+they show does not rest on code in the candidate's process.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Protocol
 
 import torch
 
 from kernelaudit.runner.guard import guarded_nbytes
 from kernelaudit.runner.messages import Call, Invocation, TensorArg
-from kernelaudit.runner.shared import Region, aligned
+from kernelaudit.runner.shared import aligned
 
 
 def set_aside(invocation: Invocation, after: int, most: int) -> Invocation:
@@ -46,10 +48,20 @@ def arena_bytes(calls: tuple[Call, ...]) -> int:
     return total
 
 
+class Memory(Protocol):
+    """What an arena lies in: the invocation's region (`runner.shared`), or device memory
+    the auditor lent the worker (`runner.lent`)."""
+
+    @property
+    def size(self) -> int: ...
+
+    def bytes_at(self, offset: int, count: int) -> torch.Tensor: ...
+
+
 class Arena:
     """The worker's side: buffers handed out in order from `start`, up to `size` bytes."""
 
-    def __init__(self, region: Region, start: int, size: int) -> None:
+    def __init__(self, region: Memory, start: int, size: int) -> None:
         self.region = region
         self.start = start
         self.end = start + size
@@ -63,3 +75,10 @@ class Arena:
             return None
         self._next = offset + nbytes
         return offset, self.region.bytes_at(offset, nbytes)
+
+    def lies_in(self, tensor: torch.Tensor) -> bool:
+        """Whether `tensor`'s storage starts inside the arena (a buffer taken from it)."""
+        if self.end <= self.start:
+            return False
+        first = self.region.bytes_at(self.start, 1).data_ptr()
+        return first <= tensor.untyped_storage().data_ptr() < first + self.end - self.start

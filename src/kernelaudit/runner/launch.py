@@ -21,7 +21,7 @@ from typing import IO
 
 import kernelaudit
 from kernelaudit.runner.limits import wait_within
-from kernelaudit.runner.sandbox import for_candidate
+from kernelaudit.runner.sandbox import for_candidate, isolation
 from kernelaudit.runner.threads import THREADS_VARIABLE, thread_environment, thread_share
 
 
@@ -107,6 +107,9 @@ class Piped:
     regions: tuple[int, ...] = ()
     """Memory files the child maps too (`memory_file`), the auditor's to close: the worker's
     arguments and results, where the platform has them."""
+    lending: int = -1
+    """The auditor's end of a socket the worker is handed device memory through
+    (`runner.lent`), the auditor's to close; -1: none."""
 
 
 def memory_file(name: str) -> int:
@@ -136,6 +139,36 @@ def file_tail(output: IO[bytes], most_bytes: int = _TAIL_BYTES) -> str:
     size = output.seek(0, os.SEEK_END)
     output.seek(max(0, size - most_bytes))
     return output.read().decode(errors="replace")
+
+
+def written_since(log: IO[bytes], since: int, most_bytes: int = _TAIL_BYTES) -> str:
+    """The end of what a child wrote to the file `log` since byte `since` (at most
+    `most_bytes` of it), for a message: "" when it wrote nothing but blanks."""
+    end = os.fstat(log.fileno()).st_size
+    start = max(since, end - most_bytes)
+    # pread leaves the shared file offset alone, so the child's writes land where they should.
+    text = os.pread(log.fileno(), end - start, start).decode(errors="replace")
+    if not text.strip():
+        return ""
+    cut = "...\n" if start > since else ""
+    return f"\nlast output on stderr:\n{cut}{text.rstrip()}"
+
+
+def exit_description(process: subprocess.Popen[bytes], grace_s: float) -> str:
+    """How a long-lived child ended, in words (waiting `grace_s` for it to end at all)."""
+    try:
+        code = process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        return "closed its channel but is still running"
+    if code > 128 and isolation().confined:
+        code = 128 - code  # bubblewrap exits 128 + n for a child killed by signal n
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"was killed by signal {-code}"
+    return f"was killed by signal {name} ({signal.strsignal(-code)})"
 
 
 PIPE_BYTES = 1 << 20

@@ -129,9 +129,13 @@ class Invocation:
     return_inputs: tuple[int, ...] = ()
     always_return: tuple[int, ...] = ()
     arena: tuple[int, int] = (0, 0)
-    """(offset, bytes) of the stretch of the invocation's region that the calls' fresh
-    guarded buffers are taken from (`runner.arena`, on a CPU); (0, 0): none, each buffer is
-    the worker's own memory."""
+    """(offset, bytes) of the stretch of memory the calls' fresh guarded buffers are taken
+    from (`runner.arena`): in the invocation's region on a CPU, in the device memory `lent`
+    names on a GPU; (0, 0): none, each buffer is the worker's own memory."""
+    lent: int = 0
+    """The serial number of the block of device memory the auditor lent the worker for the
+    arena (`runner.lent`), handed over before this invocation; 0: the arena, if any, is in
+    the invocation's region."""
 
 
 @dataclass(frozen=True)

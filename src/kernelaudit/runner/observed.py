@@ -1,9 +1,10 @@
-"""What the auditor sees for itself in a CPU invocation's memory, after the worker's reply.
+"""What the auditor sees for itself in an invocation's memory, after the worker's reply.
 
 The worker lays the calls' inputs and output slots out in the invocation's arena
-(`runner.arena`) and says where each went. Its own observations of them (guard bands, inputs
-left as given, slots as copied) are made by code in the candidate's process, which the
-candidate can rebind. Here the auditor reads the same bytes through its own mapping:
+(`runner.arena`: shared host memory on a CPU, device memory the auditor lent it on a GPU) and
+says where each went. Its own observations of them (guard bands, inputs left as given, slots
+as copied) are made by code in the candidate's process, which the candidate can rebind. Here
+the auditor reads the same bytes through its own mapping:
 
 - every fresh buffer of every call that finished must be where the worker says, of the size
   and layout the call gives it, in the arena and apart from the others; a reply that places
@@ -30,6 +31,7 @@ from dataclasses import replace
 import torch
 
 from kernelaudit.host_copies import host_copy
+from kernelaudit.runner.arena import Memory
 from kernelaudit.runner.guard import (
     CANARY_BYTES,
     GuardedTensor,
@@ -38,7 +40,6 @@ from kernelaudit.runner.guard import (
     guarded_nbytes,
     holds,
     laid_out,
-    same_bits,
 )
 from kernelaudit.runner.messages import (
     Call,
@@ -49,7 +50,7 @@ from kernelaudit.runner.messages import (
     Placement,
     TensorArg,
 )
-from kernelaudit.runner.shared import ALIGN, Region
+from kernelaudit.runner.shared import ALIGN
 
 
 class Unplaced(Exception):
@@ -60,7 +61,7 @@ _Layout = tuple[tuple[int, ...], torch.dtype, str]
 
 
 def observe(
-    invocation: Invocation, result: InvocationResult, region: Region, canary: bytes
+    invocation: Invocation, result: InvocationResult, region: Memory, canary: bytes
 ) -> InvocationResult:
     """`result` with what the arena shows added to it; a "tampered" failure in its place when
     its placements are not those of the calls that finished, or cannot be read."""
@@ -85,7 +86,7 @@ def observe(
 def _observed(
     invocation: Invocation,
     result: InvocationResult,
-    region: Region,
+    region: Memory,
     canary: bytes,
     start: int,
     end: int,
@@ -133,7 +134,7 @@ def _expected(calls: tuple[Call, ...]) -> dict[tuple[int, str], _Layout]:
 def _buffers(
     placements: tuple[Placement, ...],
     expected: dict[tuple[int, str], _Layout],
-    region: Region,
+    region: Memory,
     start: int,
     end: int,
 ) -> dict[tuple[int, str], GuardedTensor]:
@@ -182,7 +183,7 @@ def _buffers(
 
 
 def _guarded(
-    region: Region,
+    region: Memory,
     place: Placement,
     shape: tuple[int, ...],
     dtype: torch.dtype,
@@ -233,6 +234,6 @@ def _slot_after(call: Call, outcome: CallOutcome, k: int, view: torch.Tensor) ->
         return outcome
     if k >= len(outcome.outputs) or k in outcome.deferred:
         return outcome
-    if same_bits(view.contiguous(), outcome.outputs[k]):
+    if holds(view.contiguous(), outcome.outputs[k]):
         return outcome
     return replace(outcome, deferred=(*outcome.deferred, k))

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -110,9 +111,11 @@ def start_worker(
     candidate: str | Path, device: str, log: IO[bytes], gpus: int | None = None
 ) -> Piped:
     """Start a worker for the file `candidate` (`python -m kernelaudit.runner.worker READ_FD
-    WRITE_FD FILE ARGUMENTS_FD RESULTS_FD`), its output to `log`; what to call and where comes
-    in its first message. The last two are the memory files the calls' large tensors cross in
-    (`launch.memory_file`; "-" where there are none), one each way."""
+    WRITE_FD FILE ARGUMENTS_FD RESULTS_FD LENDING_FD`), its output to `log`; what to call and
+    where comes in its first message. ARGUMENTS_FD and RESULTS_FD are the memory files the
+    calls' large tensors cross in (`launch.memory_file`; "-" where there are none), one each
+    way; LENDING_FD is the worker's end of the socket device memory is lent through
+    (`runner.lent`)."""
     regions = [memory_file("arguments"), memory_file("results")]
     if min(regions) < 0:
         for fd in regions:
@@ -120,21 +123,27 @@ def start_worker(
                 os.close(fd)
         regions = []
     named = [str(fd) for fd in regions] or ["-", "-"]
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         child = start_piped(
             WORKER,
-            [str(Path(candidate).resolve()), *named],
+            [str(Path(candidate).resolve()), *named, str(theirs.fileno())],
             device,
             candidate,
             log,
             gpus,
-            keep_fds=regions,
+            keep_fds=[*regions, theirs.fileno()],
         )
     except BaseException:
         for fd in regions:
             os.close(fd)
+        ours.close()
         raise
-    return replace(child, regions=tuple(regions))
+    finally:
+        theirs.close()
+    # never waited on: a worker that stops taking what it is lent is lent nothing more
+    ours.setblocking(False)
+    return replace(child, regions=tuple(regions), lending=ours.detach())
 
 
 def worker_for(candidate: str | Path, device: str) -> tuple[Piped, IO[bytes]]:
@@ -171,7 +180,8 @@ def discard() -> None:
 
 
 def _end(early: Early) -> None:
-    for fd in (early.child.to_child, early.child.from_child, *early.child.regions):
+    child = early.child
+    for fd in (child.to_child, child.from_child, *child.regions, child.lending):
         with contextlib.suppress(OSError):
             os.close(fd)
     with contextlib.suppress(ProcessLookupError, PermissionError):

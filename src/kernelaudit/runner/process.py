@@ -6,9 +6,10 @@ only the child down. The two sides exchange messages over two private pipes in t
 `kernelaudit.runner.wire`; large tensors cross in two memory regions both map (`runner.shared`),
 the invocation's in one and the reply's in the other. The auditor sizes both before each
 invocation, the reply's to what the calls' declared inputs and outputs can fill, and reads the
-reply's tensors only inside the size it chose. On a CPU the invocation's region also holds the
-arena its calls' buffers are laid out in (`runner.arena`), which the auditor reads itself
-after the reply (`runner.observed`).
+reply's tensors only inside the size it chose. The calls' buffers are laid out in an arena
+(`runner.arena`) that the auditor reads itself after the reply (`runner.observed`): on a CPU
+in the invocation's region, on a GPU in device memory the auditor lends the worker
+(`runner.lent`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import os
 import select
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import replace
@@ -31,7 +33,8 @@ from kernelaudit.runner import prestart
 from kernelaudit.runner.arena import set_aside
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.guard import draw_canary
-from kernelaudit.runner.launch import PIPE_BYTES
+from kernelaudit.runner.launch import PIPE_BYTES, exit_description, written_since
+from kernelaudit.runner.lent import Lender
 from kernelaudit.runner.limits import (
     MEMORY_POLL_S,
     Limits,
@@ -41,12 +44,10 @@ from kernelaudit.runner.limits import (
 )
 from kernelaudit.runner.messages import Invocation, InvocationResult, Load, TensorArg
 from kernelaudit.runner.observed import observe
-from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.shared import Region, room
 from kernelaudit.runner.wire import REGION_LEAST_BYTES, TooLarge, decode, encode
 
 _POLL_S = 0.05
-_STDERR_TAIL_BYTES = 4000
 _CLOSE_GRACE_S = 2.0
 _LOAD_REPLY_BYTES = 1 << 20
 """The most a worker's answer to loading the candidate may take: "ready", or why it failed."""
@@ -101,6 +102,8 @@ class Worker:
         self._results: Region | None = None
         self._canary = b""
         """The canary pattern drawn for the worker now running (`runner.observed` reads it)."""
+        self._lender: Lender | None = None
+        """What lends device memory to the worker now running, for its arenas (on a GPU)."""
 
     def __enter__(self) -> Worker:
         self.launch()
@@ -228,13 +231,17 @@ class Worker:
                 "channel or forged its reply, and the worker was killed.",
                 error_kind="crash",
             )
-        if self._arguments is not None:
+        if invocation.lent and self._lender is not None and self._lender.block is not None:
+            reply = observe(invocation, reply, self._lender.block, self._canary)
+        elif self._arguments is not None:
             reply = observe(invocation, reply, self._arguments, self._canary)
         if reply.error_kind in ("cuda", "crash", "memory", "tampered"):
             # The child exits after these, or cannot be trusted: make sure, start anew next run.
             self._kill()
             return reply
         held = self._device_used() - self._device_baseline
+        if self._lender is not None:
+            self._lender.done()
         if self.limits.gpu_memory_bytes and held > self.limits.gpu_memory_bytes:
             self._kill()
             return replace(
@@ -270,6 +277,12 @@ class Worker:
         self._to_child, self._from_child = child.to_child, child.from_child
         if child.regions:
             self._arguments, self._results = (Region(fd) for fd in child.regions)
+        if child.lending >= 0:
+            channel = socket.socket(fileno=child.lending)
+            if torch.device(self.device).type == "cuda":
+                self._lender = Lender(channel, torch.device(self.device))
+            else:
+                channel.close()
         self._canary = draw_canary()
         load = Load(
             self.device,
@@ -292,6 +305,9 @@ class Worker:
             if region is not None:
                 region.close()
         self._arguments = self._results = None
+        if self._lender is not None:
+            self._lender.close()  # the memory goes once the worker's hold on it goes too
+            self._lender = None
         if proc is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -312,36 +328,28 @@ class Worker:
 
     def _exit_description(self) -> str:
         assert self._proc is not None
-        try:
-            code = self._proc.wait(timeout=_CLOSE_GRACE_S)
-        except subprocess.TimeoutExpired:
-            return "closed its channel but is still running"
-        if code > 128 and isolation().confined:
-            code = 128 - code  # bubblewrap exits 128 + n for a child killed by signal n
-        if code >= 0:
-            return f"exited with code {code}"
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            return f"was killed by signal {-code}"
-        return f"was killed by signal {name} ({signal.strsignal(-code)})"
+        return exit_description(self._proc, _CLOSE_GRACE_S)
 
     # --- I/O with deadlines ---
 
     def _size_regions(self, invocation: Invocation, reply_bytes: int | None) -> Invocation:
         """Grow the arguments' region to the invocation's large tensors and the results' to
-        what the reply may take, each within `limits.region_most_bytes`. On a CPU, the
-        arguments' region also takes an arena after them, where it fits: the invocation
-        returned says where (`Invocation.arena`)."""
+        what the reply may take, each within `limits.region_most_bytes`, and set aside the
+        invocation's arena where it fits: on a CPU in the arguments' region after its
+        tensors, on a GPU in device memory lent to the worker. The invocation returned says
+        where (`Invocation.arena`, `Invocation.lent`)."""
+        cpu = torch.device(self.device).type == "cpu"
+        if self._lender is not None:
+            invocation = self._lender.lend(invocation)
         if self._arguments is None or self._results is None:
             return invocation
         most = region_most_bytes()
         values = [a.values for c in invocation.calls for a in c.args if isinstance(a, TensorArg)]
         large = [v for v in values if v.nbytes >= REGION_LEAST_BYTES]
         arguments = sum(room(v.dtype, tuple(v.shape)) for v in large)
-        if torch.device(self.device).type == "cpu":
+        if cpu:
             invocation = set_aside(invocation, arguments, most)
-        start, size = invocation.arena
+        start, size = invocation.arena if cpu else (0, 0)
         self._arguments.grow(min(most, max(arguments, start + size)), most)
         self._results.grow(min(most, reply_bytes or most), most)
         return invocation
@@ -420,7 +428,8 @@ class Worker:
             return 0
         device = torch.device(self.device)
         free, total = torch.cuda.mem_get_info(device)
-        return total - free - torch.cuda.memory_reserved(device)
+        lent = self._lender.size if self._lender is not None else 0
+        return total - free - torch.cuda.memory_reserved(device) - lent
 
     # --- stderr ---
 
@@ -431,16 +440,7 @@ class Worker:
 
     def _stderr_tail(self, since: int) -> str:
         """The end of what the child wrote to stderr since byte `since`, for a message."""
-        if self._stderr is None:
-            return ""
-        end = self._stderr_size()
-        start = max(since, end - _STDERR_TAIL_BYTES)
-        # pread leaves the shared file offset alone, so the child's writes land where they should.
-        text = os.pread(self._stderr.fileno(), end - start, start).decode(errors="replace")
-        if not text.strip():
-            return ""
-        cut = "...\n" if start > since else ""
-        return f"\nlast output on stderr:\n{cut}{text.rstrip()}"
+        return "" if self._stderr is None else written_since(self._stderr, since)
 
 
 def _ready(fd: int, writing: bool, wait: float) -> bool:

@@ -2,10 +2,12 @@
 `InvocationResult` (`runner.call`), and writes nothing but the channel's messages.
 
 Started by `kernelaudit.runner.process.Worker` as
-`python -m kernelaudit.runner.worker READ_FD WRITE_FD FILE ARGUMENTS_FD RESULTS_FD`: the last
-two are memory files the auditor sizes (or "-"), which the invocations' large tensors come in
-and the results' go out in (`runner.wire`); on a CPU the calls' buffers are laid out in the
-arena the auditor sets aside in the first (`runner.arena`). Its first message names the
+`python -m kernelaudit.runner.worker READ_FD WRITE_FD FILE ARGUMENTS_FD RESULTS_FD LENDING_FD`:
+ARGUMENTS_FD and RESULTS_FD are memory files the auditor sizes (or "-"), which the invocations'
+large tensors come in and the results' go out in (`runner.wire`); the calls' buffers are laid
+out in the arena the auditor sets aside (`runner.arena`): on a CPU in the first, on a GPU in
+device memory the auditor lends the worker through the socket LENDING_FD (`runner.lent`).
+Its first message names the
 device, the device memory it may hold, the function to call in FILE and the canary pattern to
 guard buffers with (`Load`), so the process can start before the auditor knows them
 (`runner.prestart`). It then takes a snapshot
@@ -20,6 +22,7 @@ import faulthandler
 import gc
 import os
 import select
+import socket
 import sys
 import threading
 import time
@@ -30,11 +33,12 @@ from pathlib import Path
 import torch
 
 from kernelaudit.errors import UsageError
-from kernelaudit.runner.arena import Arena
+from kernelaudit.runner.arena import Arena, Memory
 from kernelaudit.runner.call import Watch, run_invocation
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.runner.failures import describe
 from kernelaudit.runner.guard import prepare, use_canary
+from kernelaudit.runner.lent import KEPT_BYTES, Lent, receive
 from kernelaudit.runner.memory import read_memory
 from kernelaudit.runner.messages import Invocation, InvocationResult, Load
 from kernelaudit.runner.shared import Region
@@ -43,6 +47,7 @@ from kernelaudit.runner.wire import decode, encode
 
 _CLOSE_GRACE_S = 1.0
 """After the auditor's end of the channel closes, the seconds a worker has to end on its own."""
+_LENDING_TIMEOUT_S = 60.0
 
 
 def _send(fd: int, message: object, region: Region | None = None) -> None:
@@ -109,12 +114,14 @@ def _exit_with_the_auditor(reader: int) -> None:
 def main(argv: Sequence[str]) -> int:
     read_fd, write_fd, path, *named = argv
     reader, writer = int(read_fd), int(write_fd)
-    arguments, results = _regions(named or ["-", "-"])
+    arguments, results = _regions(named[:2] or ["-", "-"])
+    lending = _lending(named[2:])
     # Whatever the candidate prints goes to stderr, never into the channel.
     os.dup2(2, 1)
     faulthandler.enable()
     _exit_with_the_auditor(reader)
-    for fd in (reader, writer, *(r.fd for r in (arguments, results) if r is not None)):
+    kept = [r.fd for r in (arguments, results) if r is not None]
+    for fd in (reader, writer, *kept, *([lending.fileno()] if lending else [])):
         os.set_inheritable(fd, False)
     load = _receive(reader)
     if load is None:
@@ -150,13 +157,18 @@ def main(argv: Sequence[str]) -> int:
         prepare(device)
         watch.memory_at_load = read_memory(device)
     _send(writer, ("ready",))
+    lent: Lent | None = None
     while True:
         invocation = _receive(reader, arguments)
         if invocation is None:
             return 0
         try:
             assert isinstance(invocation, Invocation), type(invocation)
-            arena = _arena(arguments, invocation) if device.type == "cpu" else None
+            if device.type == "cpu":
+                arena = _arena(arguments, invocation)
+            else:
+                lent = _lent_for(invocation, lending, device, lent)
+                arena = _arena(lent, invocation) if invocation.lent else None
             result = run_invocation(candidate, invocation, device, watch, arena)
         except BaseException:
             result = InvocationResult(
@@ -169,6 +181,9 @@ def main(argv: Sequence[str]) -> int:
             # The device context (or the worker) cannot be trusted any more; leave at once.
             sys.stderr.flush()
             os._exit(0)
+        if lent is not None and lent.size > KEPT_BYTES:
+            lent.close()  # as the auditor does: the device's memory is its between invocations
+            lent = None
         del invocation, result
         # The young generations hold what the invocation left in cycles; a whole collection
         # (a tenth of a second with torch loaded) waits for the calls that measure memory.
@@ -177,12 +192,40 @@ def main(argv: Sequence[str]) -> int:
             torch.cuda.empty_cache()
 
 
-def _arena(region: Region | None, invocation: Invocation) -> Arena | None:
-    """The stretch of the invocation's region the auditor set aside for its calls' buffers."""
+def _arena(memory: Memory | None, invocation: Invocation) -> Arena | None:
+    """The stretch of `memory` (the invocation's region, or the device memory lent for it)
+    the auditor set aside for its calls' buffers."""
     start, size = invocation.arena
-    if region is None or size <= 0:
+    if memory is None or size <= 0:
         return None
-    return Arena(region, start, size)
+    return Arena(memory, start, size)
+
+
+def _lending(named: Sequence[str]) -> socket.socket | None:
+    """The socket the auditor lends device memory through ("-" or missing: none)."""
+    if not named or named[0] == "-":
+        return None
+    channel = socket.socket(fileno=int(named[0]))
+    channel.settimeout(_LENDING_TIMEOUT_S)  # what it names was sent before the invocation
+    return channel
+
+
+def _lent_for(
+    invocation: Invocation,
+    lending: socket.socket | None,
+    device: torch.device,
+    lent: Lent | None,
+) -> Lent | None:
+    """The device memory the invocation's arena lies in, mapped: `lent` when it is the block
+    the invocation names (or it names none), else the new block, taken from the channel
+    (the one it replaces is unmapped here)."""
+    if not invocation.lent or (lent is not None and lent.serial == invocation.lent):
+        return lent
+    if lending is None:
+        raise OSError("the invocation names lent device memory, but there is no channel for it")
+    if lent is not None:
+        lent.close()
+    return receive(lending, device, invocation.lent)
 
 
 def _limit_device_memory(device: torch.device, limit: int) -> None:
