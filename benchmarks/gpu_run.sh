@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|lent|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|guard|lent|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -192,6 +192,19 @@ for step in ${steps[@]}; do
         tests/checks/test_batch_invariance_check.py > "$out/safety.txt" 2>&1
       note $? "$out/safety.txt"
       tail -n 40 "$out/safety.txt"
+      ;;
+    guard)
+      # kernelaudit.guard on the GPU: its tests (the training demonstration at the small
+      # decoder's size among them), the example job with both kernels, and its cost a step
+      python3 -m pytest -q -p no:cacheprovider -m gpu tests/guarding > "$out/guard-tests.txt" 2>&1
+      note $? "$out/guard-tests.txt"
+      tail -n 5 "$out/guard-tests.txt"
+      for kernel in accumulate_in_low_precision wide_accumulator; do
+        python3 examples/embedding_backward/guard_training.py --kernel "$kernel" --steps 20 \
+          --records "$out/guard-records-$kernel" 2>/dev/null | tee "$out/guard-$kernel.txt"
+      done
+      python3 benchmarks/guard_overhead.py --steps "${GUARD_STEPS:-200}" \
+        --out "$out/guard-overhead.json" 2>&1 | tail -n 3
       ;;
     lent)
       # device memory lent to a confined worker (`runner.lent`): whether both sides see each

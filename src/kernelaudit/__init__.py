@@ -1,6 +1,7 @@
 """kernelaudit: audit GPU kernels against fp64 truth before they ship.
 
-The problem-building names below are imported on first use, so that `kernelaudit check` can
+The problem-building names below, and `guard` (a kernel checked against its reference inside
+the real job, `kernelaudit.guarding`), are imported on first use, so that `kernelaudit check` can
 start its candidate's worker before this process has imported torch (`runner.prestart`)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kernelaudit.guarding import Guard, guard
     from kernelaudit.problem.domain import Domain
     from kernelaudit.problem.spec import (
         Axis,
@@ -31,6 +33,7 @@ __all__ = [
     "Domain",
     "Forward",
     "GeneratedInput",
+    "Guard",
     "IndexInput",
     "MaskInput",
     "Output",
@@ -39,9 +42,12 @@ __all__ = [
     "ScalarInput",
     "TensorInput",
     "Workload",
+    "guard",
 ]
 _HOME = dict.fromkeys(__all__, "kernelaudit.problem.spec") | {
-    "Domain": "kernelaudit.problem.domain"
+    "Domain": "kernelaudit.problem.domain",
+    "Guard": "kernelaudit.guarding",
+    "guard": "kernelaudit.guarding",
 }
 __version__ = "0.1.0"
 

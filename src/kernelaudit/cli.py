@@ -31,6 +31,7 @@ from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, with_files_changed, write_reports
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.trace import write_traces
+from kernelaudit.guarding.demonstration import STEPS, demonstrate
 from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.problem.domain import assuming, parse_assumption
 from kernelaudit.problem.spec import Problem
@@ -120,9 +121,17 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--examples", type=Path, help="examples folder (default: the checkout's)")
     demo.set_defaults(run=_demo)
 
-    repro = sub.add_parser("repro", help="rerun one finding from a JSON report")
-    repro.add_argument("report", type=Path, help="JSON report written by check or demo")
-    repro.add_argument("finding", help="finding id, e.g. F1")
+    repro = sub.add_parser(
+        "repro", help="rerun one finding from a JSON report, or a guard's failing call"
+    )
+    repro.add_argument(
+        "report",
+        type=Path,
+        help="JSON report written by check or demo, or a record a guard wrote (RECORD.json)",
+    )
+    repro.add_argument(
+        "finding", nargs="?", default=None, help="finding id, e.g. F1 (not for a guard's record)"
+    )
     repro.add_argument("--device", default="auto", help="auto (default), cpu or cuda[:N]")
     repro.set_defaults(run=replay)
     add_corpus_parser(sub)
@@ -357,6 +366,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     for report in reports:
         print_findings(console, report, str(args.json), limit=1)
     console.print(f"\nJSON report: {args.json}\nHTML report: {_html_path(args)}")
+    all_met &= _guard_demonstration(args, reports, console)
     console.print(
         "every example behaved as expected"
         if all_met
@@ -366,6 +376,25 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     if not (_isolated(reports, args, console) & _covered(reports, args, console)):
         return 1
     return 0 if all_met else 1
+
+
+def _guard_demonstration(
+    args: argparse.Namespace, reports: list[AuditReport], console: Console
+) -> bool:
+    """The embedding kernels behind `kernelaudit.guard` in a short training run; whether the
+    guard caught the one that sums in fp16 and passed the other."""
+    device = reports[0].device if reports else resolve_device(args.device)
+    runs = demonstrate(find_examples(args.examples), device)
+    if runs:
+        console.print(
+            f"\nkernelaudit.guard inside a training job (AdamW, Zipf tokens, {STEPS} steps, "
+            "embedding gradient in fp16):"
+        )
+    for run in runs:
+        colour = "green" if run.met else "red"
+        expected = "must fail" if run.must_fail else "must pass"
+        console.print(f"  [{colour}]{escape(run.describe())}[/] ({expected}; {run.seconds:.0f} s)")
+    return all(run.met for run in runs)
 
 
 def _positive(text: str) -> int:

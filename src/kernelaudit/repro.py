@@ -16,6 +16,8 @@ from kernelaudit.engine.executor import Executor
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, read_reports
 from kernelaudit.formats import read_candidate, read_problem
+from kernelaudit.guarding.records import is_record
+from kernelaudit.guarding.replay import replay_record
 from kernelaudit.inputs import scheme
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.domain import assuming
@@ -27,7 +29,15 @@ from kernelaudit.runner.process import Worker
 
 def replay(args: argparse.Namespace, console: Console) -> int:
     """Rerun the finding `args.finding` of every report in `args.report` that has it; exit 1
-    when a failing finding is reproduced (or cannot be replayed case by case)."""
+    when a failing finding is reproduced (or cannot be replayed case by case). A record a
+    guard wrote (`kernelaudit.guarding`) is replayed as the call it holds."""
+    if is_record(args.report):
+        return replay_record(args.report, resolve_device(args.device), console)
+    if args.finding is None:
+        raise UsageError(
+            f"name the finding of {args.report} to replay (its id, e.g. F1), or give a record "
+            "a guard wrote"
+        )
     matches = []
     for report in read_reports(args.report):
         if any(f.id == args.finding for f in report.findings):

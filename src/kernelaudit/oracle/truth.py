@@ -129,7 +129,7 @@ def _promoted_run(
 ) -> tuple[dict[str, int], tuple[torch.dtype, ...], list[int], list[object]]:
     """What the truth's run needs: the axes' sizes, the declared outputs' dtypes, where the
     mutated inputs stand, and every input's float64 copy on `device`."""
-    sizes = _axis_sizes(problem, inputs)
+    sizes = axis_sizes(problem, inputs)
     dtypes = tuple(problem.output_dtype(out, dtype_config) for out in problem.outputs)
     mutated = [_mutated_position(problem, name) for name in problem.contract.mutates]
     promoted = [
@@ -251,7 +251,7 @@ def _mutated_position(problem: Problem, name: str) -> int:
     )
 
 
-def _axis_sizes(problem: Problem, inputs: Mapping[str, object]) -> dict[str, int]:
+def axis_sizes(problem: Problem, inputs: Mapping[str, object]) -> dict[str, int]:
     """Axis sizes as the inputs bind them (outputs are checked against these)."""
     sizes: dict[str, int] = {}
     for spec in problem.inputs:
