@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from pathlib import Path
 
@@ -139,3 +140,29 @@ def test_a_guard_over_a_problem_judges_with_its_outputs_names() -> None:
     fast(torch.randn(8192))
     (failure,) = fast.flush().failures
     assert failure.verdict.outputs[0].name == "y"
+
+
+def _slow_scale(x: torch.Tensor) -> torch.Tensor:
+    time.sleep(0.05)
+    return x * 2
+
+
+def test_checks_that_fall_behind_hold_a_bounded_number_of_copies() -> None:
+    fast = kernelaudit.guard(kernels.scale_right, _slow_scale, sample=1.0)
+    _calls(fast, 40)
+    summary = fast.flush()
+    assert summary.behind > 0
+    assert summary.checked + summary.behind == 40
+    assert "not checked while checks were behind" in summary.describe()
+
+
+def test_a_callback_that_raises_does_not_stop_the_checks(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(failure: object) -> None:
+        raise RuntimeError("the pager is down")
+
+    fast = kernelaudit.guard(kernels.scale_wrong_past_4096, kernels.scale, on_failure=broken)
+    fast(torch.randn(8192))
+    fast(torch.randn(8192))
+    summary = fast.flush()  # returns: the checking thread lives on
+    assert summary.failed == 2
+    assert "checking call 1 failed" in caplog.text

@@ -46,6 +46,10 @@ CHECK_BYTES = 1 << 30
 """The inputs and outputs a sampled call may take to be checked, by default: larger calls are
 counted, not copied."""
 
+MAX_PENDING = 8
+"""Checked calls waiting for their check, at most: past it a sampled call is counted, not
+copied, so a job that calls faster than its checks finish holds a bounded number of copies."""
+
 
 class GuardWarning(UserWarning):
     """A guarded kernel's checked call failed (`on_failure="warn"`)."""
@@ -96,7 +100,7 @@ class Guard:
             )
         self.kernel = kernel
         self.reference, self._names = _reference_of(reference)
-        self._problem = reference if self.reference is not reference else None
+        self._problem = reference if isinstance(reference, Problem) else None
         self.name = name or getattr(kernel, "__name__", "kernel")
         self.on_failure = on_failure
         self.records = Path(records) if records is not None else None
@@ -130,6 +134,10 @@ class Guard:
         if _bytes(args) > self.check_bytes:
             with self._lock:
                 self.summary.too_large += 1
+            return self.kernel(*args)
+        if self.background and self._queue.qsize() >= MAX_PENDING:
+            with self._lock:
+                self.summary.behind += 1
             return self.kernel(*args)
         kept = tuple(_copy(a) for a in args)  # before the call, which may write into them
         returned = self.kernel(*args)
@@ -188,6 +196,8 @@ class Guard:
                 if pending is None:
                     return
                 self._check(pending)
+            except Exception:  # a record that cannot be written, a callback that raises
+                LOGGER.exception("%s: checking call %d failed", self.name, pending.call)
             finally:
                 self._queue.task_done()
 

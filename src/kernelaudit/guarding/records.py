@@ -171,6 +171,8 @@ class Summary:
     """Checked calls the reference could not judge (it raised, or returned other outputs)."""
     too_large: int = 0
     """Sampled calls not checked: their inputs were past the guard's bound."""
+    behind: int = 0
+    """Sampled calls not checked: too many checks were still waiting (`guard.MAX_PENDING`)."""
     worst: dict[str, tuple[float, int | None, int]] = field(default_factory=dict)
     """By output: (the worst error ratio seen, its row, its call)."""
     failing_rows: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -200,6 +202,7 @@ class Summary:
             "failed": self.failed,
             "unjudged": self.unjudged,
             "too_large": self.too_large,
+            "behind": self.behind,
             "worst": {
                 name: {"error_ratio": _finite(ratio), "row": row, "call": call}
                 for name, (ratio, row, call) in self.worst.items()
@@ -224,6 +227,7 @@ class Summary:
             f"{self.guard}: {self.calls} call(s), {self.checked} checked, {self.failed} failed"
             + (f", {self.unjudged} not judged" if self.unjudged else "")
             + (f", {self.too_large} too large to check" if self.too_large else "")
+            + (f", {self.behind} not checked while checks were behind" if self.behind else "")
         ]
         for name, (ratio, row, call) in self.worst.items():
             at = f" in row {row}" if row is not None else ""
