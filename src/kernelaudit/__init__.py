@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kernelaudit.guarding import Guard, guard
+    from kernelaudit.guarding import Guard, guard, guard_autograd
     from kernelaudit.problem.domain import Domain
     from kernelaudit.problem.spec import (
         Axis,
@@ -43,11 +43,13 @@ __all__ = [
     "TensorInput",
     "Workload",
     "guard",
+    "guard_autograd",
 ]
 _HOME = dict.fromkeys(__all__, "kernelaudit.problem.spec") | {
     "Domain": "kernelaudit.problem.domain",
     "Guard": "kernelaudit.guarding",
     "guard": "kernelaudit.guarding",
+    "guard_autograd": "kernelaudit.guarding",
 }
 __version__ = "0.1.0"
 

@@ -110,6 +110,8 @@ class Guard:
         self.summary = Summary(self.name)
         # a failure raised at the call that failed: checked there and then
         self.background = on_failure != "raise" if background is None else background
+        self.replayable = True
+        """Whether its records name the kernel, so `kernelaudit repro` can run it again."""
         self._kernel_at = Located.of(kernel)
         self._reference_at = _located_reference(reference)
         self._lock = threading.Lock()
@@ -125,35 +127,47 @@ class Guard:
                 f"the guarded {self.name} takes its arguments by position (the reference gets "
                 f"them in the same order); got {', '.join(keywords)} by name"
             )
+        call, why = self.choose(args)
+        if why is None:
+            return self.kernel(*args)
+        kept = tuple(_copy(a) for a in args)  # before the call, which may write into them
+        returned = self.kernel(*args)
+        self.submit(call, why, kept, results(returned))
+        return returned
+
+    def choose(self, args: Sequence[object]) -> tuple[int, str | None]:
+        """Count a call with arguments `args`: its number, and why it is to be checked (None:
+        it is not, or it cannot be now). Raises a failure `on_failure="raise"` still holds."""
         self._raise_pending()
         with self._lock:
             why = self.sampler.decide(_signature(args))
             call = self.summary.calls = self.sampler.calls
-        if why is None:
-            return self.kernel(*args)
-        if _bytes(args) > self.check_bytes:
-            with self._lock:
+            if why is not None and _bytes(args) > self.check_bytes:
                 self.summary.too_large += 1
-            return self.kernel(*args)
-        if self.background and self._queue.qsize() >= MAX_PENDING:
-            with self._lock:
+                return call, None
+            if why is not None and self.background and self._queue.qsize() >= MAX_PENDING:
                 self.summary.behind += 1
-            return self.kernel(*args)
-        kept = tuple(_copy(a) for a in args)  # before the call, which may write into them
-        returned = self.kernel(*args)
-        outputs = tuple(t.detach().clone() for t in results(returned))
+                return call, None
+        return call, why
+
+    def submit(
+        self, call: int, why: str, args: tuple[object, ...], outputs: Sequence[torch.Tensor]
+    ) -> None:
+        """Check call `call`: the kernel's `outputs` for `args` (copies taken before the call),
+        copied now, and judged away from the job (or here, when checks are not in the
+        background)."""
+        kept = tuple(t.detach().clone() for t in outputs)
         ready = None
-        if any(t.is_cuda for t in outputs):
+        if any(t.is_cuda for t in kept):
             ready = torch.cuda.Event()
             ready.record()
-        pending = _Pending(call, why, kept, outputs, ready)
+        pending = _Pending(call, why, args, kept, ready)
         if self.background:
             self._start()
             self._queue.put(pending)
         else:
             self._check(pending)
             self._raise_pending()
-        return returned
 
     def flush(self) -> Summary:
         """Wait for every check queued so far; the summary as it stands then."""
@@ -244,7 +258,7 @@ class Guard:
                 self.name,
                 verdict,
                 args,
-                self._kernel_at,
+                self._kernel_at if self.replayable else None,
                 self._reference_at,
                 self.keep_bytes,
             )
