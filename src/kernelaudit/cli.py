@@ -32,6 +32,7 @@ from kernelaudit.findings import AuditReport, with_files_changed, write_reports
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.trace import write_traces
 from kernelaudit.guarding.demonstration import STEPS, demonstrate
+from kernelaudit.inputs.recorded import recorded_case
 from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.problem.domain import assuming, parse_assumption
 from kernelaudit.problem.spec import Problem
@@ -92,6 +93,15 @@ def _parser() -> argparse.ArgumentParser:
         "--checks",
         help="comma-separated checks to run (default: all): "
         + ", ".join(cls.name for cls in REGISTRY),
+    )
+    check.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="RECORD",
+        help="a failing call a guard recorded (kernelaudit.guard, records=DIR): its real inputs "
+        "are audited first, as a case of their own (repeatable)",
     )
     check.add_argument(
         "--assume",
@@ -265,8 +275,9 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     if reason is not None:
         raise UsageError(f"problem {problem.name!r} cannot run on this machine: {reason}")
     jobs = [read_candidate(spec, problem) for spec in args.candidates]
-    # a reader may refine the problem for its candidate: the assumptions hold there too
-    jobs = [(assuming(p, problem.assumed), ref) for p, ref in jobs]
+    # a reader may refine the problem for its candidate: the assumptions hold there too, and
+    # the recorded calls are its cases
+    jobs = [(_with_cases(assuming(p, problem.assumed), args.case), ref) for p, ref in jobs]
     reports = _audit_all(jobs, args, console, checks, read=read)
     console.print(verdict_table(reports))
     for report in reports:
@@ -279,6 +290,14 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     if not (_isolated(reports, args, console) & _covered(reports, args, console)):
         return 1
     return 0 if all(r.verdict == "PASS" for r in reports) else 1
+
+
+def _with_cases(problem: Problem, records: list[Path]) -> Problem:
+    """`problem` with the calls in `records` (a guard's) among its cases."""
+    if not records:
+        return problem
+    cases = tuple(recorded_case(problem, path) for path in records)
+    return replace(problem, recorded_cases=problem.recorded_cases + cases)
 
 
 def _refuse_unavailable(names: list[str] | None, args: argparse.Namespace) -> None:

@@ -285,7 +285,8 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
     anchor, required = _anchor(ctx, kept, variants) if kept else ("", [])
     size_of = {label: case_elements(problem, sizes) for sizes, label in shapes}
     offset = tuple((i.name, "offset") for i in activations(problem))
-    ranked: list[tuple[Case, int]] = []
+    # the real calls a guard recorded first: a failure seen in the job stays a regression case
+    ranked: list[tuple[Case, int]] = [(case, COVERAGE) for case in problem.recorded_cases]
 
     def add(sizes: dict[str, int], label: str, config: int, values: tuple, rank: int) -> None:
         for seed in range(profile.seeds):

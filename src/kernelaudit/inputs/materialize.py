@@ -17,6 +17,7 @@ from kernelaudit.inputs.generated import generated_tensor, generator_values
 from kernelaudit.inputs.indices import ARGMAX, INDEX_DISTRIBUTIONS, draw_index
 from kernelaudit.inputs.layouts import expand_dim
 from kernelaudit.inputs.masks import MASK_DISTRIBUTIONS, draw_mask
+from kernelaudit.inputs.recorded import is_recorded, recorded_tensor
 from kernelaudit.inputs.reuse import DRAWS
 from kernelaudit.problem.domain import within
 from kernelaudit.problem.spec import (
@@ -158,6 +159,10 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
             values[inp.name] = _scalar(inp, case, sizes, generated)
             continue
         distribution = case.value_of(inp.name, default_distribution(inp, problem))
+        if is_recorded(distribution):  # a real call's input (`inputs.recorded`)
+            shape = _shape(inp, sizes, case)
+            values[inp.name] = recorded_tensor(distribution, shape, config[inp.name])
+            continue
         valid = distributions_for(inp, problem)
         if distribution not in valid:
             raise UsageError(

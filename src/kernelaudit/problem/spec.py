@@ -12,7 +12,7 @@ import ast
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -330,6 +330,9 @@ class Problem:
     notes: tuple[str, ...] = ()
     """How a reader interpreted a format where it states less than kernelaudit needs (an input
     role inferred, an axis held fixed), one sentence each, shown in the report."""
+    recorded_cases: tuple[Any, ...] = ()
+    """Cases made of real calls' inputs (`inputs.recorded.recorded_case`: a failing call a
+    guard recorded), which every audit runs first, besides the cases it draws."""
 
     def __post_init__(self) -> None:
         axes = tuple(a if isinstance(a, Axis) else Axis(a) for a in _tuple(self.axes))

@@ -45,6 +45,7 @@ VALUE_OPTIONS = (
     "--html",
     "--checks",
     "--assume",
+    "--case",
     "--trace",
 )
 """The options of `kernelaudit check` that take a value (a test holds this to the real parser)."""
