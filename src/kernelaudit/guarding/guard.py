@@ -73,7 +73,22 @@ class _Pending:
 
 
 class Guard:
-    """A kernel with its reference: callable as the kernel is (see the module's text)."""
+    """A kernel with its reference: callable as the kernel is (see the module's text).
+
+    reference: a callable with the kernel's signature, or a kernelaudit `Problem` (its
+        reference, its outputs' names and how many terms each sums).
+    sample: the fraction of calls checked once past the first ones.
+    on_failure: "log" (an error on the `kernelaudit.guard` logger), "warn" (`GuardWarning`),
+        "raise" (`GuardFailure` from the call that failed, checked there and then), or a
+        callable given the `Failure`.
+    name: what its records and summary are called (default: the kernel's name).
+    records: the folder failing calls and, at exit, the summary are written to (None: none).
+    first, after_failure: calls checked at the start, and after each failing one (`sampling`).
+    keep_bytes: the most input bytes a record keeps. check_bytes: the most bytes of inputs a
+        call may have to be checked.
+    background: check on a thread of the guard's own (default: unless `on_failure="raise"`).
+    seed: the sampling's seed.
+    """
 
     def __init__(
         self,
