@@ -49,3 +49,12 @@ def test_gradients_only_for_inputs_that_want_them_are_judged() -> None:
     op(x, w).sum().backward()
     _, backward = op.flush()
     assert (backward.checked, backward.failed) == (1, 0)
+
+
+def test_a_torch_library_op_is_guarded_forward_and_backward_as_it_is_called() -> None:
+    op = kernelaudit.guard_autograd(
+        torch.ops.kernelaudit_tests.scaled_product, kernels.scaled_product, name="op"
+    )
+    _step(op, 0)
+    forward, backward = op.flush()
+    assert (forward.failed, backward.failed) == (0, 1)
