@@ -62,6 +62,8 @@ class _Apply(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, owner: GuardedFunction, *inputs: object) -> tuple[torch.Tensor, ...]:
         call, why = owner.forward.choose(inputs)
+        if why is not None and owner.forward.oversized(inputs):
+            why = None
         kept = tuple(_copy(x) for x in inputs) if why is not None else ()
         with torch.enable_grad():
             leaves = tuple(_leaf(x) for x in inputs)

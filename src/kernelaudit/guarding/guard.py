@@ -32,6 +32,7 @@ import torch
 from kernelaudit.guarding.judged import CallVerdict, judge, results
 from kernelaudit.guarding.records import Failure, Located, Summary, occurrences, write_record
 from kernelaudit.guarding.sampling import Sampler
+from kernelaudit.guarding.window import window
 from kernelaudit.oracle.truth import axis_sizes, result_depths
 from kernelaudit.problem.spec import Problem
 
@@ -43,8 +44,9 @@ KEEP_BYTES = 256 << 20
 """The inputs a failing call's record keeps, at most, by default."""
 
 CHECK_BYTES = 1 << 30
-"""The inputs and outputs a sampled call may take to be checked, by default: larger calls are
-counted, not copied."""
+"""The inputs a sampled call may take to be checked whole, by default: a larger call is checked
+on a window of its rows where the problem has a batch axis (`window`), else counted, not
+copied."""
 
 MAX_PENDING = 8
 """Checked calls waiting for their check, at most: past it a sampled call is counted, not
@@ -145,9 +147,22 @@ class Guard:
         call, why = self.choose(args)
         if why is None:
             return self.kernel(*args)
-        kept = tuple(_copy(a) for a in args)  # before the call, which may write into them
+        rows = None
+        if _bytes(args) > self.check_bytes:
+            rows = window(self._problem, args, self.check_bytes) if self._problem else None
+            if rows is None and self.oversized(args):
+                return self.kernel(*args)
+        # copied before the call, which may write into them
+        if rows is None:
+            kept = tuple(_copy(a) for a in args)
+        else:
+            assert self._problem is not None
+            kept = rows.inputs(self._problem, args)
         returned = self.kernel(*args)
-        self.submit(call, why, kept, results(returned))
+        outputs = results(returned)
+        if rows is not None:
+            outputs, why = rows.outputs(outputs), f"{why}, on {rows.describe()}"
+        self.submit(call, why, kept, outputs)
         return returned
 
     def choose(self, args: Sequence[object]) -> tuple[int, str | None]:
@@ -157,13 +172,18 @@ class Guard:
         with self._lock:
             why = self.sampler.decide(_signature(args))
             call = self.summary.calls = self.sampler.calls
-            if why is not None and _bytes(args) > self.check_bytes:
-                self.summary.too_large += 1
-                return call, None
             if why is not None and self.background and self._queue.qsize() >= MAX_PENDING:
                 self.summary.behind += 1
                 return call, None
         return call, why
+
+    def oversized(self, args: Sequence[object]) -> bool:
+        """Whether a chosen call's inputs are past `check_bytes` (counted as too large)."""
+        if _bytes(args) <= self.check_bytes:
+            return False
+        with self._lock:
+            self.summary.too_large += 1
+        return True
 
     def submit(
         self, call: int, why: str, args: tuple[object, ...], outputs: Sequence[torch.Tensor]
