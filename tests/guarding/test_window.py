@@ -53,3 +53,10 @@ def test_a_large_call_with_no_batch_axis_is_counted_not_copied() -> None:
     fast(torch.randn(4096, 64))
     summary = fast.flush()
     assert (summary.checked, summary.too_large) == (0, 1)
+
+
+def test_the_window_is_copied_before_a_kernel_that_writes_its_input() -> None:
+    fast = kernelaudit.guard(kernels.scale_writes_its_input, ROWS, sample=1.0, check_bytes=64 << 10)
+    fast(torch.randn(4096, 64))
+    summary = fast.flush()
+    assert (summary.checked, summary.failed) == (1, 0)

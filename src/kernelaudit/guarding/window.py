@@ -42,7 +42,8 @@ class Window:
         by_name = dict(zip(names, args, strict=True))
         case = Case(tuple(axis_sizes(problem, by_name).items()))
         cut = restrict_rows(problem, case.with_rows(self.axis, self.start, self.stop), by_name)
-        return tuple(_copy(cut[name], by_name[name]) for name in names)
+        # copies: a cut along the first dimension of a contiguous tensor is a view of it
+        return tuple(_copy(cut[name]) for name in names)
 
     def outputs(self, outputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         return tuple(
@@ -73,8 +74,5 @@ def window(problem: Problem, args: Sequence[object], most_bytes: int) -> Window 
     return None
 
 
-def _copy(value: object, original: object) -> object:
-    """A copy the kernel cannot write into (a cut is a copy already)."""
-    if isinstance(value, torch.Tensor) and value is original:
-        return value.detach().clone()
-    return value
+def _copy(value: object) -> object:
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
