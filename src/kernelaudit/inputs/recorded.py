@@ -71,8 +71,17 @@ def recorded_case(problem: Problem, path: Path) -> Case:
     return Case(tuple(axis_sizes(problem, by_name).items()), config, values, (), 0, label)
 
 
-@functools.lru_cache(maxsize=8)
 def _read(path: str) -> tuple[dict, list[object]]:
+    """The record at `path`, read once while the file stays as it is."""
+    try:
+        changed = Path(path).stat().st_mtime_ns
+    except OSError as error:
+        raise UsageError(f"{path}: the recorded call cannot be read ({error})") from None
+    return _read_as_of(path, changed)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_as_of(path: str, changed: int) -> tuple[dict, list[object]]:
     from kernelaudit.guarding.records import read_record  # it imports the oracle
 
     return read_record(Path(path))
