@@ -31,8 +31,8 @@ from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, with_files_changed, write_reports
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.trace import write_traces
-from kernelaudit.guarding.demonstration import STEPS, demonstrate
-from kernelaudit.inputs.recorded import recorded_case
+from kernelaudit.guarding.demonstration import show_demonstration
+from kernelaudit.inputs.recorded import with_recorded
 from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.problem.domain import assuming, parse_assumption
 from kernelaudit.problem.spec import Problem
@@ -277,7 +277,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     jobs = [read_candidate(spec, problem) for spec in args.candidates]
     # a reader may refine the problem for its candidate: the assumptions hold there too, and
     # the recorded calls are its cases
-    jobs = [(_with_cases(assuming(p, problem.assumed), args.case), ref) for p, ref in jobs]
+    jobs = [(with_recorded(assuming(p, problem.assumed), args.case), ref) for p, ref in jobs]
     reports = _audit_all(jobs, args, console, checks, read=read)
     console.print(verdict_table(reports))
     for report in reports:
@@ -290,14 +290,6 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     if not (_isolated(reports, args, console) & _covered(reports, args, console)):
         return 1
     return 0 if all(r.verdict == "PASS" for r in reports) else 1
-
-
-def _with_cases(problem: Problem, records: list[Path]) -> Problem:
-    """`problem` with the calls in `records` (a guard's) among its cases."""
-    if not records:
-        return problem
-    cases = tuple(recorded_case(problem, path) for path in records)
-    return replace(problem, recorded_cases=problem.recorded_cases + cases)
 
 
 def _refuse_unavailable(names: list[str] | None, args: argparse.Namespace) -> None:
@@ -385,7 +377,8 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     for report in reports:
         print_findings(console, report, str(args.json), limit=1)
     console.print(f"\nJSON report: {args.json}\nHTML report: {_html_path(args)}")
-    all_met &= _guard_demonstration(args, reports, console)
+    device = reports[0].device if reports else resolve_device(args.device)
+    all_met &= show_demonstration(find_examples(args.examples), device, console)
     console.print(
         "every example behaved as expected"
         if all_met
@@ -395,25 +388,6 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     if not (_isolated(reports, args, console) & _covered(reports, args, console)):
         return 1
     return 0 if all_met else 1
-
-
-def _guard_demonstration(
-    args: argparse.Namespace, reports: list[AuditReport], console: Console
-) -> bool:
-    """The embedding kernels behind `kernelaudit.guard` in a short training run; whether the
-    guard caught the one that sums in fp16 and passed the other."""
-    device = reports[0].device if reports else resolve_device(args.device)
-    runs = demonstrate(find_examples(args.examples), device)
-    if runs:
-        console.print(
-            f"\nkernelaudit.guard inside a training job (AdamW, Zipf tokens, {STEPS} steps, "
-            "embedding gradient in fp16):"
-        )
-    for run in runs:
-        colour = "green" if run.met else "red"
-        expected = "must fail" if run.must_fail else "must pass"
-        console.print(f"  [{colour}]{escape(run.describe())}[/] ({expected}; {run.seconds:.0f} s)")
-    return all(run.met for run in runs)
 
 
 def _positive(text: str) -> int:

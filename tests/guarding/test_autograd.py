@@ -27,8 +27,8 @@ def test_a_right_function_passes_forward_and_backward_and_its_gradients_are_its_
         plain = _step(kernels.scaled_product_right, seed)
         assert all(torch.equal(a, b) for a, b in zip(got, plain, strict=True))
     forward, backward = op.flush()
-    assert (forward.checked, forward.failed) == (5, 0)
-    assert (backward.checked, backward.failed) == (5, 0)
+    assert (forward.calls, forward.checked, forward.failed) == (5, 5, 0)
+    assert (backward.calls, backward.checked, backward.failed) == (5, 5, 0)
 
 
 def test_a_backward_wrong_while_its_forward_is_right_fails_the_backward_alone() -> None:

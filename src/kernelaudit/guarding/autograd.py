@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from kernelaudit.guarding.guard import Guard
-from kernelaudit.guarding.judged import results
+from kernelaudit.guarding.judged import copied, results
 
 
 class GuardedFunction:
@@ -64,7 +64,7 @@ class _Apply(torch.autograd.Function):
         call, why = owner.forward.choose(inputs)
         if why is not None and owner.forward.oversized(inputs):
             why = None
-        kept = tuple(_copy(x) for x in inputs) if why is not None else ()
+        kept = tuple(copied(x) for x in inputs) if why is not None else ()
         with torch.enable_grad():
             leaves = tuple(_leaf(x) for x in inputs)
             returned = owner.function(*leaves)
@@ -79,6 +79,8 @@ class _Apply(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        owner: GuardedFunction = ctx.owner
+        owner.backward.counted()
         wanted = [i for i, leaf in enumerate(ctx.leaves) if _differentiable(leaf)]
         upstream = [
             g if g is not None else torch.zeros_like(o)
@@ -96,9 +98,8 @@ class _Apply(torch.autograd.Function):
             for g, i in zip(got, wanted, strict=True)
         ]
         if ctx.why is not None and gradients:
-            owner: GuardedFunction = ctx.owner
             given = (tuple(wanted), len(ctx.kept), *ctx.kept)
-            arguments = (*given, *(g.detach().clone() for _, g in floating))
+            arguments = (*given, *(copied(g) for _, g in floating))
             owner.backward.submit(ctx.call, ctx.why, arguments, gradients)
         returned: list[torch.Tensor | None] = [None] * len(ctx.leaves)
         for i, gradient in zip(wanted, gradients, strict=True):
@@ -140,10 +141,6 @@ def _leaf(value: object, grad: bool | None = None) -> object:
 
 def _differentiable(value: object) -> bool:
     return isinstance(value, torch.Tensor) and value.requires_grad
-
-
-def _copy(value: object) -> object:
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
 
 def _not_called(*arguments: object) -> object:

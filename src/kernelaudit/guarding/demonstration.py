@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
+
 from kernelaudit.runner.launch import run_python
 
 SCRIPT = Path("embedding_backward") / "guard_training.py"
@@ -70,6 +73,22 @@ def demonstrate(examples: Path, device: str) -> list[GuardRun]:
     if not script.is_file():
         return []
     return [_run(script, kernel, must_fail, device) for kernel, must_fail in RUNS]
+
+
+def show_demonstration(examples: Path, device: str, console: Console) -> bool:
+    """Run both on `device` and say how each went; whether the guard caught the kernel that
+    sums in fp16 and passed the other (True where the examples hold no guard script)."""
+    runs = demonstrate(examples, device)
+    if runs:
+        console.print(
+            f"\nkernelaudit.guard inside a training job (AdamW, Zipf tokens, {STEPS} steps, "
+            "embedding gradient in fp16):"
+        )
+    for run in runs:
+        colour = "green" if run.met else "red"
+        expected = "must fail" if run.must_fail else "must pass"
+        console.print(f"  [{colour}]{escape(run.describe())}[/] ({expected}; {run.seconds:.0f} s)")
+    return all(run.met for run in runs)
 
 
 def _run(script: Path, kernel: str, must_fail: bool, device: str) -> GuardRun:

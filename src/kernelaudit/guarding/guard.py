@@ -29,7 +29,14 @@ from typing import Any
 
 import torch
 
-from kernelaudit.guarding.judged import CallVerdict, judge, results
+from kernelaudit.guarding.judged import (
+    CallVerdict,
+    OutputVerdict,
+    copied,
+    judge,
+    results,
+    tensor_bytes,
+)
 from kernelaudit.guarding.records import Failure, Located, Summary, occurrences, write_record
 from kernelaudit.guarding.sampling import Sampler
 from kernelaudit.guarding.window import window
@@ -148,13 +155,13 @@ class Guard:
         if why is None:
             return self.kernel(*args)
         rows = None
-        if _bytes(args) > self.check_bytes:
-            rows = window(self._problem, args, self.check_bytes) if self._problem else None
-            if rows is None and self.oversized(args):
-                return self.kernel(*args)
+        if self._problem is not None and tensor_bytes(args) > self.check_bytes:
+            rows = window(self._problem, args, self.check_bytes)
+        if rows is None and self.oversized(args):
+            return self.kernel(*args)
         # copied before the call, which may write into them
         if rows is None:
-            kept = tuple(_copy(a) for a in args)
+            kept = tuple(copied(a) for a in args)
         else:
             assert self._problem is not None
             kept = rows.inputs(self._problem, args)
@@ -177,9 +184,16 @@ class Guard:
                 return call, None
         return call, why
 
+    def counted(self) -> int:
+        """Count a call that is never chosen here (a guarded backward, checked when its
+        forward was); its number."""
+        with self._lock:
+            self.summary.calls += 1
+            return self.summary.calls
+
     def oversized(self, args: Sequence[object]) -> bool:
         """Whether a chosen call's inputs are past `check_bytes` (counted as too large)."""
-        if _bytes(args) <= self.check_bytes:
+        if tensor_bytes(args) <= self.check_bytes:
             return False
         with self._lock:
             self.summary.too_large += 1
@@ -252,18 +266,16 @@ class Guard:
 
     def _check(self, pending: _Pending) -> None:
         began = time.perf_counter()
+        judged: tuple[OutputVerdict, ...] = ()
+        error = ""
         with self._on_side_stream(pending):
             try:
                 depths = _depths(self._problem, pending.args)
                 judged = judge(self.reference, pending.args, pending.outputs, self._names, depths)
-                verdict = CallVerdict(pending.call, pending.why, judged, 0.0)
-            except Exception as error:  # the reference's failure: not the kernel's
-                verdict = CallVerdict(
-                    pending.call, pending.why, (), 0.0, error=f"{type(error).__name__}: {error}"
-                )
-        verdict = CallVerdict(
-            verdict.call, verdict.why, verdict.outputs, time.perf_counter() - began, verdict.error
-        )
+            except Exception as raised:  # the reference's failure: not the kernel's
+                error = f"{type(raised).__name__}: {raised}"
+        seconds = time.perf_counter() - began
+        verdict = CallVerdict(pending.call, pending.why, judged, seconds, error)
         failure = None
         if not verdict.error and not verdict.passed:
             failure = self._failure(verdict, pending.args)
@@ -360,11 +372,3 @@ def _signature(args: Sequence[object]) -> tuple[object, ...]:
         (tuple(a.shape), a.dtype, a.device.type) if isinstance(a, torch.Tensor) else type(a)
         for a in args
     )
-
-
-def _bytes(args: Sequence[object]) -> int:
-    return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
-
-
-def _copy(value: object) -> object:
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value

@@ -18,7 +18,7 @@ import torch
 
 from kernelaudit.oracle.compare import Comparison, compare
 from kernelaudit.oracle.conditioning import Nudged, nudged
-from kernelaudit.oracle.promote import promoted_copy, promoted_to_fp64
+from kernelaudit.oracle.promote import in_float64
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def judge(
     the reference may write into) against the reference. Raises what the reference raises, and
     ValueError when it returns another number of outputs than the kernel."""
     truth = _truth(reference, args)
-    baseline = results(reference(*[_copy(a) for a in args]))
+    baseline = results(reference(*[copied(a) for a in args]))
     if not len(truth) == len(baseline) == len(outputs):
         raise ValueError(
             f"the kernel returned {len(outputs)} output(s) and the reference {len(baseline)}"
@@ -104,25 +104,30 @@ def judge(
 
 
 def _truth(reference: Callable[..., object], args: Sequence[object]) -> tuple[torch.Tensor, ...]:
-    promoted = [promoted_copy(a) for a in args]
-    with promoted_to_fp64(process_wide=False):
-        return results(reference(*promoted))
+    return results(in_float64(reference, args))
 
 
 def _nudged(reference: Callable[..., object], args: Sequence[object], k: int) -> Nudged | None:
     """Output `k` of the reference on the inputs moved by one rounding, in float64 and
     natively; None where the reference refuses such inputs."""
-    moved = [nudged(_copy(a), position) for position, a in enumerate(args)]
+    moved = [nudged(copied(a), position) for position, a in enumerate(args)]
     try:
         truth = _truth(reference, moved)[k]
-        baseline = results(reference(*[_copy(a) for a in moved]))[k]
+        baseline = results(reference(*[copied(a) for a in moved]))[k]
     except Exception:  # a reference that refuses inputs off their structure
         return None
     return Nudged(truth, baseline)
 
 
-def _copy(value: object) -> object:
-    return value.clone() if isinstance(value, torch.Tensor) else value
+def copied(value: object) -> object:
+    """A tensor copied off any graph (a call's inputs kept for its check, or given to the
+    reference, which may write into them); any other value as it is."""
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def tensor_bytes(values: Sequence[object]) -> int:
+    """The bytes of the tensors among `values`."""
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def _verdict(name: str, judged: Comparison) -> OutputVerdict:

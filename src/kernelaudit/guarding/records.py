@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kernelaudit.errors import UsageError
-from kernelaudit.guarding.judged import CallVerdict
+from kernelaudit.guarding.judged import CallVerdict, tensor_bytes
 
 RECORD_KIND = "kernelaudit-guard-failure"
 
@@ -74,12 +74,18 @@ def occurrences(args: Sequence[object], verdict: CallVerdict) -> tuple[tuple[str
         if output.passed or output.worst_row is None:
             continue
         for position, value in enumerate(args):
-            if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point:
-                if value.dtype == torch.bool:
-                    continue
+            if _indices(value):
                 count = int((value == output.worst_row).sum())
                 found.append((f"argument {position}", output.worst_row, count))
     return tuple(found)
+
+
+def _indices(value: object) -> bool:
+    """Whether `value` is a tensor of integers (what may hold a row's index)."""
+    if not isinstance(value, torch.Tensor):
+        return False
+    dtype = value.dtype
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
 
 
 def write_record(
@@ -95,7 +101,7 @@ def write_record(
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{_file_name(guard)}-call{verdict.call}"
     tensors = {f"argument {i}": a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
-    size = sum(t.numel() * t.element_size() for t in tensors.values())
+    size = tensor_bytes(list(tensors.values()))
     kept = size <= most_bytes
     if kept and tensors:
         save_file(

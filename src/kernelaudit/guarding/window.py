@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelaudit.guarding.judged import copied, tensor_bytes
 from kernelaudit.inputs.batch import axis_position, batch_axes, result_shapes
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import restrict_rows
@@ -43,7 +44,7 @@ class Window:
         case = Case(tuple(axis_sizes(problem, by_name).items()))
         cut = restrict_rows(problem, case.with_rows(self.axis, self.start, self.stop), by_name)
         # copies: a cut along the first dimension of a contiguous tensor is a view of it
-        return tuple(_copy(cut[name]) for name in names)
+        return tuple(copied(cut[name]) for name in names)
 
     def outputs(self, outputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         return tuple(
@@ -63,7 +64,7 @@ def window(problem: Problem, args: Sequence[object], most_bytes: int) -> Window 
     if len(args) != len(names):
         return None
     sizes = axis_sizes(problem, dict(zip(names, args, strict=True)))
-    total = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+    total = tensor_bytes(args)
     for axis in axes:
         positions = tuple(axis_position(shape, axis) for shape in result_shapes(problem))
         size = sizes.get(axis, 0)
@@ -72,7 +73,3 @@ def window(problem: Problem, args: Sequence[object], most_bytes: int) -> Window 
         rows = max(1, min(size - 1, size * most_bytes // max(total, 1)))
         return Window(axis, size - rows, size, positions)
     return None
-
-
-def _copy(value: object) -> object:
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value

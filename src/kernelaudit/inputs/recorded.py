@@ -11,6 +11,7 @@ simplifications are drawn as usual.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -69,6 +70,14 @@ def recorded_case(problem: Problem, path: Path) -> Case:
     )
     label = f"recorded call {record.get('call')} of {record.get('guard')}"
     return Case(tuple(axis_sizes(problem, by_name).items()), config, values, (), 0, label)
+
+
+def with_recorded(problem: Problem, records: list[Path]) -> Problem:
+    """`problem` with the calls in `records` (a guard's) among its cases."""
+    if not records:
+        return problem
+    cases = tuple(recorded_case(problem, path) for path in records)
+    return replace(problem, recorded_cases=problem.recorded_cases + cases)
 
 
 def _read(path: str) -> tuple[dict, list[object]]:

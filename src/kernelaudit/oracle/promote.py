@@ -11,7 +11,7 @@ promoted where they are used, and factories without a dtype default to float64.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -182,6 +182,15 @@ def full_precision_accumulation() -> Iterator[None]:
             matmul.allow_bf16_reduced_precision_reduction,
             torch.backends.cudnn.allow_tf32,
         ) = saved
+
+
+def in_float64(function: Callable[..., Any], args: Sequence[object]) -> Any:
+    """`function` run on float64 copies of `args` (`promoted_copy`) inside
+    `promoted_to_fp64(process_wide=False)`: a truth computed beside threads that keep torch's
+    default dtype and precision flags."""
+    promoted = [promoted_copy(a) for a in args]
+    with promoted_to_fp64(process_wide=False):
+        return function(*promoted)
 
 
 @contextmanager

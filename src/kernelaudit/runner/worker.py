@@ -7,13 +7,12 @@ ARGUMENTS_FD and RESULTS_FD are memory files the auditor sizes (or "-"), which t
 large tensors come in and the results' go out in (`runner.wire`); the calls' buffers are laid
 out in the arena the auditor sets aside (`runner.arena`): on a CPU in the first, on a GPU in
 device memory the auditor lends the worker through the socket LENDING_FD (`runner.lent`).
-Its first message names the
-device, the device memory it may hold, the function to call in FILE and the canary pattern to
-guard buffers with (`Load`), so the process can start before the auditor knows them
-(`runner.prestart`). It then takes a snapshot
-of the process-wide state, imports the candidate once, says it is ready, and answers every
-invocation. After a CUDA error (the context can no longer be trusted), a crash or an exhausted
-memory limit it answers and exits; the auditor starts a new one.
+Its first message names the device, the device memory it may hold, the function to call in
+FILE and the canary pattern to guard buffers with (`Load`), so the process can start before
+the auditor knows them (`runner.prestart`). It then takes a snapshot of the process-wide
+state, imports the candidate once, says it is ready, and answers every invocation. After a
+CUDA error (the context can no longer be trusted), a crash or an exhausted memory limit it
+answers and exits; the auditor starts a new one.
 """
 
 from __future__ import annotations
@@ -48,6 +47,8 @@ from kernelaudit.runner.wire import decode, encode
 _CLOSE_GRACE_S = 1.0
 """After the auditor's end of the channel closes, the seconds a worker has to end on its own."""
 _LENDING_TIMEOUT_S = 60.0
+"""How long the worker waits for lent memory an invocation names: the auditor sends it first,
+so only a broken channel makes it wait at all."""
 
 
 def _send(fd: int, message: object, region: Region | None = None) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kernelaudit.errors import UsageError
-from kernelaudit.oracle.promote import promoted_copy, promoted_to_fp64
+from kernelaudit.oracle.promote import in_float64
 from kernelaudit.oracle.rule import ACCUMULATION_NOISE_FACTOR
 from kernelaudit.training.model import ModelConfig, TinyDecoder
 from kernelaudit.training.slots import Plug, Slots, failure_text
@@ -116,9 +116,7 @@ class Rounded:
             known = _floating_dtypes(native)
             if key is not None and known is not None:
                 self._dtypes[key] = known
-        promoted = [promoted_copy(a) for a in args]
-        with promoted_to_fp64(process_wide=False):
-            truth = self.function(*promoted)
+        truth = in_float64(self.function, args)
         self.calls += 1
         if known is None:  # a result that is not a floating tensor keeps its native value
             if isinstance(native, tuple):
