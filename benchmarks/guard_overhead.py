@@ -57,6 +57,10 @@ def _run(experiment: Experiment, tokens: torch.Tensor, device: str, sample: floa
         row |= {
             "checked": summary.checked,
             "failed": summary.failed,
+            "behind": summary.behind,
+            # how many steps (one embedding backward each) past its call a verdict came, at most
+            "latest_steps": summary.latest,
+            "slowest_check_s": summary.slowest,
             "wait_after_s": time.perf_counter() - waited,
         }
         fast.close()

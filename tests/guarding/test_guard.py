@@ -154,6 +154,15 @@ def test_checks_that_fall_behind_hold_a_bounded_number_of_copies() -> None:
     assert summary.behind > 0
     assert summary.checked + summary.behind == 40
     assert "not checked while checks were behind" in summary.describe()
+    # how far behind the calls the verdicts came, and the slowest check, are in the summary
+    assert summary.to_json()["latest"] >= 8
+    assert summary.to_json()["slowest_s"] >= 0.05
+
+
+def test_checks_in_the_foreground_give_each_verdict_before_the_next_call() -> None:
+    fast = kernelaudit.guard(kernels.scale_right, _slow_scale, sample=1.0, background=False)
+    _calls(fast, 3)
+    assert fast.flush().to_json()["latest"] == 0
 
 
 def test_a_callback_that_raises_does_not_stop_the_checks(caplog: pytest.LogCaptureFixture) -> None:

@@ -60,3 +60,68 @@ def test_the_window_is_copied_before_a_kernel_that_writes_its_input() -> None:
     fast(torch.randn(4096, 64))
     summary = fast.flush()
     assert (summary.checked, summary.failed) == (1, 0)
+
+
+# An embedding gradient with a fixed width: no batch axis at all (the tokens are summed, the
+# vocabulary is indexed), but the ids key the gradient's rows.
+SUMMED_BY_ID = kernelaudit.Problem(
+    name="embedding_backward_fixed_width",
+    reference=kernels.embedding_backward,
+    axes=(
+        kernelaudit.Axis("tokens"),
+        kernelaudit.Axis("vocab"),
+        kernelaudit.Axis("hidden", min=8, max=8),
+    ),
+    inputs=(
+        kernelaudit.TensorInput("grad_out", ("tokens", "hidden"), dtypes=(torch.float16,)),
+        kernelaudit.IndexInput("ids", ("tokens",), bound="vocab"),
+        kernelaudit.ScalarInput("num_embeddings", value="vocab"),
+    ),
+    outputs=(kernelaudit.Output("grad_weight", ("vocab", "hidden"), dtype="grad_out"),),
+    workloads=({"tokens": 256, "vocab": 64, "hidden": 8},),
+)
+
+
+def _one_hot_id(device: str, tokens: int = 16384, vocab: int = 1024, hot: int = 7) -> tuple:
+    """A quarter of the tokens hold id `hot`, the rest spread evenly: 384 KiB of inputs."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (tokens,), generator=generator)
+    ids[torch.randperm(tokens, generator=generator)[: tokens // 4]] = hot
+    grad = torch.rand(tokens, 8, generator=generator).half()
+    return grad.to(device), ids.to(device), vocab
+
+
+def test_a_large_call_with_rows_keyed_by_ids_is_judged_on_its_most_frequent_ids(
+    device: str,
+) -> None:
+    fast = kernelaudit.guard(
+        kernels.embedding_backward_fp16_sums, SUMMED_BY_ID, sample=1.0, check_bytes=128 << 10
+    )
+    grad, ids, vocab = _one_hot_id(device)
+    fast(grad, ids, vocab)
+    summary = fast.flush()
+    assert summary.too_large == 0
+    (failure,) = summary.failures
+    assert "most frequent values of ids" in failure.verdict.why
+    (output,) = failure.verdict.outputs
+    # the worst row is named by its id in the whole gradient, and every token of it was kept
+    assert output.worst_row == 7
+    assert ("argument 1", 7, int((ids == 7).sum())) in failure.occurrences
+
+
+def test_a_right_kernel_passes_on_its_most_frequent_ids(device: str) -> None:
+    fast = kernelaudit.guard(
+        kernels.embedding_backward, SUMMED_BY_ID, sample=1.0, check_bytes=128 << 10
+    )
+    fast(*_one_hot_id(device))
+    summary = fast.flush()
+    assert (summary.checked, summary.failed, summary.too_large) == (1, 0, 0)
+
+
+def test_a_call_whose_most_frequent_id_alone_is_past_the_bound_is_counted() -> None:
+    fast = kernelaudit.guard(
+        kernels.embedding_backward, SUMMED_BY_ID, sample=1.0, check_bytes=32 << 10
+    )
+    fast(*_one_hot_id("cpu"))  # 4096 tokens of id 7 take 96 KiB
+    summary = fast.flush()
+    assert (summary.checked, summary.too_large) == (0, 1)

@@ -257,3 +257,35 @@ def test_the_small_trial_case_keeps_to_the_axes_declared_constraints() -> None:
         workloads=({"rows": 1024, "cols": 2048},),
     )
     assert infer_batch_axes(problem) == ("rows",)
+
+
+def _summed_by_id(values: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    return torch.zeros(vocab, dtype=values.dtype).index_add_(0, ids, values)
+
+
+def _share_by_id(values: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    # each id's share of the whole: every row depends on every element
+    return _summed_by_id(values, ids, vocab) / values.sum()
+
+
+def _by_id(reference: object) -> Problem:
+    return Problem(
+        name="by_id",
+        reference=reference,  # type: ignore[arg-type]
+        axes=(Axis("n"), Axis("vocab")),
+        inputs=(
+            TensorInput("values", ("n",), dtypes=(torch.float32,)),
+            IndexInput("ids", ("n",), bound="vocab"),
+            ScalarInput("vocab", value="vocab"),
+        ),
+        outputs=(Output("rows", ("vocab",)),),
+        workloads=({"n": 64, "vocab": 16},),
+    )
+
+
+def test_an_index_input_keys_the_rows_its_elements_are_summed_into() -> None:
+    from kernelaudit.inputs.batch import Keyed, keyed_rows
+
+    assert keyed_rows(_by_id(_summed_by_id)) == (Keyed("ids", "n", "vocab"),)
+    assert keyed_rows(_by_id(_share_by_id)) == ()
+    assert batch_axes(_by_id(_summed_by_id)) == ()

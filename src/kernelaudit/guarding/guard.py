@@ -23,7 +23,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from kernelaudit.guarding.judged import (
 )
 from kernelaudit.guarding.records import Failure, Located, Summary, occurrences, write_record
 from kernelaudit.guarding.sampling import Sampler
-from kernelaudit.guarding.window import window
+from kernelaudit.guarding.window import Slice, sliced
 from kernelaudit.oracle.truth import axis_sizes, result_depths
 from kernelaudit.problem.spec import Problem
 
@@ -52,8 +52,7 @@ KEEP_BYTES = 256 << 20
 
 CHECK_BYTES = 1 << 30
 """The inputs a sampled call may take to be checked whole, by default: a larger call is checked
-on a window of its rows where the problem has a batch axis (`window`), else counted, not
-copied."""
+on a slice of its rows where the problem allows one (`window`), else counted, not copied."""
 
 MAX_PENDING = 8
 """Checked calls waiting for their check, at most: past it a sampled call is counted, not
@@ -79,6 +78,8 @@ class _Pending:
     args: tuple[object, ...]
     outputs: tuple[torch.Tensor, ...]
     ready: torch.cuda.Event | None
+    rows: Slice | None = None
+    """The slice of the call the inputs and outputs are, where they are not the whole."""
 
 
 class Guard:
@@ -156,7 +157,7 @@ class Guard:
             return self.kernel(*args)
         rows = None
         if self._problem is not None and tensor_bytes(args) > self.check_bytes:
-            rows = window(self._problem, args, self.check_bytes)
+            rows = sliced(self._problem, args, self.check_bytes)
         if rows is None and self.oversized(args):
             return self.kernel(*args)
         # copied before the call, which may write into them
@@ -169,7 +170,7 @@ class Guard:
         outputs = results(returned)
         if rows is not None:
             outputs, why = rows.outputs(outputs), f"{why}, on {rows.describe()}"
-        self.submit(call, why, kept, outputs)
+        self.submit(call, why, kept, outputs, rows)
         return returned
 
     def choose(self, args: Sequence[object]) -> tuple[int, str | None]:
@@ -200,17 +201,22 @@ class Guard:
         return True
 
     def submit(
-        self, call: int, why: str, args: tuple[object, ...], outputs: Sequence[torch.Tensor]
+        self,
+        call: int,
+        why: str,
+        args: tuple[object, ...],
+        outputs: Sequence[torch.Tensor],
+        rows: Slice | None = None,
     ) -> None:
-        """Check call `call`: the kernel's `outputs` for `args` (copies taken before the call),
-        copied now, and judged away from the job (or here, when checks are not in the
-        background)."""
+        """Check call `call`: the kernel's `outputs` for `args` (copies taken before the call;
+        both a slice `rows` of the call, where given), copied now, and judged away from the
+        job (or here, when checks are not in the background)."""
         kept = tuple(t.detach().clone() for t in outputs)
         ready = None
         if any(t.is_cuda for t in kept):
             ready = torch.cuda.Event()
             ready.record()
-        pending = _Pending(call, why, args, kept, ready)
+        pending = _Pending(call, why, args, kept, ready, rows)
         if self.background:
             self._start()
             self._queue.put(pending)
@@ -271,7 +277,12 @@ class Guard:
         with self._on_side_stream(pending):
             try:
                 depths = _depths(self._problem, pending.args)
-                judged = judge(self.reference, pending.args, pending.outputs, self._names, depths)
+                reference = self.reference
+                if pending.rows is not None:
+                    reference = pending.rows.reference(reference)
+                judged = judge(reference, pending.args, pending.outputs, self._names, depths)
+                if pending.rows is not None:
+                    judged = _rows_of_the_call(judged, pending.rows)
             except Exception as raised:  # the reference's failure: not the kernel's
                 error = f"{type(raised).__name__}: {raised}"
         seconds = time.perf_counter() - began
@@ -359,6 +370,11 @@ def _depths(problem: Problem | None, args: Sequence[object]) -> tuple[int, ...]:
         return ()
     by_name = dict(zip((i.name for i in problem.inputs), args, strict=False))
     return result_depths(problem, axis_sizes(problem, by_name))
+
+
+def _rows_of_the_call(judged: tuple[OutputVerdict, ...], rows: Slice) -> tuple[OutputVerdict, ...]:
+    """The verdicts with their worst rows counted in the whole call, not in its slice."""
+    return tuple(replace(o, worst_row=rows.row(k, o.worst_row)) for k, o in enumerate(judged))
 
 
 def _located_reference(reference: Callable[..., object] | Any) -> Located | None:

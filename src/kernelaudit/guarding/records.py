@@ -179,6 +179,12 @@ class Summary:
     """Sampled calls not checked: their inputs were past the guard's bound."""
     behind: int = 0
     """Sampled calls not checked: too many checks were still waiting (`guard.MAX_PENDING`)."""
+    latest: int = 0
+    """The most calls the kernel had made past a checked call when that call's verdict came:
+    how far behind the job the checks ran, in calls (a training step's in steps, where the
+    kernel is called once a step)."""
+    slowest: float = 0.0
+    """The longest a check took, in seconds."""
     worst: dict[str, tuple[float, int | None, int]] = field(default_factory=dict)
     """By output: (the worst error ratio seen, its row, its call)."""
     failing_rows: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -187,6 +193,8 @@ class Summary:
 
     def add(self, verdict: CallVerdict, failure: Failure | None) -> None:
         self.checked += 1
+        self.latest = max(self.latest, self.calls - verdict.call)
+        self.slowest = max(self.slowest, verdict.seconds)
         if verdict.error:
             self.unjudged += 1
         for output in verdict.outputs:
@@ -209,6 +217,8 @@ class Summary:
             "unjudged": self.unjudged,
             "too_large": self.too_large,
             "behind": self.behind,
+            "latest": self.latest,
+            "slowest_s": self.slowest,
             "worst": {
                 name: {"error_ratio": _finite(ratio), "row": row, "call": call}
                 for name, (ratio, row, call) in self.worst.items()

@@ -16,6 +16,8 @@ the axis, equals the same rows of the whole case's truth.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
@@ -27,6 +29,7 @@ from kernelaudit.problem.spec import (
     Axis,
     Dim,
     GeneratedInput,
+    IndexInput,
     Problem,
     ScalarInput,
     dim_axes,
@@ -53,6 +56,19 @@ _AGREEMENT = 1e-9
 the same rows: summation orders change with the batch even in float64."""
 
 _inferred: dict[Problem, tuple[str, ...]] = {}
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """The results' rows along `bound` are keyed by index input `index`: row v of each result
+    depends only on the elements of `axis` (the index's own axis) whose index is v."""
+
+    index: str
+    axis: str
+    bound: str
+
+
+_keyed: dict[Problem, tuple[Keyed, ...]] = {}
 
 
 def batch_axes(problem: Problem) -> tuple[str, ...]:
@@ -150,6 +166,99 @@ def infer_batch_axes(problem: Problem) -> tuple[str, ...]:
     return ()
 
 
+def keyed_rows(problem: Problem) -> tuple[Keyed, ...]:
+    """The index inputs that key the results' rows (see the module's text), inferred from the
+    reference once per problem, as batch axes are: at a small case, the fp64 truth of only the
+    elements holding one id (the last element's, then a middle one's) equals that id's rows of
+    the whole case's truth. Only one-axis index inputs are tried."""
+    try:
+        return _keyed.setdefault(problem, _infer_keyed(problem))
+    except TypeError:  # a problem holding unhashable values is inferred every time
+        return _infer_keyed(problem)
+
+
+def select_keyed(
+    problem: Problem, keyed: Keyed, values: Mapping[str, object], ids: torch.Tensor
+) -> dict[str, object]:
+    """`values` cut to the elements of `keyed.axis` whose index is one of `ids` (copies, in
+    order); an argument that is the axis's size becomes the number of elements kept."""
+    index = values[keyed.index]
+    assert isinstance(index, torch.Tensor)
+    kept = torch.isin(index, ids.to(index.device)).nonzero().flatten()
+    selected = dict(values)
+    for inp in problem.inputs:
+        if isinstance(inp, ScalarInput):
+            if inp.axis == keyed.axis:
+                selected[inp.name] = int(kept.numel())
+            continue
+        value = values[inp.name]
+        if keyed.axis in inp.shape and isinstance(value, torch.Tensor):
+            at = inp.shape.index(keyed.axis)
+            selected[inp.name] = value.index_select(at, kept.to(value.device))
+    return selected
+
+
+def _infer_keyed(problem: Problem) -> tuple[Keyed, ...]:
+    found = []
+    for inp in problem.inputs:
+        if not isinstance(inp, IndexInput) or len(inp.shape) != 1:
+            continue
+        keyed = Keyed(inp.name, str(inp.shape[0]), inp.bound)
+        if not _keyed_reason(problem, keyed) and _keyed_agree(problem, keyed):
+            found.append(keyed)
+    return tuple(found)
+
+
+def _keyed_reason(problem: Problem, keyed: Keyed) -> str:
+    """Why the declaration rules `keyed` out ("" when it does not)."""
+    if keyed.axis == keyed.bound or keyed.axis not in {a.name for a in problem.axes}:
+        return f"{keyed.index!r} has no axis of its own"
+    for inp in problem.inputs:
+        if isinstance(inp, ScalarInput) or keyed.axis not in _named(inp.shape):
+            continue
+        if isinstance(inp, GeneratedInput) or inp.shape.count(keyed.axis) != 1:
+            return f"input {inp.name!r} cannot be cut along {keyed.axis!r}"
+        if any(dim != keyed.axis and keyed.axis in dim_axes(dim) for dim in inp.shape):
+            return f"input {inp.name!r} cannot be cut along {keyed.axis!r}"
+    for shape in result_shapes(problem):
+        if shape.count(keyed.bound) != 1 or keyed.axis in _named(shape):
+            return f"a result does not have {keyed.bound!r} once, or keeps {keyed.axis!r}"
+    return ""
+
+
+def _named(shape: tuple[Dim, ...]) -> set[str]:
+    """Every axis named anywhere in `shape`."""
+    return {axis for dim in shape for axis in dim_axes(dim)}
+
+
+def _keyed_agree(problem: Problem, keyed: Keyed) -> bool:
+    for case in _trial_cases(problem):
+        config = problem.dtype_configs()[case.dtype_config]
+        try:
+            values = materialize(problem, case)
+            whole = _truth_of(problem, values, config)
+        except (ProblemError, UsageError, CaseUnavailable):
+            continue
+        index = values[keyed.index]
+        assert isinstance(index, torch.Tensor)
+        if index.numel() < 2:
+            return False
+        positions = [axis_position(s, keyed.bound) for s in result_shapes(problem)]
+        for element in dict.fromkeys((index.numel() - 1, index.numel() // 2)):
+            ids = index[element : element + 1]
+            try:
+                alone = _truth_of(problem, select_keyed(problem, keyed, values, ids), config)
+            except (ProblemError, UsageError, CaseUnavailable):
+                return False
+            for result, at, cut in zip(whole, positions, alone, strict=True):
+                assert at is not None
+                row = int(ids[0])
+                if not _agree(result.narrow(at, row, 1), cut.narrow(at, row, 1)):
+                    return False
+        return True
+    return False
+
+
 def _trial_cases(problem: Problem) -> list[Case]:
     small = {axis.name: _small_size(axis) for axis in problem.axes}
     if case_elements(problem, small) > _TRIAL_MOST_ELEMENTS:
@@ -175,11 +284,8 @@ def _small_size(axis: Axis) -> int:
 
 
 def _truth(problem: Problem, case: Case) -> tuple[torch.Tensor, ...]:
-    # imported here: the oracle imports the checks, which import this module
-    from kernelaudit.oracle.truth import truth_only
-
     config = problem.dtype_configs()[case.dtype_config]
-    return truth_only(problem, materialize(problem, case), config, "cpu")
+    return _truth_of(problem, materialize(problem, case), config)
 
 
 def _rows_agree(problem: Problem, case: Case, whole: tuple[torch.Tensor, ...], axis: str) -> bool:
@@ -197,6 +303,16 @@ def _rows_agree(problem: Problem, case: Case, whole: tuple[torch.Tensor, ...], a
             if position is None or not _agree(result.narrow(position, row, 1), cut):
                 return False
     return True
+
+
+def _truth_of(
+    problem: Problem, values: Mapping[str, object], config: Mapping[str, torch.dtype]
+) -> tuple[torch.Tensor, ...]:
+    """The fp64 truth of `values`, on the CPU."""
+    # imported here: the oracle imports the checks, which import this module
+    from kernelaudit.oracle.truth import truth_only
+
+    return truth_only(problem, values, config, "cpu")
 
 
 def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:
