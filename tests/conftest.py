@@ -25,8 +25,10 @@ from kernelaudit.runner.threads import THREADS_VARIABLE, usable_cores
 
 def pytest_configure(config: pytest.Config) -> None:
     processes = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    if processes.isdigit() and int(processes) > 1 and THREADS_VARIABLE not in os.environ:
-        share = max(1, usable_cores() // int(processes))
+    if processes.isdigit() and int(processes) > 1:
+        # a share set already (by whoever runs the suite, or kernelaudit's pytest plugin) holds
+        told = os.environ.get(THREADS_VARIABLE, "")
+        share = int(told) if told.isdigit() else max(1, usable_cores() // int(processes))
         os.environ[THREADS_VARIABLE] = str(share)
         torch.set_num_threads(share)
 

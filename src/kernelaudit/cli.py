@@ -1,7 +1,8 @@
 """The command line: `kernelaudit check | demo | repro | corpus`.
 
 Exit codes: 0 every candidate passed (for `demo`: every example behaved as expected), 1 a
-candidate failed, 2 a usage error (malformed problem, missing candidate, bad option).
+candidate failed, 2 a usage error (malformed problem, missing candidate, bad option), 3 an
+internal error (a defect of kernelaudit's, whose traceback is written to a file it names).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
+import traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
@@ -17,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kernelaudit import __version__
 from kernelaudit.checks import REGISTRY, build_checks
 from kernelaudit.checks.base import unavailable
 from kernelaudit.corpus.command import add_parser as add_corpus_parser
@@ -28,16 +32,17 @@ from kernelaudit.engine.budget import expected_seconds
 from kernelaudit.engine.lanes import Job, audit_in_lanes, lane_count, most_lanes
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.errors import UsageError
-from kernelaudit.findings import AuditReport, with_files_changed, write_reports
+from kernelaudit.findings import AuditReport, with_files_changed
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.trace import write_traces
 from kernelaudit.guarding.demonstration import show_demonstration
 from kernelaudit.inputs.recorded import with_recorded
 from kernelaudit.interpret.versions import interpreter_defects
+from kernelaudit.outputs import check_outputs, html_path, write_outputs
 from kernelaudit.problem.domain import assuming, parse_assumption
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import PROFILES, profile_named, profile_with_budget
-from kernelaudit.report.html import write_html
+from kernelaudit.report.caveats import covered, isolated
 from kernelaudit.report.terminal import (
     print_findings,
     progress_bar,
@@ -46,7 +51,7 @@ from kernelaudit.report.terminal import (
 from kernelaudit.repro import replay
 from kernelaudit.runner import prestart
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER
+from kernelaudit.runner.preflight import refusal, refused_report
 
 DEFAULT_REPORT = "kernelaudit-report.json"
 
@@ -56,15 +61,33 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # a pipe or CI log has no width of its own: give tables room rather than 80 columns
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    errors = Console(stderr=True, highlight=False)
     try:
+        check_outputs(args)
         return int(args.run(args, console))
     except UsageError as error:
-        Console(stderr=True, highlight=False).print(
-            f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True
-        )
+        errors.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as error:
+        written = _traceback_file()
+        errors.print(
+            f"[bold red]internal error[/] (a defect of kernelaudit's, not a verdict on any "
+            f"kernel): {escape(type(error).__name__)}: {escape(str(error))}\n"
+            f"the traceback is in {written}; please include it when reporting the defect",
+            soft_wrap=True,
+        )
+        return 3
+
+
+def _traceback_file() -> str:
+    """Write the exception being handled to a file of its own; that file's name."""
+    handle, name = tempfile.mkstemp(prefix="kernelaudit-internal-error-", suffix=".txt")
+    with os.fdopen(handle, "w") as file:
+        file.write(f"kernelaudit {__version__}, Python {sys.version.split()[0]}\n")
+        file.write(traceback.format_exc())
+    return name
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Audit GPU kernels against fp64 truth across adversarial inputs, shapes "
         "and layouts.",
     )
+    parser.add_argument("--version", action="version", version=f"kernelaudit {__version__}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     check = sub.add_parser("check", help="audit candidates against a problem")
@@ -248,8 +272,6 @@ def _audit_all(
                     report = _as_read(report, read[len(reports)])
                 reports.append(report)
                 done(report)
-    write_reports(reports, args.json)
-    write_html(reports, _html_path(args))
     return reports
 
 
@@ -259,10 +281,6 @@ def _as_read(report: AuditReport, read: ReadJob) -> AuditReport:
     report = with_files_changed(report, changed_files(read))
     digests = (("problem", read.problem_sha256), ("candidate", read.candidate_sha256))
     return replace(report, files_sha256=tuple((k, v) for k, v in digests if v))
-
-
-def _html_path(args: argparse.Namespace) -> Path:
-    return args.html or args.json.with_suffix(".html")
 
 
 def _check(args: argparse.Namespace, console: Console) -> int:
@@ -278,18 +296,51 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     # a reader may refine the problem for its candidate: the assumptions hold there too, and
     # the recorded calls are its cases
     jobs = [(with_recorded(assuming(p, problem.assumed), args.case), ref) for p, ref in jobs]
-    reports = _audit_all(jobs, args, console, checks, read=read)
+    reports = _refused_or_audited(jobs, args, console, checks, read)
+    write_outputs(reports, args)
     console.print(verdict_table(reports))
     for report in reports:
         print_findings(console, report, str(args.json))
-    console.print(f"\nJSON report: {args.json}\nHTML report: {_html_path(args)}")
+    console.print(f"\nJSON report: {args.json}\nHTML report: {html_path(args)}")
     if args.trace:
         write_traces([(p, r) for (p, _), r in zip(jobs, reports, strict=True)], args.trace)
         console.print(f"SOL-ExecBench traces: {args.trace}")
     # both always speak (`&`, not `and`): each says what the run did not guarantee
-    if not (_isolated(reports, args, console) & _covered(reports, args, console)):
+    if not (isolated(reports, args.strict, console) & covered(reports, args.strict, console)):
         return 1
     return 0 if all(r.verdict == "PASS" for r in reports) else 1
+
+
+def _refused_or_audited(
+    jobs: list[tuple[Problem, CandidateRef]],
+    args: argparse.Namespace,
+    console: Console,
+    checks: list[str] | None,
+    read: tuple[ReadJob, ...],
+) -> list[AuditReport]:
+    """Every job's report, in order: a candidate its source shows cannot be called as the
+    problem calls it fails at once, with the whole error (`runner.preflight`); the others are
+    audited."""
+    device = resolve_device(args.device)
+    refused: dict[int, AuditReport] = {}
+    for position, (problem, ref) in enumerate(jobs):
+        why = refusal(problem, ref)
+        if why:
+            console.print(
+                f"[red]FAIL[/]  {escape(problem.name)} / {escape(ref.label)}: refused before "
+                f"its audit:\n{escape(why)}",
+                soft_wrap=True,
+            )
+            refused[position] = refused_report(problem, ref, why, args.profile, device)
+    kept = [i for i in range(len(jobs)) if i not in refused]
+    audited = iter(
+        _audit_all(
+            [jobs[i] for i in kept], args, console, checks, read=tuple(read[i] for i in kept)
+        )
+        if kept
+        else []
+    )
+    return [refused[i] if i in refused else next(audited) for i in range(len(jobs))]
 
 
 def _refuse_unavailable(names: list[str] | None, args: argparse.Namespace) -> None:
@@ -308,54 +359,13 @@ def _refuse_unavailable(names: list[str] | None, args: argparse.Namespace) -> No
             )
 
 
-def _covered(reports: list[AuditReport], args: argparse.Namespace, console: Console) -> bool:
-    """Say which chosen checks could not run here; False when `--strict` forbids it."""
-    reasons: dict[str, list[str]] = {}
-    for report in reports:
-        for name, why in report.unverified:
-            named = reasons.setdefault(why, [])
-            if name not in named:
-                named.append(name)
-    if not reasons:
-        return True
-    said = "; ".join(f"{', '.join(names)} ({why})" for why, names in reasons.items())
-    console.print(f"[yellow]not verified on {escape(reports[0].device)}: {escape(said)}[/]")
-    if args.strict:
-        console.print("[red]--strict: exiting 1 because some checks could not run here[/]")
-        return False
-    return True
-
-
-def _isolated(reports: list[AuditReport], args: argparse.Namespace, console: Console) -> bool:
-    """Say when candidates ran without their sandbox, or their calls' device memory was
-    observed by the worker alone; False when `--strict` forbids running without a sandbox."""
-    unlent = next((r for r in reports if OBSERVED_BY_THE_WORKER in r.isolation), None)
-    if unlent is not None:
-        why = unlent.isolation.split(OBSERVED_BY_THE_WORKER, 1)[1].strip(" ()")
-        console.print(
-            f"[yellow]{OBSERVED_BY_THE_WORKER} ({escape(why)}): a candidate that rebinds the "
-            "worker's checks in its process can hide writes out of bounds and into its "
-            "inputs there.[/]"
-        )
-    loose = next((r for r in reports if not r.confined), None)
-    if loose is None:
-        return True
-    console.print(
-        f"[yellow]candidates ran without a sandbox: {escape(loose.isolation)}. A hostile "
-        "candidate could read or change what the audit reads and writes.[/]"
-    )
-    if args.strict:
-        console.print("[red]--strict: exiting 1 because the sandbox could not run[/]")
-        return False
-    return True
-
-
 def _demo(args: argparse.Namespace, console: Console) -> int:
     examples = load_examples(find_examples(args.examples))
     problems = {path: read_problem(path) for path in dict.fromkeys(e.problem for e in examples)}
     jobs = [read_candidate(e.candidate, problems[e.problem]) for e in examples]
     named = [Job(str(e.problem), e.candidate) for e in examples]
     reports = _audit_all(jobs, args, console, announce=True, named=named)
+    write_outputs(reports, args)
     table = Table(title=f"kernelaudit demo ({args.profile} profile)", title_justify="left")
     for column in ("problem", "candidate", "expected", "verdict", "finding that names the bug"):
         table.add_column(column)
@@ -376,7 +386,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     for report in reports:
         print_findings(console, report, str(args.json), limit=1)
-    console.print(f"\nJSON report: {args.json}\nHTML report: {_html_path(args)}")
+    console.print(f"\nJSON report: {args.json}\nHTML report: {html_path(args)}")
     device = reports[0].device if reports else resolve_device(args.device)
     all_met &= show_demonstration(find_examples(args.examples), device, console)
     console.print(
@@ -385,7 +395,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
         else "[bold red]some examples did not behave as expected[/]"
     )
     # both always speak (`&`, not `and`): each says what the run did not guarantee
-    if not (_isolated(reports, args, console) & _covered(reports, args, console)):
+    if not (isolated(reports, args.strict, console) & covered(reports, args.strict, console)):
         return 1
     return 0 if all_met else 1
 

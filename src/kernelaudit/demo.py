@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernelaudit.errors import UsageError
-from kernelaudit.findings import AuditReport
+
+if TYPE_CHECKING:
+    # not at run time: the corpus's job listing reads manifests before torch is imported
+    from kernelaudit.findings import AuditReport
 
 
 @dataclass(frozen=True)
@@ -45,29 +49,31 @@ def find_examples(root: Path | None = None) -> Path:
 
 
 def load_examples(root: Path) -> list[ExampleCandidate]:
-    examples = []
-    for manifest in sorted(root.glob("*/expected.json")):
-        try:
-            entries = json.loads(manifest.read_text())["candidates"]
-            for entry in entries:
-                examples.append(
-                    ExampleCandidate(
-                        problem=manifest.parent / "problem.py",
-                        candidate=str(manifest.parent / entry["candidate"]),
-                        verdict=entry["verdict"],
-                        checks=_checks(entry.get("check", [])),
-                    )
-                )
-        except (KeyError, TypeError, json.JSONDecodeError) as error:
-            raise UsageError(
-                f"{manifest}: malformed example manifest ({error}); it must be "
-                '{"candidates": [{"candidate": "file.py::fn", "verdict": "PASS"}, '
-                '{"candidate": "file.py::other", "verdict": "FAIL", "check": "numerics"}, '
-                "...]}, where a FAIL's check is one check's name or a list of them"
-            ) from None
+    examples = [e for manifest in sorted(root.glob("*/expected.json")) for e in read(manifest)]
     if not examples:
         raise UsageError(f"no examples in {root}: expected folders holding expected.json")
     return examples
+
+
+def read(manifest: Path) -> list[ExampleCandidate]:
+    """The candidates one example's `expected.json` lists, with what each must do."""
+    try:
+        return [
+            ExampleCandidate(
+                problem=manifest.parent / "problem.py",
+                candidate=str(manifest.parent / entry["candidate"]),
+                verdict=entry["verdict"],
+                checks=_checks(entry.get("check", [])),
+            )
+            for entry in json.loads(manifest.read_text())["candidates"]
+        ]
+    except (KeyError, TypeError, json.JSONDecodeError) as error:
+        raise UsageError(
+            f"{manifest}: malformed example manifest ({error}); it must be "
+            '{"candidates": [{"candidate": "file.py::fn", "verdict": "PASS"}, '
+            '{"candidate": "file.py::other", "verdict": "FAIL", "check": "numerics"}, '
+            "...]}, where a FAIL's check is one check's name or a list of them"
+        ) from None
 
 
 def _checks(named: object) -> tuple[str, ...]:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
 from rich.console import Console
 
-from kernelaudit.cli import _isolated
 from kernelaudit.findings import AuditReport
+from kernelaudit.report.caveats import isolated
 from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER
 
 
@@ -30,7 +28,7 @@ def _report(isolation: str) -> AuditReport:
 
 def _said(isolation: str, strict: bool = False) -> tuple[bool, str]:
     console = Console(record=True, width=200)
-    allowed = _isolated([_report(isolation)], argparse.Namespace(strict=strict), console)
+    allowed = isolated([_report(isolation)], strict, console)
     return allowed, console.export_text()
 
 

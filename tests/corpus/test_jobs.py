@@ -64,6 +64,22 @@ def test_a_single_problem_folder_is_a_corpus_of_its_own(tmp_path: Path) -> None:
     assert discover(tmp_path) == [Job(str(problem.resolve()), f"{copy.resolve()}::copy")]
 
 
+def test_the_bundled_examples_are_a_corpus_their_expected_json_lists(tmp_path: Path) -> None:
+    from kernelaudit.demo import find_examples, load_examples
+
+    examples = find_examples()
+    listed = {(j.problem, j.candidate) for j in discover(examples)}
+    expected = load_examples(examples)
+    assert listed == {
+        (str(e.problem.resolve()), str(Path(e.candidate).resolve())) for e in expected
+    }
+    # a manifest that lists no candidate properly is named, with the fix
+    _write(tmp_path / "ex" / "problem.py", "problem = ...")
+    _write(tmp_path / "ex" / "expected.json", '{"candidates": [{"verdict": "PASS"}]}')
+    with pytest.raises(UsageError, match=r"ex/expected.json: malformed example manifest"):
+        discover(tmp_path)
+
+
 def test_every_folder_that_matches_no_layout_is_named_in_one_error(tmp_path: Path) -> None:
     _write(tmp_path / "no_problem" / "candidates" / "copy.py", ONE_FUNCTION)
     _write(tmp_path / "no_candidates" / "problem.py", "problem = ...")
@@ -81,7 +97,7 @@ def test_every_folder_that_matches_no_layout_is_named_in_one_error(tmp_path: Pat
     message = str(raised.value)
     assert "4 problem(s)" in message
     assert "no_problem: no problem (definition.json or problem.py)" in message
-    assert "no_candidates: no candidates/ or solutions/ folder" in message
+    assert "no_candidates: no candidates/ or solutions/ folder (nor an expected.json)" in message
     assert "k.py: defines fast, faster" in message
     assert "broken/candidates/k.py:1: not valid Python" in message
     assert "docs/corpus.md" in message

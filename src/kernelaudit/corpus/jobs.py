@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kernelaudit
+from kernelaudit.demo import read as read_example
 from kernelaudit.errors import UsageError
 from kernelaudit.inputs.scheme import SCHEME
 
@@ -31,9 +32,14 @@ _KERNEL_DECORATORS = ("jit", "autotune", "heuristics", "kernel")
 """Decorators (their last name: `triton.jit`, `cute.kernel`, ...) that mark a function as a
 device kernel, never the entry point a candidate file is called through."""
 
+EXAMPLE_MANIFEST = "expected.json"
+"""A bundled example's list of its candidates (`demo`): in a problem folder without a
+candidates/ folder, the candidates it names are the folder's."""
+
 _LAYOUT = (
     "each problem folder holds definition.json or problem.py, and a candidates/ (or "
-    "solutions/) folder of .py and .json candidates; see docs/corpus.md"
+    "solutions/) folder of .py and .json candidates, or an expected.json listing them as the "
+    "bundled examples do; see docs/corpus.md"
 )
 _MANIFEST_ENTRY = '{"problem": "path/to/problem.py", "candidate": "path/to/kernel.py::function"}'
 
@@ -216,10 +222,16 @@ def _folder_jobs(folder: Path) -> tuple[list[Job], list[str]]:
         return [], [f"{folder}: no problem (definition.json or problem.py)"]
     if len(present) > 1:
         return [], [f"{folder}: both definition.json and problem.py; keep the one that is meant"]
-    if not candidate_folders:
-        return [], [f"{folder}: no candidates/ or solutions/ folder"]
     # a SOL-ExecBench problem is its folder (definition.json and workload.jsonl together)
     problem = str((folder if present[0].name == "definition.json" else present[0]).resolve())
+    if not candidate_folders and (folder / EXAMPLE_MANIFEST).is_file():
+        try:
+            listed = read_example(folder / EXAMPLE_MANIFEST)
+        except UsageError as error:
+            return [], [str(error)]
+        return [Job(problem, str(Path(e.candidate).resolve())) for e in listed], []
+    if not candidate_folders:
+        return [], [f"{folder}: no candidates/ or solutions/ folder (nor an {EXAMPLE_MANIFEST})"]
     files = sorted(
         f
         for candidates in candidate_folders

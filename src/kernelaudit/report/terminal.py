@@ -166,10 +166,32 @@ def print_evidence(console: Console, finding: Finding) -> None:
 
 
 def _short(value: Any, limit: int = 200) -> str:
+    """`value` in at most about `limit` characters: numbers to four significant digits,
+    mappings and lists item by item, never cut inside an item (what is left is counted)."""
     if isinstance(value, float):
-        text = f"{value:.4g}"
-    elif isinstance(value, (dict, list, tuple)):
-        text = json.dumps(value, default=str)
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        items = [f"{k}: {_item(v)}" for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        items = [_item(v) for v in value]
     else:
         text = str(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+    shown: list[str] = []
+    for item in items:
+        if shown and sum(len(i) + 2 for i in shown) + len(item) > limit:
+            break
+        shown.append(item)
+    rest = len(items) - len(shown)
+    return "; ".join(shown) + (f"; and {rest} more" if rest else "")
+
+
+def _item(value: Any) -> str:
+    """One item of a mapping or list, whole."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return "(" + ", ".join(f"{k} {_item(v)}" for k, v in value.items()) + ")"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_item(v) for v in value) + "]"
+    return json.dumps(value) if value is None or isinstance(value, bool) else str(value)

@@ -1,0 +1,51 @@
+"""The files a command writes: each output option's path checked before any work starts (a
+report lost at the end of a long audit to a typo is the worst way to learn of it), and the
+reports written where the options say at the end."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from kernelaudit.errors import UsageError
+from kernelaudit.findings import AuditReport, write_reports
+from kernelaudit.report.html import write_html
+
+OUTPUT_OPTIONS = ("json", "html", "trace", "junit", "sarif")
+"""The options that name a file a command writes."""
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an output option whose file could not be written."""
+    for option in OUTPUT_OPTIONS:
+        writable(getattr(args, option, None), option)
+
+
+def writable(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output file that could not be written at the end."""
+    if path is None:
+        return
+    flag = f"--{option}"
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; name a file in it, e.g. {path / 'x'}")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"{flag} {path}: cannot be written ({folder} is not a folder this user may write "
+            "in); name a file in a writable folder"
+        )
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"{flag} {path}: the file exists and this user may not write it")
+
+
+def write_outputs(reports: list[AuditReport], args: argparse.Namespace) -> None:
+    """Write the reports where the command line says."""
+    write_reports(reports, args.json)
+    write_html(reports, html_path(args))
+
+
+def html_path(args: argparse.Namespace) -> Path:
+    return args.html or args.json.with_suffix(".html")

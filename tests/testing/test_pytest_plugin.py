@@ -1,0 +1,117 @@
+"""Audits in a kernel project's own test suite, as its developers write them: the pytest
+plugin's marker and fixtures, `kernelaudit.testing.assert_passes`, the run's command-line
+options, the reports gathered in one folder, and pytest-xdist."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).parents[1]
+PROBLEM = ROOT / "problem" / "fixtures" / "good.py"
+CANDIDATES = ROOT / "cli" / "fixtures" / "candidates.py"
+CHECKS = '["execution", "numerics"]'
+
+SUITE = f"""
+import pytest
+from kernelaudit.testing import assert_passes
+
+PROBLEM = {str(PROBLEM)!r}
+CANDIDATES = {str(CANDIDATES)!r}
+
+
+@pytest.mark.kernelaudit(PROBLEM, CANDIDATES + "::scale", checks={CHECKS}, device="cpu")
+def test_scale(kernelaudit_report):
+    assert kernelaudit_report.verdict == "PASS"
+
+
+def test_scale_through_the_function():
+    report = assert_passes(PROBLEM, CANDIDATES + "::scale", "default", checks={CHECKS},
+                           device="cpu")
+    assert report.profile == "quick"  # the command line's profile wins
+"""
+
+FAILING = f"""
+import pytest
+from kernelaudit.testing import AuditFailed
+
+@pytest.mark.kernelaudit(
+    problem={str(PROBLEM)!r}, candidate={str(CANDIDATES)!r} + "::scale_in_half",
+    checks={CHECKS}, device="cpu",
+)
+def test_scale_in_half(kernelaudit_report):
+    pass
+"""
+
+
+@pytest.mark.slow
+def test_passing_audits_print_nothing_but_pytests_own_output(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kernels=SUITE)
+    reports = pytester.path / "audits"
+    run = pytester.runpytest_subprocess(
+        "-q", "-p", "no:cacheprovider", "--kernelaudit-profile", "quick",
+        "--kernelaudit-reports", str(reports),
+    )  # fmt: skip
+    run.assert_outcomes(passed=2)
+    said = [line for line in run.outlines if line.strip()]
+    assert said[:-1] == [
+        "..                                                                       [100%]"
+    ]
+    assert said[-1].startswith("2 passed")
+    index = json.loads((reports / "index.json").read_text())["audits"]
+    assert sorted(a["candidate"] for a in index) == ["candidates.py::scale"] * 2
+    assert {a["verdict"] for a in index} == {"PASS"}
+    assert (reports / "index.html").is_file()
+
+
+@pytest.mark.slow
+def test_a_failing_audit_fails_its_test_with_the_findings_and_the_replay(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_kernels=FAILING)
+    reports = pytester.path / "audits"
+    run = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--kernelaudit-reports", str(reports)
+    )
+    run.assert_outcomes(errors=1)
+    text = run.stdout.str()
+    assert "kernelaudit: candidates.py::scale_in_half FAIL on scale (quick profile, cpu" in text
+    assert "smallest failing case" in text
+    (written,) = [p for p in reports.glob("*.json") if p.name != "index.json"]
+    assert f"replay: kernelaudit repro {written}" in text
+    (audit,) = json.loads((reports / "index.json").read_text())["audits"]
+    assert audit["verdict"] == "FAIL" and "numerics" in audit["failing_checks"]
+
+
+@pytest.mark.slow
+def test_audits_share_the_host_under_xdist(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kernels=SUITE, test_failing=FAILING)
+    reports = pytester.path / "audits"
+    run = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", "--kernelaudit-profile", "quick",
+        "--kernelaudit-reports", str(reports),
+    )  # fmt: skip
+    run.assert_outcomes(passed=2, errors=1)
+    index = json.loads((reports / "index.json").read_text())["audits"]
+    assert sorted(a["verdict"] for a in index) == ["FAIL", "PASS", "PASS"]
+    # each process wrote its own reports, named by the test and the process
+    assert {p.name.split("-")[-2] for p in reports.glob("test_*.json")} <= {"gw0", "gw1"}
+
+
+def test_a_marker_without_a_candidate_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_kernels=f"""
+import pytest
+
+@pytest.mark.kernelaudit(problem={str(PROBLEM)!r})
+def test_missing(kernelaudit_report):
+    pass
+"""
+    )
+    run = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert "names a problem and a candidate" in run.stdout.str() + run.stderr.str()
+    assert run.ret != 0
