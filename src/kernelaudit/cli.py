@@ -44,6 +44,7 @@ from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import PROFILES, profile_named, profile_with_budget
 from kernelaudit.report.caveats import covered, isolated
 from kernelaudit.report.terminal import (
+    cpu_timings_left_out,
     print_findings,
     progress_bar,
     verdict_table,
@@ -301,6 +302,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     console.print(verdict_table(reports))
     for report in reports:
         print_findings(console, report, str(args.json))
+    cpu_timings_left_out(console, reports)
     console.print(f"\nJSON report: {args.json}\nHTML report: {html_path(args)}")
     if args.trace:
         write_traces([(p, r) for (p, _), r in zip(jobs, reports, strict=True)], args.trace)
@@ -386,6 +388,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     for report in reports:
         print_findings(console, report, str(args.json), limit=1)
+    cpu_timings_left_out(console, reports)
     console.print(f"\nJSON report: {args.json}\nHTML report: {html_path(args)}")
     device = reports[0].device if reports else resolve_device(args.device)
     all_met &= show_demonstration(find_examples(args.examples), device, console)

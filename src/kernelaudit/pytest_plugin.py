@@ -89,12 +89,18 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def kernelaudit_audit(request: pytest.FixtureRequest) -> Callable[..., Any]:
     """`kernelaudit.testing.assert_passes`, with the test's `kernelaudit` marker's options
-    (other than problem and candidate) as defaults."""
+    (other than problem and candidate) as defaults, and relative paths read from the test
+    file's folder where they are there."""
     marker = request.node.get_closest_marker("kernelaudit")
     options = dict(marker.kwargs) if marker else {}
     options.pop("problem", None)
     options.pop("candidate", None)
-    return testing.with_options(**options)
+    bound = testing.with_options(**options)
+
+    def audit(problem: Any, candidate: Any, **more: Any) -> Any:
+        return bound(_beside(request, problem), _beside(request, candidate), **more)
+
+    return audit
 
 
 @pytest.fixture

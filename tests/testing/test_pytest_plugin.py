@@ -29,6 +29,12 @@ def test_scale(kernelaudit_report):
     assert kernelaudit_report.verdict == "PASS"
 
 
+@pytest.mark.kernelaudit(checks={CHECKS}, device="cpu")
+def test_scale_beside_this_file(kernelaudit_audit):
+    # paths relative to this test's folder, wherever pytest runs from
+    assert kernelaudit_audit("good.py", "candidates.py::scale").verdict == "PASS"
+
+
 def test_scale_through_the_function():
     report = assert_passes(PROBLEM, CANDIDATES + "::scale", "default", checks={CHECKS},
                            device="cpu")
@@ -48,22 +54,28 @@ def test_scale_in_half(kernelaudit_report):
 """
 
 
+def _suite(pytester: pytest.Pytester) -> None:
+    """The suite in a folder of its own, beside copies of the problem and the candidates."""
+    folder = pytester.mkdir("kernels")
+    (folder / "test_kernels.py").write_text(SUITE)
+    (folder / "good.py").write_text(PROBLEM.read_text())
+    (folder / "candidates.py").write_text(CANDIDATES.read_text())
+
+
 @pytest.mark.slow
 def test_passing_audits_print_nothing_but_pytests_own_output(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_kernels=SUITE)
+    _suite(pytester)
     reports = pytester.path / "audits"
     run = pytester.runpytest_subprocess(
         "-q", "-p", "no:cacheprovider", "--kernelaudit-profile", "quick",
-        "--kernelaudit-reports", str(reports),
+        "--kernelaudit-reports", str(reports), "kernels",
     )  # fmt: skip
-    run.assert_outcomes(passed=2)
+    run.assert_outcomes(passed=3)
     said = [line for line in run.outlines if line.strip()]
-    assert said[:-1] == [
-        "..                                                                       [100%]"
-    ]
-    assert said[-1].startswith("2 passed")
+    assert [line.split()[0] for line in said[:-1]] == ["..."]  # the three tests' dots alone
+    assert said[-1].startswith("3 passed")
     index = json.loads((reports / "index.json").read_text())["audits"]
-    assert sorted(a["candidate"] for a in index) == ["candidates.py::scale"] * 2
+    assert sorted(a["candidate"] for a in index) == ["candidates.py::scale"] * 3
     assert {a["verdict"] for a in index} == {"PASS"}
     assert (reports / "index.html").is_file()
 
@@ -89,15 +101,16 @@ def test_a_failing_audit_fails_its_test_with_the_findings_and_the_replay(
 
 @pytest.mark.slow
 def test_audits_share_the_host_under_xdist(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_kernels=SUITE, test_failing=FAILING)
+    _suite(pytester)
+    pytester.makepyfile(test_failing=FAILING)
     reports = pytester.path / "audits"
     run = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-n", "2", "--kernelaudit-profile", "quick",
         "--kernelaudit-reports", str(reports),
     )  # fmt: skip
-    run.assert_outcomes(passed=2, errors=1)
+    run.assert_outcomes(passed=3, errors=1)
     index = json.loads((reports / "index.json").read_text())["audits"]
-    assert sorted(a["verdict"] for a in index) == ["FAIL", "PASS", "PASS"]
+    assert sorted(a["verdict"] for a in index) == ["FAIL", "PASS", "PASS", "PASS"]
     # each process wrote its own reports, named by the test and the process
     assert {p.name.split("-")[-2] for p in reports.glob("test_*.json")} <= {"gw0", "gw1"}
 

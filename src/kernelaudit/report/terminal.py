@@ -97,12 +97,18 @@ def verdict_table(reports: list[AuditReport]) -> Table:
     return table
 
 
+CPU_TIMINGS = ("timing", "times")
+"""The check and key of a candidate's timing note: on a CPU (Triton through its interpreter)
+it says nothing of the speed on a GPU, so the terminal leaves it to the reports and says so
+once (`cpu_timings_left_out`)."""
+
+
 def print_findings(
     console: Console, report: AuditReport, report_path: str | None, limit: int = 3
 ) -> None:
     """The worst findings of one report, each with its numbers and reproducer."""
     shown = [f for f in report.findings if f.severity == "fail"][:limit]
-    notes = [f for f in report.findings if f.severity != "fail"]
+    notes = [f for f in report.findings if f.severity != "fail" and not _cpu_timing(report, f)]
     if not shown and not notes and not report.interpretation and not report.assumed:
         return
     console.print(f"\n[bold]{escape(report.candidate)}[/] on [bold]{escape(report.problem)}[/]")
@@ -125,6 +131,33 @@ def print_findings(
         )
 
 
+def cpu_timings_left_out(console: Console, reports: list[AuditReport]) -> None:
+    """Say once that the CPU audits' timing notes are in the reports only."""
+    if any(_cpu_timing(r, f) for r in reports for f in r.findings):
+        console.print(
+            "timings on a CPU (Triton through its interpreter) say nothing of a GPU's speed: "
+            "they are in the reports, not shown here"
+        )
+
+
+def _cpu_timing(report: AuditReport, finding: Finding) -> bool:
+    return (
+        report.device == "cpu"
+        and finding.severity == "note"
+        and (finding.check, finding.key) == CPU_TIMINGS
+    )
+
+
+def _seen(finding: Finding) -> str:
+    """How often a finding was seen, in counts that add up."""
+    assert finding.probe is not None
+    check = finding.probe.check
+    if finding.occurrences <= finding.probes:
+        return f"seen in {finding.occurrences} of {finding.probes} {check} case(s)"
+    # one case may fail in several observations (outputs, calls)
+    return f"seen {finding.occurrences} times in {finding.probes} {check} case(s)"
+
+
 def _print_finding(console: Console, finding: Finding, report_path: str | None) -> None:
     console.print(
         f"  [red]FAIL[/] [bold]{finding.id}[/] {escape(f'[{finding.check}]')} "
@@ -139,13 +172,16 @@ def _print_finding(console: Console, finding: Finding, report_path: str | None) 
         console.print("       found in the candidate's source, before it ran", highlight=False)
     else:
         console.print(
-            f"       seen in {finding.occurrences} of {finding.probes} {finding.probe.check} "
-            f"case(s); smallest failing case: {escape(finding.probe.case.describe())}",
+            f"       {_seen(finding)}; smallest failing case: "
+            f"{escape(finding.probe.case.describe())}",
             highlight=False,
         )
     for key, value in finding.evidence:
         if key in ("reason", "result", "message", "loss curves"):
             continue
+        if key == "cases" and isinstance(value, dict):
+            # the cases that failed: those that passed are in the reports
+            value = {c: said for c, said in value.items() if not str(said).startswith("failed 0")}
         console.print(f"       {escape(key)}: {escape(_short(value))}", highlight=False)
     if report_path and finding.probe is not None:
         console.print(

@@ -1,0 +1,91 @@
+"""What the terminal says of findings: whole items of evidence (never JSON cut inside a key),
+counts that add up, only the cases that failed, and CPU timings said once for all."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from kernelaudit.checks.base import Probe
+from kernelaudit.findings import AuditReport, Finding
+from kernelaudit.inputs.case import Case
+from kernelaudit.report.terminal import cpu_timings_left_out, print_findings
+
+
+def _finding(
+    check: str = "numerics",
+    key: str = "error:y",
+    severity: str = "fail",
+    evidence: tuple = (),
+    occurrences: int = 2,
+    probes: int = 36,
+) -> Finding:
+    return Finding(
+        id="F1",
+        check=check,
+        key=key,
+        severity=severity,  # type: ignore[arg-type]
+        title="y: normwise error 0.01 is 40x the noise floor",
+        evidence=evidence,
+        probe=Probe(check, Case((("rows", 1), ("cols", 1)))),
+        original=None,
+        occurrences=occurrences,
+        probes=probes,
+    )
+
+
+def _report(*findings: Finding, device: str = "cpu") -> AuditReport:
+    return AuditReport(
+        problem="softmax",
+        problem_path="problem.py",
+        candidate="k.py::fast",
+        candidate_path="k.py",
+        candidate_function="fast",
+        profile="quick",
+        device=device,
+        verdict="FAIL" if any(f.severity == "fail" for f in findings) else "PASS",
+        findings=findings,
+        records=(),
+        seconds=1.0,
+    )
+
+
+def _said(*reports: AuditReport) -> str:
+    text = io.StringIO()
+    console = Console(file=text, width=400, color_system=None)
+    for report in reports:
+        print_findings(console, report, "r.json")
+    cpu_timings_left_out(console, list(reports))
+    return text.getvalue()
+
+
+def test_long_evidence_is_shown_item_by_item_and_the_rest_counted() -> None:
+    metrics = {f"metric_{i:02d}": 0.1234567 * i for i in range(30)}
+    said = _said(_report(_finding(evidence=(("metrics", metrics),))))
+    line = next(line for line in said.splitlines() if "metrics:" in line)
+    shown = [item for item in line.split("metrics: ")[1].split("; ") if item.startswith("metric_")]
+    assert all(item.count(": ") == 1 and len(item.split(": ")[1]) > 0 for item in shown)
+    assert f"and {30 - len(shown)} more" in line
+    assert '{"' not in said and "..." not in said
+
+
+def test_counts_add_up() -> None:
+    assert "seen in 2 of 36 numerics case(s)" in _said(_report(_finding()))
+    said = _said(_report(_finding(occurrences=47, probes=5)))
+    assert "seen 47 times in 5 numerics case(s)" in said and "of 5" not in said
+
+
+def test_only_the_cases_that_failed_are_listed() -> None:
+    cases = {"mask~masked_rows": "failed 1 of 1", "default values": "failed 0 of 1"}
+    said = _said(_report(_finding(evidence=(("cases", cases),))))
+    assert "mask~masked_rows: failed 1 of 1" in said and "default values" not in said
+
+
+def test_cpu_timings_are_left_to_the_reports_and_said_once() -> None:
+    timing = _finding("timing", "times", "note")
+    said = _said(_report(timing), _report(timing))
+    assert "x speed-up" not in said and timing.title not in said
+    assert said.count("say nothing of a GPU's speed") == 1
+    on_a_gpu = _said(_report(timing, device="cuda:0"))
+    assert timing.title in on_a_gpu and "GPU's speed" not in on_a_gpu
