@@ -15,7 +15,10 @@ took 146 s each that way, 63 s each with a core apiece (one alone: 54 s).
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,6 +51,25 @@ DEVICES = [
         ],
     ),
 ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _reports_hold_to_their_schema() -> Iterator[None]:
+    """Every report file written in the tests' processes holds to the published schema
+    (`kernelaudit.report.schema`): a field added to the report and not to the schema fails
+    whichever test wrote it."""
+    from kernelaudit import findings
+    from kernelaudit.report.schema import validate_document
+
+    real = findings.write_atomically
+
+    def validated(path: Path, text: str) -> None:
+        validate_document(json.loads(text))
+        real(path, text)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(findings, "write_atomically", validated)
+        yield
 
 
 @pytest.fixture(params=DEVICES)

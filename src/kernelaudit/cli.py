@@ -38,7 +38,7 @@ from kernelaudit.formats.solexecbench.trace import write_traces
 from kernelaudit.guarding.demonstration import show_demonstration
 from kernelaudit.inputs.recorded import with_recorded
 from kernelaudit.interpret.versions import interpreter_defects
-from kernelaudit.outputs import check_outputs, html_path, write_outputs
+from kernelaudit.outputs import check_outputs, write_outputs, written
 from kernelaudit.problem.domain import assuming, parse_assumption
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import PROFILES, profile_named, profile_with_budget
@@ -202,6 +202,20 @@ def _common(parser: argparse.ArgumentParser, default_profile: str = "default") -
         help=f"where to write the JSON report (default: {DEFAULT_REPORT})",
     )
     parser.add_argument(
+        "--junit",
+        type=Path,
+        metavar="FILE",
+        help="also write a JUnit XML report, for CI test reporters: one test case per "
+        "candidate, a failure holding its findings and the commands that replay them",
+    )
+    parser.add_argument(
+        "--sarif",
+        type=Path,
+        metavar="FILE",
+        help="also write the findings tied to a source line (tripwires, interpreter bounds, "
+        "sanitizer reports) as SARIF 2.1.0, for code scanning",
+    )
+    parser.add_argument(
         "--html",
         type=Path,
         help="where to write the HTML report, with the training check's curves (default: the "
@@ -298,12 +312,12 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     # the recorded calls are its cases
     jobs = [(with_recorded(assuming(p, problem.assumed), args.case), ref) for p, ref in jobs]
     reports = _refused_or_audited(jobs, args, console, checks, read)
-    write_outputs(reports, args)
+    write_outputs(reports, args, "kernelaudit check")
     console.print(verdict_table(reports))
     for report in reports:
         print_findings(console, report, str(args.json))
     cpu_timings_left_out(console, reports)
-    console.print(f"\nJSON report: {args.json}\nHTML report: {html_path(args)}")
+    console.print("\n" + written(args))
     if args.trace:
         write_traces([(p, r) for (p, _), r in zip(jobs, reports, strict=True)], args.trace)
         console.print(f"SOL-ExecBench traces: {args.trace}")
@@ -367,7 +381,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     jobs = [read_candidate(e.candidate, problems[e.problem]) for e in examples]
     named = [Job(str(e.problem), e.candidate) for e in examples]
     reports = _audit_all(jobs, args, console, announce=True, named=named)
-    write_outputs(reports, args)
+    write_outputs(reports, args, "kernelaudit demo")
     table = Table(title=f"kernelaudit demo ({args.profile} profile)", title_justify="left")
     for column in ("problem", "candidate", "expected", "verdict", "finding that names the bug"):
         table.add_column(column)
@@ -389,7 +403,7 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     for report in reports:
         print_findings(console, report, str(args.json), limit=1)
     cpu_timings_left_out(console, reports)
-    console.print(f"\nJSON report: {args.json}\nHTML report: {html_path(args)}")
+    console.print("\n" + written(args))
     device = reports[0].device if reports else resolve_device(args.device)
     all_met &= show_demonstration(find_examples(args.examples), device, console)
     console.print(

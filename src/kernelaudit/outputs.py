@@ -11,6 +11,8 @@ from pathlib import Path
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, write_reports
 from kernelaudit.report.html import write_html
+from kernelaudit.report.junit import write_junit
+from kernelaudit.report.sarif import write_sarif
 
 OUTPUT_OPTIONS = ("json", "html", "trace", "junit", "sarif")
 """The options that name a file a command writes."""
@@ -41,11 +43,26 @@ def writable(path: Path | None, option: str) -> None:
         raise UsageError(f"{flag} {path}: the file exists and this user may not write it")
 
 
-def write_outputs(reports: list[AuditReport], args: argparse.Namespace) -> None:
-    """Write the reports where the command line says."""
+def write_outputs(reports: list[AuditReport], args: argparse.Namespace, suite: str) -> None:
+    """Write the reports where the command line says: JSON and HTML always, JUnit XML and
+    SARIF where asked for (`suite`: what the JUnit test suite is called)."""
     write_reports(reports, args.json)
     write_html(reports, html_path(args))
+    if getattr(args, "junit", None):
+        write_junit(reports, args.junit, suite, report_path=args.json)
+    if getattr(args, "sarif", None):
+        write_sarif(reports, args.sarif)
 
 
 def html_path(args: argparse.Namespace) -> Path:
     return args.html or args.json.with_suffix(".html")
+
+
+def written(args: argparse.Namespace) -> str:
+    """Which files the command wrote, one line each."""
+    lines = [f"JSON report: {args.json}", f"HTML report: {html_path(args)}"]
+    if getattr(args, "junit", None):
+        lines.append(f"JUnit XML: {args.junit}")
+    if getattr(args, "sarif", None):
+        lines.append(f"SARIF: {args.sarif}")
+    return "\n".join(lines)

@@ -16,12 +16,21 @@ from kernelaudit.corpus.jobs import Job, corpus_root, discover, keyed
 from kernelaudit.corpus.pool import Place, local_places, run_local, visible_gpus
 from kernelaudit.corpus.progress import job_line, progress
 from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult, Store, StoredResult
-from kernelaudit.corpus.summary import job_label, print_summary, summarise, untrusted_label
+from kernelaudit.corpus.summary import (
+    candidate_label,
+    job_label,
+    print_summary,
+    problem_label,
+    summarise,
+    untrusted_label,
+)
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, write_reports
 from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.profiles import PROFILES
 from kernelaudit.report.html import write_html
+from kernelaudit.report.junit import Unaudited, write_junit
+from kernelaudit.report.sarif import write_sarif
 from kernelaudit.runner.sandbox import isolation
 
 DEFAULT_DB = "kernelaudit-corpus.sqlite"
@@ -111,6 +120,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "exit 1 if any job's candidate ran without it",
     )
     corpus.add_argument(
+        "--junit",
+        type=Path,
+        metavar="FILE",
+        help="also write a JUnit XML report of SOURCE's jobs (or the whole database): one "
+        "test case per candidate, jobs that could not be audited as errors",
+    )
+    corpus.add_argument(
+        "--sarif",
+        type=Path,
+        metavar="FILE",
+        help="also write the findings tied to a source line as SARIF 2.1.0",
+    )
+    corpus.add_argument(
         "--summary-only",
         action="store_true",
         help="print the summary of the database (of SOURCE's jobs, if given) without auditing",
@@ -132,7 +154,7 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
             )
         with Store(db) as store:
             jobs = None if args.source is None else _jobs(args, checks)
-            return _summarise(console, store, jobs)
+            return _summarise(console, store, jobs, args)
     if args.source is None:
         raise UsageError(
             "pass SOURCE, a corpus directory or a manifest; or --summary-only to summarise "
@@ -168,7 +190,7 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
             reports.mkdir(parents=True, exist_ok=True)
             unconfined = _audit(pending, args, checks, store, reports, console)
             console.print(f"reports: {escape(str(reports))}")
-        code = _summarise(console, store, jobs)
+        code = _summarise(console, store, jobs, args)
     if unconfined:
         console.print(
             f"[yellow]{len(unconfined)} job(s) ran their candidate without a sandbox: "
@@ -334,6 +356,38 @@ def _audit(
     return unconfined
 
 
+def _ci_reports(
+    store: Store, results: list[StoredResult], args: argparse.Namespace, console: Console
+) -> None:
+    """The JUnit XML and SARIF files the command line asks for, over the stored results."""
+    if not (args.junit or args.sarif):
+        return
+    done = [r for r in results if r.status == "done"]
+    reports = [store.report(r.key) for r in done]
+    if args.junit:
+        files = [_reports(args) / f"{r.key[:12]}.json" for r in done]
+        unaudited = [
+            Unaudited(
+                problem_label(r.problem), candidate_label(r.candidate), r.status, r.error or "",
+                r.seconds,
+            )
+            for r in results
+            if r.status != "done"
+        ]  # fmt: skip
+        source = args.source or args.db
+        write_junit(
+            reports,
+            args.junit,
+            f"kernelaudit corpus {source}",
+            report_path=[f if f.is_file() else None for f in files],
+            unaudited=unaudited,
+        )
+        console.print(f"JUnit XML: {escape(str(args.junit))}")
+    if args.sarif:
+        write_sarif(reports, args.sarif)
+        console.print(f"SARIF: {escape(str(args.sarif))}")
+
+
 def _places(device: str, workers: int | None) -> list[Place]:
     gpus = torch.cuda.device_count() if device != "cpu" and torch.cuda.is_available() else 0
     if device == "cuda" and not gpus:
@@ -343,11 +397,14 @@ def _places(device: str, workers: int | None) -> list[Place]:
     return local_places("cuda", workers, visible_gpus(gpus))
 
 
-def _summarise(console: Console, store: Store, jobs: dict[str, Job] | None) -> int:
+def _summarise(
+    console: Console, store: Store, jobs: dict[str, Job] | None, args: argparse.Namespace
+) -> int:
     keys = None if jobs is None else jobs.keys()
     results = store.results(keys)
     summary = summarise(results, store.untrusted(keys))
     print_summary(console, summary)
+    _ci_reports(store, results, args, console)
     missing = 0 if jobs is None else len(jobs) - len(results)
     if missing:
         console.print(f"{missing} job(s) have no result yet: run the command again to audit them")

@@ -148,7 +148,7 @@ def _cpu_timing(report: AuditReport, finding: Finding) -> bool:
     )
 
 
-def _seen(finding: Finding) -> str:
+def seen(finding: Finding) -> str:
     """How often a finding was seen, in counts that add up."""
     assert finding.probe is not None
     check = finding.probe.check
@@ -172,7 +172,7 @@ def _print_finding(console: Console, finding: Finding, report_path: str | None) 
         console.print("       found in the candidate's source, before it ran", highlight=False)
     else:
         console.print(
-            f"       {_seen(finding)}; smallest failing case: "
+            f"       {seen(finding)}; smallest failing case: "
             f"{escape(finding.probe.case.describe())}",
             highlight=False,
         )
@@ -182,7 +182,7 @@ def _print_finding(console: Console, finding: Finding, report_path: str | None) 
         if key == "cases" and isinstance(value, dict):
             # the cases that failed: those that passed are in the reports
             value = {c: said for c, said in value.items() if not str(said).startswith("failed 0")}
-        console.print(f"       {escape(key)}: {escape(_short(value))}", highlight=False)
+        console.print(f"       {escape(key)}: {escape(short(value))}", highlight=False)
     if report_path and finding.probe is not None:
         console.print(
             f"       replay: kernelaudit repro {report_path} {finding.id}", highlight=False
@@ -198,10 +198,10 @@ def print_evidence(console: Console, finding: Finding) -> None:
     if finding.probe is not None:
         console.print(f"  case: {escape(finding.probe.case.describe())}", highlight=False)
     for key, value in finding.evidence:
-        console.print(f"  {escape(key)}: {escape(_short(value, 2000))}", highlight=False)
+        console.print(f"  {escape(key)}: {escape(short(value, 2000))}", highlight=False)
 
 
-def _short(value: Any, limit: int = 200) -> str:
+def short(value: Any, limit: int = 200) -> str:
     """`value` in at most about `limit` characters: numbers to four significant digits,
     mappings and lists item by item, never cut inside an item (what is left is counted)."""
     if isinstance(value, float):
