@@ -218,8 +218,9 @@ def _common(parser: argparse.ArgumentParser, default_profile: str = "default") -
     parser.add_argument(
         "--html",
         type=Path,
-        help="where to write the HTML report, with the training check's curves (default: the "
-        "JSON report's path with .html)",
+        help="where to write the HTML report: one self-contained page, verdict and coverage "
+        "first, every finding with its evidence and plots (default: the JSON report's path "
+        "with .html)",
     )
 
 

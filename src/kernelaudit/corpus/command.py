@@ -29,6 +29,7 @@ from kernelaudit.findings import AuditReport, write_reports
 from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.profiles import PROFILES
 from kernelaudit.report.html import write_html
+from kernelaudit.report.index import IndexEntry, entry_of, write_index
 from kernelaudit.report.junit import Unaudited, write_junit
 from kernelaudit.report.sarif import write_sarif
 from kernelaudit.runner.sandbox import isolation
@@ -356,6 +357,30 @@ def _audit(
     return unconfined
 
 
+def _index(
+    results: list[StoredResult], store: Store, args: argparse.Namespace, console: Console
+) -> None:
+    """The reports folder's index page over the summarised jobs, each linked to its own."""
+    folder = _reports(args)
+    if not results or not folder.is_dir():
+        return
+    entries = [
+        entry_of(store.report(r.key), folder / f"{r.key[:12]}.html")
+        if r.status == "done"
+        else IndexEntry(
+            problem_label(r.problem),
+            candidate_label(r.candidate),
+            r.status,
+            None,
+            headline=(r.error or "").partition("\n")[0],
+            seconds=r.seconds,
+        )
+        for r in results
+    ]
+    write_index(entries, folder / "index.html")
+    console.print(f"index of the reports: {escape(str(folder / 'index.html'))}")
+
+
 def _ci_reports(
     store: Store, results: list[StoredResult], args: argparse.Namespace, console: Console
 ) -> None:
@@ -404,6 +429,7 @@ def _summarise(
     results = store.results(keys)
     summary = summarise(results, store.untrusted(keys))
     print_summary(console, summary)
+    _index(results, store, args, console)
     _ci_reports(store, results, args, console)
     missing = 0 if jobs is None else len(jobs) - len(results)
     if missing:

@@ -1,156 +1,262 @@
-"""The HTML report: verdicts, findings with their evidence, and the training check's curves
-drawn as inline SVG, one self-contained file with no scripts and no external assets."""
+"""The HTML report: one self-contained page (no scripts, no external assets) that gives, for
+each candidate, failing ones first, the verdict and what it covers (what ran, what could not be
+verified here and why, how the candidate was isolated), then every finding with its evidence
+as tables and, where the evidence holds the data, figures: cases by value distribution and
+size, error by row against its id's count, the failing region of an output, time per call
+against the reference and the roofline, and the training check's curves and departures."""
 
 from __future__ import annotations
 
-import html
-import json
-import math
+import re
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kernelaudit.findings import AuditReport, Finding
+from kernelaudit.report.case_grid import finding_grid, report_grid
+from kernelaudit.report.evidence import evidence_html, value_text
+from kernelaudit.report.page import counts_html, document, escape, severity_counts, table
+from kernelaudit.report.plots import svg
+from kernelaudit.report.plots.cases import case_grid_figure
+from kernelaudit.report.plots.region import region_figure, region_of
+from kernelaudit.report.plots.rows import row_figure, row_plot
+from kernelaudit.report.plots.timing import timing_figure
+from kernelaudit.report.plots.training import departure_figure, loss_figure
 
-_WIDTH, _HEIGHT, _PAD = 420, 220, 40
-_COLOURS = {"reference": "#1f77b4", "candidate": "#d62728", "gap": "#d62728", "envelope": "#7f7f7f"}
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-_STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2em; color: #222; max-width: 1100px; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 2em; }
-.PASS { color: #17803d; font-weight: bold; } .FAIL { color: #c62828; font-weight: bold; }
-.fail { color: #c62828; } .warn { color: #a66a00; } .note { color: #1565c0; }
-table { border-collapse: collapse; margin: .5em 0; }
-td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
-pre { background: #f6f6f6; padding: .5em; white-space: pre-wrap; font-size: 12px; }
-svg { border: 1px solid #eee; margin: 4px 8px 4px 0; }
-.conclusion { background: #fff8e1; padding: .6em; border-left: 4px solid #f9a825; }
-"""
+_SEVERITY_ORDER = {"fail": 0, "warn": 1, "note": 2}
+_CASE_WORDS = {"fail": "smallest failing case", "warn": "case warned on", "note": "case"}
+_VERBS = {"fail": "failed", "warn": "warned on", "note": "noted on"}
 
 
 def write_html(reports: list[AuditReport], path: Path) -> None:
-    """Write every report to one HTML file at `path`."""
-    body = ["<h1>kernelaudit report</h1>", _summary(reports)]
-    for report in reports:
-        body.append(_report(report))
-    document = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>kernelaudit report</title>"
-        f"<style>{_STYLE}</style></head><body>{''.join(body)}</body></html>"
-    )
-    path.write_text(document)
+    """Write every report to one HTML file at `path`, failing candidates first."""
+    path.write_text(page(reports))
 
 
-def _summary(reports: list[AuditReport]) -> str:
-    rows = "".join(
-        f"<tr><td>{_e(r.problem)}</td><td>{_e(r.candidate)}</td>"
-        f"<td class='{r.verdict}'>{r.verdict}</td>"
-        f"<td>{_e(', '.join(sorted({f.check for f in r.failures})) or '-')}</td>"
-        f"<td>{r.seconds:.1f}</td></tr>"
-        for r in reports
-    )
-    return (
-        "<table><tr><th>problem</th><th>candidate</th><th>verdict</th><th>failing checks</th>"
-        f"<th>seconds</th></tr>{rows}</table>"
-    )
+def page(reports: list[AuditReport]) -> str:
+    """The HTML of the report page for `reports`."""
+    ordered = sorted(reports, key=lambda r: r.verdict != "FAIL")
+    anchors = [f"candidate-{k + 1}" for k in range(len(ordered))]
+    failing = sum(r.verdict == "FAIL" for r in ordered)
+    body = [
+        "<h1>kernelaudit report</h1>",
+        f"<p>{len(ordered)} candidate(s): {failing} FAIL, {len(ordered) - failing} PASS.</p>",
+        _summary(ordered, anchors),
+        *(_report(r, a) for r, a in zip(ordered, anchors, strict=True)),
+    ]
+    title = "kernelaudit: " + ", ".join(f"{r.candidate} {r.verdict}" for r in ordered[:3])
+    return document(title, "".join(body))
 
 
-def _report(report: AuditReport) -> str:
+def _summary(reports: list[AuditReport], anchors: list[str]) -> str:
+    rows = [
+        [
+            escape(r.problem),
+            f"<a href='#{a}'>{escape(r.candidate)}</a>",
+            f"<span class='{r.verdict}'>{r.verdict}</span>",
+            escape(", ".join(sorted({f.check for f in r.failures})) or "-"),
+            counts_html(severity_counts(r.findings)),
+            str(len(r.records)),
+            f"{r.seconds:.1f}",
+        ]
+        for r, a in zip(reports, anchors, strict=True)
+    ]
+    head = ["problem", "candidate", "verdict", "failing checks", "findings", "cases", "seconds"]
+    return table(head, rows)
+
+
+def _report(report: AuditReport, anchor: str) -> str:
+    source = f"{report.candidate_path}::{report.candidate_function}"
     parts = [
-        f"<h2>{_e(report.candidate)} on {_e(report.problem)}: "
+        f"<h2 id='{anchor}'>{escape(report.candidate)} on {escape(report.problem)}: "
         f"<span class='{report.verdict}'>{report.verdict}</span></h2>",
-        f"<p>profile {_e(report.profile)}, device {_e(report.device)}, "
-        f"{len(report.records)} cases, {report.seconds:.1f} s</p>",
+        f"<p class='muted'>candidate {escape(source)}; problem {escape(report.problem_path)}; "
+        f"profile {escape(report.profile)}; device {escape(report.device)}; "
+        f"{len(report.records)} cases in {report.seconds:.1f} s</p>",
+        "<h3>What ran and what this verdict covers</h3>",
+        _coverage(report),
     ]
-    for finding in report.findings:
-        parts.append(_finding(finding))
+    grid = report_grid(report)
+    if grid is not None:
+        parts.append(_figure(f"{anchor}-cases", lambda: case_grid_figure(grid)))
+    parts.append(_details(report))
+    findings = sorted(report.findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
+    parts.append(
+        f"<h3>Findings</h3><p>{counts_html(severity_counts(findings)) if findings else 'none'}</p>"
+    )
+    parts.extend(_finding(report, f, anchor) for f in findings)
     return "".join(parts)
 
 
-def _finding(finding: Finding) -> str:
-    parts = [
-        f"<h3><span class='{finding.severity}'>{finding.severity}</span> {_e(finding.id)} "
-        f"[{_e(finding.check)}] {_e(finding.title)}</h3>"
+def _coverage(report: AuditReport) -> str:
+    if report.confined:
+        isolation = f"<p>Isolation: {escape(report.isolation)}.</p>"
+    else:
+        isolation = (
+            f"<p class='caution'>Isolation: {escape(report.isolation or 'not recorded')}. "
+            "The candidate ran without a sandbox: a hostile candidate could read or change what "
+            "the audit reads and writes.</p>"
+        )
+    ran = [check for check, what in report.coverage if what == "ran"]
+    parts = [isolation]
+    if ran:
+        parts.append(f"<p>Ran in full ({len(ran)} checks): {escape(', '.join(ran))}.</p>")
+    gaps = [
+        [escape(check), escape(what.split(":", 1)[0]), escape(what.partition(": ")[2] or what)]
+        for check, what in report.coverage
+        if what != "ran"
     ]
-    if finding.probe is not None:
+    said = {check for check, what in report.coverage if what != "ran"}
+    gaps += [
+        [escape(check), "not verified here", escape(why)]
+        for check, why in report.unverified
+        if check not in said
+    ]
+    if gaps:
+        parts.append("<p><b>What this verdict does not cover</b></p>")
+        parts.append(table(["check", "what happened", "why"], gaps))
+    parts.append(_budget(report))
+    if report.assumed:
+        assumed = "; ".join(f"{name} {what}" for name, what in report.assumed)
         parts.append(
-            f"<p>smallest failing case: <code>{_e(finding.probe.case.describe())}</code></p>"
+            f"<p>Assumed of the inputs (values outside it not tried): {escape(assumed)}</p>"
         )
-    curves = None
-    for key, value in finding.evidence:
-        if key == "loss curves":
-            curves = value
-        elif key == "conclusion":
-            parts.append(f"<p class='conclusion'>{_e(str(value))}</p>")
-        else:
-            parts.append(f"<p><b>{_e(key)}</b></p><pre>{_e(_text(value))}</pre>")
-    if isinstance(curves, dict):
-        parts.append("<div>")
-        for optimizer, curve in curves.items():
-            parts.append(_plot(f"{optimizer}: loss", curve, ("reference", "candidate"), log=False))
-            parts.append(
-                _plot(
-                    f"{optimizer}: |candidate - reference| vs envelope",
-                    curve,
-                    ("gap", "envelope"),
-                    log=True,
-                )
-            )
-        parts.append("</div>")
+    for line in report.interpretation:
+        parts.append(f"<p>How the problem's format was read: {escape(line)}</p>")
+    if report.workload_errors:
+        columns = list(dict.fromkeys(c for _, e in report.workload_errors for c in e))
+        rows = [
+            [escape(w)] + [value_text(c, e[c]) if c in e else "" for c in columns]
+            for w, e in report.workload_errors
+        ]
+        parts.append("<p><b>Plain errors at each workload</b> (what a benchmark prints)</p>")
+        parts.append(table(["workload", *[c.replace("_", " ") for c in columns]], rows))
     return "".join(parts)
 
 
-def _plot(title: str, curve: dict[str, list[float]], series: tuple[str, ...], log: bool) -> str:
-    """A line chart of `series` of one curve over its steps, as inline SVG."""
-    steps = curve.get("steps", [])
-    lines = {name: curve.get(name, []) for name in series}
-    values = [v for line in lines.values() for v in line if math.isfinite(v) and (v > 0 or not log)]
-    if not steps or not values:
+def _budget(report: AuditReport) -> str:
+    budget = dict(report.budget)
+    if not budget:
         return ""
-    transform = (lambda v: math.log10(v)) if log else (lambda v: v)
-    low, high = transform(min(values)), transform(max(values))
-    if high == low:
-        high = low + 1.0
-    span = max(steps[-1], 1.0)
 
-    def point(step: float, value: float) -> str:
-        x = _PAD + (_WIDTH - 1.5 * _PAD) * step / span
-        y = _HEIGHT - _PAD + (transform(value) - low) / (high - low) * (2 * _PAD - _HEIGHT)
-        return f"{x:.1f},{y:.1f}"
+    def said(key: str) -> str:
+        return value_text(key, budget.get(key, 0))
 
-    shapes = []
-    for k, (name, line) in enumerate(lines.items()):
-        points = " ".join(
-            point(s, v)
-            for s, v in zip(steps, line, strict=False)
-            if math.isfinite(v) and (v > 0 or not log)
-        )
-        colour = _COLOURS.get(name, "#444")
-        dash = " stroke-dasharray='4 3'" if name == "envelope" else ""
-        shapes.append(
-            f"<polyline fill='none' stroke='{colour}' stroke-width='1.5'{dash} points='{points}'/>"
-        )
-        shapes.append(
-            f"<text x='{_PAD + 90 * k}' y='{_HEIGHT - 8}' fill='{colour}' font-size='11'>"
-            f"{_e(name)}</text>"
-        )
-    top, bottom = (10**high, 10**low) if log else (high, low)
-    axis = (
-        f"<text x='4' y='{_PAD - 4}' font-size='10'>{top:.3g}</text>"
-        f"<text x='4' y='{_HEIGHT - _PAD + 4}' font-size='10'>{bottom:.3g}</text>"
-        f"<text x='{_WIDTH - _PAD}' y='{_HEIGHT - _PAD + 14}' font-size='10'>"
-        f"step {int(span)}</text>"
-        f"<text x='{_PAD}' y='14' font-size='12'>{_e(title)}{' (log)' if log else ''}</text>"
+    text = (
+        f"<p>Plan: {said('probes_planned')} probes for a budget of {said('budget_s')} "
+        f"(estimated {said('planned_s')} of probing); {said('probes_untried')} optional "
+        f"probes left untried; {said('probes_sharing_a_run')} judged on another probe's run.</p>"
     )
-    return (
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{_WIDTH}' height='{_HEIGHT}'>"
-        f"{axis}{''.join(shapes)}</svg>"
+    if report.untried:
+        rows = [[escape(what), str(count)] for what, count in report.untried]
+        text += table(["untried (check @ shape)", "probes"], rows)
+    return text
+
+
+def _details(report: AuditReport) -> str:
+    """Where the time went and the environment, folded away."""
+    parts = []
+    for title, pairs in (
+        ("phases", report.phases),
+        ("seconds per check", report.check_seconds),
+        ("judging seconds per check", report.judging_seconds),
+    ):
+        rows = [[escape(k), f"{v:.2f}"] for k, v in sorted(pairs, key=lambda kv: -kv[1]) if v]
+        if rows:
+            parts.append(f"<p><b>{title}</b></p>" + table(["", "seconds"], rows))
+    facts = [*report.environment, *((f"sha256 of the {k}", v) for k, v in report.files_sha256)]
+    if facts:
+        parts.append("<p><b>environment</b></p>")
+        parts.append(table(["", ""], [[escape(k), escape(v)] for k, v in facts]))
+    if not parts:
+        return ""
+    return f"<details><summary>where the time went; environment</summary>{''.join(parts)}</details>"
+
+
+def _finding(report: AuditReport, finding: Finding, anchor: str) -> str:
+    scope = f"{anchor}-{re.sub(r'[^A-Za-z0-9]+', '-', finding.id or finding.key)}"
+    parts = [
+        f"<div class='finding {finding.severity}'>",
+        f"<h4><span class='badge {finding.severity}'>{finding.severity}</span> "
+        f"{escape(finding.id)} [{escape(finding.check)}] {escape(finding.title)}</h4>",
+        _origin(finding),
+    ]
+    parts.extend(_finding_figures(report, finding, scope))
+    parts.append(evidence_html(finding))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _origin(finding: Finding) -> str:
+    """Where the finding was seen. Only a failing finding's case is its smallest failing one:
+    a note or a warning names the case it was measured on."""
+    if finding.probe is None:
+        if finding.check == "training":
+            return (
+                "<p>Seen while training a small model with the candidate: no single case to "
+                "replay.</p>"
+            )
+        return "<p>No single case to replay for this finding.</p>"
+    case = finding.probe.case
+    words = _CASE_WORDS.get(finding.severity, "case")
+    text = f"<p>{words}: <code>{escape(case.describe())}</code>"
+    if finding.original is not None and finding.original != case:
+        text += f"; first seen in <code>{escape(finding.original.describe())}</code>"
+    verb = _VERBS.get(finding.severity, "seen in")
+    text += (
+        f"; {verb} {finding.occurrences} of {finding.probes} {escape(finding.probe.check)} cases"
     )
+    if finding.shrink_steps:
+        text += f"; shrunk by {escape(', '.join(finding.shrink_steps))}"
+    if finding.severity == "fail":
+        text += f". Replay: <code>kernelaudit repro &lt;JSON report&gt; {escape(finding.id)}</code>"
+    return text + ".</p>"
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, indent=1, default=str)
-    return str(value)
+def _finding_figures(report: AuditReport, finding: Finding, scope: str) -> list[str]:
+    """The figures the finding's evidence has the data for."""
+    evidence = dict(finding.evidence)
+    drawn: list[str] = []
+    grid = finding_grid(report, finding) if finding.severity == "fail" else None
+    if grid is not None:
+        drawn.append(_figure(f"{scope}-cases", lambda: case_grid_figure(grid)))
+    curves = evidence.get("loss curves")
+    if isinstance(curves, dict):
+        for optimizer, curve in curves.items():
+            name = re.sub(r"[^A-Za-z0-9]+", "-", str(optimizer))
+            drawn.append(_figure(f"{scope}-{name}", partial(loss_figure, str(optimizer), curve)))
+    if isinstance(evidence.get("per optimizer"), dict):
+        drift = evidence.get("parameter drift")
+        drawn.append(
+            _figure(
+                f"{scope}-departure",
+                lambda: departure_figure(
+                    evidence["per optimizer"], drift if isinstance(drift, dict) else {}
+                ),
+            )
+        )
+    rows = row_plot(finding)
+    if rows is not None:
+        drawn.append(_figure(f"{scope}-rows", lambda: row_figure(rows)))
+    region = region_of(evidence)
+    if region is not None:
+        drawn.append(_figure(f"{scope}-region", lambda: region_figure(region, finding.title[:90])))
+    if finding.check == "timing":
+        drawn.append(_figure(f"{scope}-timing", lambda: timing_figure(evidence)))
+    return [d for d in drawn if d]
 
 
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
+def _figure(scope: str, draw: Callable[[], Figure | None]) -> str:
+    """A drawn figure as inline SVG; "" when the data holds nothing to draw. A figure that
+    cannot be drawn says why in its place: the rest of the report still stands."""
+    try:
+        figure = draw()
+        if figure is None:
+            return ""
+        return f"<figure>{svg(figure, scope)}</figure>"
+    except Exception as error:  # one figure's data must not cost the whole report
+        return f"<p class='caution'>This figure could not be drawn: {escape(error)}</p>"
