@@ -53,6 +53,7 @@ from kernelaudit.repro import replay
 from kernelaudit.runner import prestart
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.preflight import refusal, refused_report
+from kernelaudit.tripwires.command import add_parser as add_scan_parser
 
 DEFAULT_REPORT = "kernelaudit-report.json"
 
@@ -170,6 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     repro.add_argument("--device", default="auto", help="auto (default), cpu or cuda[:N]")
     repro.set_defaults(run=replay)
     add_corpus_parser(sub)
+    add_scan_parser(sub)
     return parser
 
 
