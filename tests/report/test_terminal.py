@@ -89,3 +89,14 @@ def test_cpu_timings_are_left_to_the_reports_and_said_once() -> None:
     assert said.count("say nothing of a GPU's speed") == 1
     on_a_gpu = _said(_report(timing, device="cuda:0"))
     assert timing.title in on_a_gpu and "GPU's speed" not in on_a_gpu
+
+
+def test_a_shrunk_finding_leads_with_its_worst_case_then_the_smallest() -> None:
+    worst = {"case": "x~offset @ boundary cols=1 [float32]", "title": "y: error is 358x the floor"}
+    finding = _finding(evidence=(("worst case", worst),))
+    lines = _said(_report(finding)).splitlines()
+    headline = next(i for i, line in enumerate(lines) if "FAIL F1" in line)
+    assert lines[headline].endswith("y: error is 358x the floor")
+    assert "worst case: x~offset @ boundary cols=1 [float32]" in lines[headline + 1]
+    assert "smallest failing case: rows=1 cols=1" in lines[headline + 2]
+    assert lines[headline + 3].strip() == f"there: {finding.title}"

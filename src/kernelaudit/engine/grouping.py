@@ -26,7 +26,7 @@ def finding_of(
     """The finding of `check`'s failures `items` with `key`, its worst case shrunk within the
     profile's reruns and `allowance` (the audit's estimated seconds for shrinking)."""
     probe, failure = max(items, key=lambda item: item[1].score)
-    original = probe.case
+    first, original, worst = probe, probe.case, failure
     steps: tuple[str, ...] = ()
     cut = False
     if failure.severity == "fail" and failure.shrinks and not key.startswith(("timeout", "memory")):
@@ -36,8 +36,12 @@ def finding_of(
     evidence = (
         *failure.evidence,
         ("cases", _by_variant(executor.problem, items, same_check, failure.severity)),
-        ("other failing cases", _others(executor.problem, items, probe)),
+        ("other failing cases", _others(executor.problem, items, (probe, first))),
     )
+    if probe.case != original:
+        # the shrunk case is the simplest that fails; the one it was shrunk from is the worst
+        worst_case = {"case": _variant(executor.problem, original), "title": worst.title}
+        evidence = (("worst case", worst_case), *evidence)
     if cut:
         evidence += (("shrinking", _CUT),)
     return Finding(
@@ -65,11 +69,12 @@ _HEADLINE_SKIPPED = ("result", "reason", "metrics", "message")
 
 
 def _others(
-    problem: Problem, items: list[tuple[Probe, Failure]], shown: Probe
+    problem: Problem, items: list[tuple[Probe, Failure]], shown: tuple[Probe, ...]
 ) -> list[dict[str, object]]:
-    """The worst few other failing cases, each with its title and leading evidence: the one
-    finding shows how the failure looks under each input that exposes it."""
-    others = sorted((i for i in items if i[0] != shown), key=lambda item: -item[1].score)
+    """The worst few other failing cases (than those `shown`: the shrunk case and the worst),
+    each with its title and leading evidence: the one finding shows how the failure looks
+    under each input that exposes it."""
+    others = sorted((i for i in items if i[0] not in shown), key=lambda item: -item[1].score)
     rows = []
     for probe, failure in others[:_OTHERS_SHOWN]:
         row: dict[str, object] = {"case": _variant(problem, probe.case), "title": failure.title}

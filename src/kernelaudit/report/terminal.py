@@ -159,9 +159,10 @@ def seen(finding: Finding) -> str:
 
 
 def _print_finding(console: Console, finding: Finding, report_path: str | None) -> None:
+    worst = dict(finding.evidence).get("worst case")
+    headline = worst["title"] if isinstance(worst, dict) else finding.title
     console.print(
-        f"  [red]FAIL[/] [bold]{finding.id}[/] {escape(f'[{finding.check}]')} "
-        f"{escape(finding.title)}",
+        f"  [red]FAIL[/] [bold]{finding.id}[/] {escape(f'[{finding.check}]')} {escape(headline)}",
         highlight=False,
     )
     if finding.probe is None and finding.check == "training":
@@ -171,13 +172,17 @@ def _print_finding(console: Console, finding: Finding, report_path: str | None) 
     elif finding.probe is None:
         console.print("       found in the candidate's source, before it ran", highlight=False)
     else:
+        if isinstance(worst, dict):
+            console.print(f"       worst case: {escape(str(worst['case']))}", highlight=False)
         console.print(
             f"       {seen(finding)}; smallest failing case: "
             f"{escape(finding.probe.case.describe())}",
             highlight=False,
         )
+        if isinstance(worst, dict):
+            console.print(f"       there: {escape(finding.title)}", highlight=False)
     for key, value in finding.evidence:
-        if key in ("reason", "result", "message", "loss curves"):
+        if key in ("reason", "result", "message", "loss curves", "worst case"):
             continue
         if key == "cases" and isinstance(value, dict):
             # the cases that failed: those that passed are in the reports
