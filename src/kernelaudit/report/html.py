@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.report.case_grid import finding_grid, report_grid
+from kernelaudit.report.causes import follow_ons
 from kernelaudit.report.evidence import evidence_html, value_text
 from kernelaudit.report.page import counts_html, document, escape, severity_counts, table
 from kernelaudit.report.plots import svg
@@ -179,12 +180,22 @@ def _details(report: AuditReport) -> str:
 
 def _finding(report: AuditReport, finding: Finding, anchor: str) -> str:
     scope = f"{anchor}-{re.sub(r'[^A-Za-z0-9]+', '-', finding.id or finding.key)}"
+    worst = dict(finding.evidence).get("worst case")
+    headline = worst["title"] if isinstance(worst, dict) else finding.title
     parts = [
         f"<div class='finding {finding.severity}'>",
         f"<h4><span class='badge {finding.severity}'>{finding.severity}</span> "
-        f"{escape(finding.id)} [{escape(finding.check)}] {escape(finding.title)}</h4>",
-        _origin(finding),
+        f"{escape(finding.id)} [{escape(finding.check)}] {escape(str(headline))}</h4>",
     ]
+    cause = follow_ons(report).get(finding.id)
+    if cause is not None:
+        parts.append(
+            f"<p>The same cause as {escape(cause[0].id)} [{escape(cause[0].check)}]: "
+            f"{escape(cause[1])}, not a second bug.</p>"
+        )
+    if isinstance(worst, dict):
+        parts.append(f"<p>worst case: <code>{escape(str(worst['case']))}</code></p>")
+    parts.append(_origin(finding))
     parts.extend(_finding_figures(report, finding, scope))
     parts.append(evidence_html(finding))
     parts.append("</div>")
@@ -207,9 +218,13 @@ def _origin(finding: Finding) -> str:
     if finding.original is not None and finding.original != case:
         text += f"; first seen in <code>{escape(finding.original.describe())}</code>"
     verb = _VERBS.get(finding.severity, "seen in")
-    text += (
-        f"; {verb} {finding.occurrences} of {finding.probes} {escape(finding.probe.check)} cases"
-    )
+    check = escape(finding.probe.check)
+    if finding.occurrences <= finding.probes:
+        text += f"; {verb} {finding.occurrences} of {finding.probes} {check} cases"
+    else:  # one case may fail in several observations (outputs, calls)
+        text += f"; seen {finding.occurrences} times in {finding.probes} {check} cases"
+    if isinstance(dict(finding.evidence).get("worst case"), dict):
+        text += f", where: {escape(finding.title)}"
     if finding.shrink_steps:
         text += f"; shrunk by {escape(', '.join(finding.shrink_steps))}"
     if finding.severity == "fail":

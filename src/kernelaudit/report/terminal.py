@@ -23,6 +23,7 @@ from rich.table import Table
 
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.findings import AuditReport, Finding
+from kernelaudit.report.causes import follow_ons
 
 _STYLE = {"PASS": "bold green", "FAIL": "bold red"}
 _SEVERITY = {"fail": "red", "warn": "yellow", "note": "cyan"}
@@ -86,11 +87,12 @@ def verdict_table(reports: list[AuditReport]) -> Table:
     for column in ("problem", "candidate", "verdict", "failures", "cases", "seconds"):
         table.add_column(column, justify="right" if column in ("cases", "seconds") else "left")
     for report in reports:
+        folded = follow_ons(report)  # symptoms of another check's finding: listed with it
         table.add_row(
             escape(report.problem),
             escape(report.candidate),
             f"[{_STYLE[report.verdict]}]{report.verdict}[/]",
-            ", ".join(sorted({f.check for f in report.failures})) or "-",
+            ", ".join(sorted({f.check for f in report.failures if f.id not in folded})) or "-",
             str(len(report.records)),
             f"{report.seconds:.1f}",
         )
@@ -107,7 +109,8 @@ def print_findings(
     console: Console, report: AuditReport, report_path: str | None, limit: int = 3
 ) -> None:
     """The worst findings of one report, each with its numbers and reproducer."""
-    shown = [f for f in report.findings if f.severity == "fail"][:limit]
+    folded = follow_ons(report)
+    shown = [f for f in report.failures if f.id not in folded][:limit]
     notes = [f for f in report.findings if f.severity != "fail" and not _cpu_timing(report, f)]
     if not shown and not notes and not report.interpretation and not report.assumed:
         return
@@ -119,7 +122,11 @@ def print_findings(
         console.print(f"  [cyan]assumed[/] {escape(said)}", highlight=False)
     for finding in shown:
         _print_finding(console, finding, report_path)
-    hidden = len(report.failures) - len(shown)
+        for echo, (cause, said) in folded.items():
+            if cause.id == finding.id:
+                check = escape(f"[{report.finding(echo).check}]")
+                console.print(f"       the same cause: {echo} {check} ({said})", highlight=False)
+    hidden = len(report.failures) - len(shown) - len(folded)
     if hidden > 0:
         console.print(f"  ... and {hidden} more failing finding(s) in the JSON report")
     for finding in notes:
