@@ -169,6 +169,12 @@ def _parser() -> argparse.ArgumentParser:
         "finding", nargs="?", default=None, help="finding id, e.g. F1 (not for a guard's record)"
     )
     repro.add_argument("--device", default="auto", help="auto (default), cpu or cuda[:N]")
+    repro.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write the replayed finding, with its evidence as it is now, as an HTML page",
+    )
     repro.set_defaults(run=replay)
     add_corpus_parser(sub)
     add_scan_parser(sub)

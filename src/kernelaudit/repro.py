@@ -22,6 +22,7 @@ from kernelaudit.inputs import scheme
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.domain import assuming
 from kernelaudit.profiles import profile_named
+from kernelaudit.report.html import write_html
 from kernelaudit.report.terminal import print_evidence
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.process import Worker
@@ -52,6 +53,7 @@ def replay(args: argparse.Namespace, console: Console) -> int:
         )
     device = resolve_device(args.device)
     failing = False
+    replayed: list[AuditReport] = []
     for report in matches:
         finding = report.finding(args.finding)
         for change in files_changed_since(report):
@@ -84,12 +86,20 @@ def replay(args: argparse.Namespace, console: Console) -> int:
         if failures:
             failing = failing or finding.severity == "fail"
             console.print("[bold red]reproduced[/]")
-            for failure in failures:
-                print_evidence(
-                    console, replace(finding, title=failure.title, evidence=failure.evidence)
-                )
+            again = [replace(finding, title=f.title, evidence=f.evidence) for f in failures]
+            for each in again:
+                print_evidence(console, each)
         else:
             console.print("[bold green]not reproduced[/]: the case passes now")
+            again = [
+                replace(finding, severity="note", title=f"not reproduced, the case passes now: "
+                        f"{finding.title}")
+            ]  # fmt: skip
+        verdict = "FAIL" if any(f.severity == "fail" for f in again) else "PASS"
+        replayed.append(replace(report, findings=tuple(again), verdict=verdict, device=device))
+    if getattr(args, "html", None) and replayed:
+        write_html(replayed, args.html)
+        console.print(f"HTML report of the replay: {args.html}")
     return 1 if failing else 0
 
 

@@ -90,11 +90,17 @@ def test_repro_replays_a_finding_from_the_json_report(
     findings = document["reports"][0]["findings"]
     unwritten = next(f for f in findings if f["check"] == "unwritten")
     capsys.readouterr()
-    code = main(["repro", str(tmp_path / "report.json"), unwritten["id"], "--device", "cpu"])
+    page = tmp_path / "replay.html"
+    replay = ["repro", str(tmp_path / "report.json"), unwritten["id"], "--device", "cpu"]
+    code = main([*replay, "--html", str(page)])
     out = capsys.readouterr().out
     assert code == 1
     assert "reproduced" in out
     assert "never written" in out
+    # the replay's own page: the finding as the replay saw it, and nothing else
+    html = page.read_text()
+    assert unwritten["id"] in html and "never written" in html and "http" not in html
+    assert sum(f["id"] in html for f in findings if f["id"] != unwritten["id"]) == 0
 
 
 @pytest.mark.parametrize(
