@@ -5,6 +5,7 @@ options, the reports gathered in one folder, and pytest-xdist."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -104,11 +105,18 @@ def test_audits_share_the_host_under_xdist(pytester: pytest.Pytester) -> None:
     _suite(pytester)
     pytester.makepyfile(test_failing=FAILING)
     reports = pytester.path / "audits"
+    junit = pytester.path / "junit.xml"
     run = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-n", "2", "--kernelaudit-profile", "quick",
-        "--kernelaudit-reports", str(reports),
+        "--kernelaudit-reports", str(reports), "--junitxml", str(junit),
     )  # fmt: skip
     run.assert_outcomes(passed=3, errors=1)
+    # pytest's own JUnit XML carries the failing audit's findings
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
+    assert len(cases) == 4
+    (broken,) = [c for c in cases if c.find("error") is not None]
+    text = (broken.find("error").text or "") + (broken.find("error").get("message") or "")  # type: ignore[union-attr]
+    assert "kernelaudit: candidates.py::scale_in_half FAIL on scale" in text
     index = json.loads((reports / "index.json").read_text())["audits"]
     assert sorted(a["verdict"] for a in index) == ["FAIL", "PASS", "PASS", "PASS"]
     # each process wrote its own reports, named by the test and the process
