@@ -40,8 +40,7 @@ def finding_of(
     )
     if probe.case != original:
         # the shrunk case is the simplest that fails; the one it was shrunk from is the worst
-        worst_case = {"case": _variant(executor.problem, original), "title": worst.title}
-        evidence = (("worst case", worst_case), *evidence)
+        evidence = (("worst case", _row(executor.problem, first, worst)), *evidence)
     if cut:
         evidence += (("shrinking", _CUT),)
     return Finding(
@@ -75,13 +74,15 @@ def _others(
     each with its title and leading evidence: the one finding shows how the failure looks
     under each input that exposes it."""
     others = sorted((i for i in items if i[0] not in shown), key=lambda item: -item[1].score)
-    rows = []
-    for probe, failure in others[:_OTHERS_SHOWN]:
-        row: dict[str, object] = {"case": _variant(problem, probe.case), "title": failure.title}
-        headline = [(k, v) for k, v in failure.evidence if k not in _HEADLINE_SKIPPED]
-        row.update(headline[:3])
-        rows.append(row)
-    return rows
+    return [_row(problem, probe, failure) for probe, failure in others[:_OTHERS_SHOWN]]
+
+
+def _row(problem: Problem, probe: Probe, failure: Failure) -> dict[str, object]:
+    """A failing case in a line: its variant, its title and its leading evidence."""
+    row: dict[str, object] = {"case": _variant(problem, probe.case), "title": failure.title}
+    headline = [(k, v) for k, v in failure.evidence if k not in _HEADLINE_SKIPPED]
+    row.update(headline[:3])
+    return row
 
 
 def _variant(problem: Problem, case: Case) -> str:
