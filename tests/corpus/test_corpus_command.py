@@ -115,7 +115,11 @@ def test_a_run_killed_with_sigkill_resumes_without_redoing_finished_jobs(
     assert {p.name for p in reports.glob("*.json")} == {
         f"{row['key'][:12]}.json" for row in after.values() if row["status"] == "done"
     }
-    assert len(list(reports.glob("*.html"))) == 3
+    pages = {p.name for p in reports.glob("*.html")}
+    assert len(pages - {"index.html"}) == 3
+    # the index lists every job of the summary, the crashed one among them, linked to its page
+    index = (reports / "index.html").read_text()
+    assert all(page in index for page in pages - {"index.html"}) and "crash" in index
 
     # a third run finds everything done; --summary-only reads the same store
     capsys.readouterr()

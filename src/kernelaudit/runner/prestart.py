@@ -47,6 +47,8 @@ VALUE_OPTIONS = (
     "--assume",
     "--case",
     "--trace",
+    "--junit",
+    "--sarif",
 )
 """The options of `kernelaudit check` that take a value (a test holds this to the real parser)."""
 
