@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
@@ -390,7 +391,10 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     jobs = [read_candidate(e.candidate, problems[e.problem]) for e in examples]
     named = [Job(str(e.problem), e.candidate) for e in examples]
     reports = _audit_all(jobs, args, console, announce=True, named=named)
-    write_outputs(reports, args, "kernelaudit demo")
+    # the reports are written (the HTML's plots take seconds) while the guard's demonstration
+    # runs in a child process of its own
+    writing = ThreadPoolExecutor(1, thread_name_prefix="reports")
+    written_out = writing.submit(write_outputs, reports, args, "kernelaudit demo")
     table = Table(title=f"kernelaudit demo ({args.profile} profile)", title_justify="left")
     for column in ("problem", "candidate", "expected", "verdict", "finding that names the bug"):
         table.add_column(column)
@@ -412,9 +416,11 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     for report in reports:
         print_findings(console, report, str(args.json), limit=1)
     cpu_timings_left_out(console, reports)
-    console.print("\n" + written(args))
     device = reports[0].device if reports else resolve_device(args.device)
     all_met &= show_demonstration(find_examples(args.examples), device, console)
+    written_out.result()
+    writing.shutdown()
+    console.print("\n" + written(args))
     console.print(
         "every example behaved as expected"
         if all_met

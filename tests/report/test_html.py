@@ -58,6 +58,7 @@ def report(
     verdict: str,
     findings: tuple[Finding, ...] = (),
     records: tuple[CaseRecord, ...] = (),
+    device: str = "cpu",
 ) -> AuditReport:
     return AuditReport(
         problem="embedding_backward",
@@ -66,7 +67,7 @@ def report(
         candidate_path="/problems/embedding_backward/candidates.py",
         candidate_function=candidate,
         profile="quick",
-        device="cpu",
+        device=device,
         verdict=verdict,
         findings=findings,
         records=records,
@@ -275,7 +276,8 @@ def test_the_training_plot_shows_both_losses_and_each_limit() -> None:
 
 def test_timing_samples_are_summarised_not_dumped() -> None:
     samples = [0.0012 + k * 1.37e-7 for k in range(200)]
-    document = page([report("wide_accumulator", "PASS", (timing_note(samples),))])
+    on_a_gpu = report("wide_accumulator", "PASS", (timing_note(samples),), device="cuda:0")
+    document = page([on_a_gpu])
     assert "200 samples: median" in document
     assert "min 1.2 ms" in document
     for sample in samples[1::20]:
@@ -283,6 +285,9 @@ def test_timing_samples_are_summarised_not_dumped() -> None:
     assert 'id="candidate-1-F2-timing-roofline-floor"' in document
     assert 'id="candidate-1-F2-timing-candidate-median"' in document
     assert 'id="candidate-1-F2-timing-reference-median"' in document
+    # a CPU's times (Triton through its interpreter) are listed, not plotted
+    on_a_cpu = page([report("wide_accumulator", "PASS", (timing_note(samples),))])
+    assert "200 samples: median" in on_a_cpu and "timing-roofline-floor" not in on_a_cpu
 
 
 def test_a_passing_candidates_notes_are_never_called_failing_cases() -> None:
@@ -357,5 +362,8 @@ def test_a_real_audit_reads_as_a_user_expects(tmp_path: Path) -> None:
     document = path.read_text()
     assert document.index("::scale_in_half on") < document.index("::scale on")
     assert 'id="candidate-1-cases-case-grid"' in document
-    assert 'id="candidate-2-' in document and "timing-candidate-median" in document
+    # the passing candidate's page: its own figures, and its CPU times listed, not plotted
+    assert 'id="candidate-2-cases-case-grid"' in document
+    assert "samples: median" in section(document, "scale")
+    assert "timing-candidate-median" not in document
     assert "failing case" not in section(document, "scale").lower()

@@ -260,7 +260,9 @@ def _finding_figures(report: AuditReport, finding: Finding, scope: str) -> list[
     region = region_of(evidence)
     if region is not None:
         drawn.append(_figure(f"{scope}-region", lambda: region_figure(region, finding.title[:90])))
-    if finding.check == "timing":
+    if finding.check == "timing" and report.device != "cpu":
+        # on a CPU (Triton through its interpreter) the times say nothing of a GPU's speed:
+        # the evidence keeps them, no figure is drawn for them
         drawn.append(_figure(f"{scope}-timing", lambda: timing_figure(evidence)))
     return [d for d in drawn if d]
 

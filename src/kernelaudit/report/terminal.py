@@ -194,6 +194,8 @@ def _print_finding(console: Console, finding: Finding, report_path: str | None) 
         if key == "cases" and isinstance(value, dict):
             # the cases that failed: those that passed are in the reports
             value = {c: said for c, said in value.items() if not str(said).startswith("failed 0")}
+        if value in ({}, [], ()):
+            continue
         console.print(f"       {escape(key)}: {escape(short(value))}", highlight=False)
     if report_path and finding.probe is not None:
         console.print(
