@@ -15,6 +15,16 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # to a writable folder instead.
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-/tmp/pycache}"
+# A machine without network and without a dependency the package declares (jsonschema, say)
+# installs it from wheels carried to build/wheels (`pip download -d build/wheels jsonschema
+# --only-binary=:all: --python-version 3.12 ...`), into a folder of its own.
+missing=()
+for module in jsonschema matplotlib; do python3 -c "import $module" 2>/dev/null || missing+=("$module"); done
+if [ ${#missing[@]} -gt 0 ] && [ -d build/wheels ]; then
+  python3 -m pip install -q --no-index --find-links build/wheels --target /tmp/kernelaudit-extra \
+    "${missing[@]}" 2>&1 | tail -n 2
+  export PYTHONPATH="$PYTHONPATH:/tmp/kernelaudit-extra"
+fi
 steps=("${@:-tests bench thorough}")
 failed=0
 # a failing test makes the whole run exit non-zero, whatever step it was in
