@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ THREADS_VARIABLE = "KERNELAUDIT_THREADS"
 would import what the plugin's loading must not)."""
 
 PROFILES = ("quick", "default", "thorough")
+
+_BEGAN = pytest.StashKey[float]()
+"""When the run began: the reports folder's index lists the reports written since."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -71,6 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "kernelaudit(problem, candidate, **options): audit candidate against problem for the "
         "kernelaudit_report fixture; options as kernelaudit.testing.assert_passes takes them",
     )
+    config.stash[_BEGAN] = time.time()
     reports = config.getoption("kernelaudit_reports")
     testing.configure(
         testing.Settings(
@@ -130,7 +135,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     folder = testing.settings().reports
     if folder is None or hasattr(session.config, "workerinput") or not folder.is_dir():
         return
-    files = sorted(p for p in folder.glob("*.json") if p.name != "index.json")
+    began = session.config.stash.get(_BEGAN, 0.0)
+    # this run's reports: a folder kept from an earlier run keeps its files, not in the index
+    files = sorted(
+        p for p in folder.glob("*.json") if p.name != "index.json" and p.stat().st_mtime >= began
+    )
     if not files:
         return
     from kernelaudit.findings import read_reports

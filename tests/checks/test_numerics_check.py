@@ -90,3 +90,21 @@ def test_nan_where_the_truth_is_finite_fails(audit_of: Callable[[str], AuditRepo
     # only exact small integers put zeros in x
     assert dict(finding.probe.case.values) == {"x": "small_integers"}
     assert _cases(finding)["default values @ workload 0"] == "failed 0 of 1"
+
+
+def test_every_row_is_binned_by_how_often_its_id_occurs() -> None:
+    """The flagship's picture in numbers: where an index input addresses the output's rows,
+    every row's error binned by its id's count (powers of two), with the rows, median and
+    largest error of each bin."""
+    import torch
+
+    from kernelaudit.checks.numerics import _by_id_count
+
+    counts = torch.tensor([0, 1, 1, 2, 3, 5, 4000])
+    errors = counts.double() * 1e-6  # an error that grows with the sum's length
+    bins = _by_id_count(errors, counts)
+    assert [b["ids occurring"] for b in bins] == ["1", "2-3", "4-7", "2048-4095"]
+    assert [b["rows"] for b in bins] == [2, 2, 1, 1]
+    assert bins[1]["median error"] == pytest.approx(2e-6)  # the lower of the middle two
+    assert bins[-1]["max error"] == pytest.approx(4e-3)
+    assert _by_id_count(errors, torch.zeros(7, dtype=torch.long)) == []

@@ -4,6 +4,7 @@ covers, each finding with readable evidence, and figures where the evidence hold
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -367,3 +368,21 @@ def test_a_real_audit_reads_as_a_user_expects(tmp_path: Path) -> None:
     assert "samples: median" in section(document, "scale")
     assert "timing-candidate-median" not in document
     assert "failing case" not in section(document, "scale").lower()
+
+
+def test_every_row_binned_by_its_ids_count_is_drawn_behind_the_worst_rows() -> None:
+    from kernelaudit.report.plots.rows import row_figure, row_plot
+
+    binned = [
+        {"ids occurring": "1", "rows": 900, "median error": 1e-5, "max error": 4e-5},
+        {"ids occurring": "2-3", "rows": 300, "median error": 2e-5, "max error": 9e-5},
+        {"ids occurring": "2048-4095", "rows": 1, "median error": 0.012, "max error": 0.012},
+    ]
+    base = numerics_failure()
+    failure = replace(base, evidence=(*base.evidence, ("error by id count", binned)))
+    plot = row_plot(failure)
+    assert plot is not None and [b.largest for b in plot.bins] == [4e-5, 9e-5, 0.012]
+    axes = row_figure(plot).axes[0]
+    largest = next(line for line in axes.get_lines() if line.get_gid() == "bins-largest")
+    assert list(largest.get_ydata()) == [4e-5, 9e-5, 0.012]
+    assert axes.get_yscale() == "log"  # errors spanning three orders of magnitude

@@ -5,6 +5,7 @@ options, the reports gathered in one folder, and pytest-xdist."""
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -67,6 +68,9 @@ def _suite(pytester: pytest.Pytester) -> None:
 def test_passing_audits_print_nothing_but_pytests_own_output(pytester: pytest.Pytester) -> None:
     _suite(pytester)
     reports = pytester.path / "audits"
+    reports.mkdir()
+    (reports / "from-an-earlier-run.json").write_text("{}")  # not this run's: not indexed
+    os.utime(reports / "from-an-earlier-run.json", (0, 0))
     run = pytester.runpytest_subprocess(
         "-q", "-p", "no:cacheprovider", "--kernelaudit-profile", "quick",
         "--kernelaudit-reports", str(reports), "kernels",

@@ -185,8 +185,35 @@ def _row_evidence(
                 },
             )
         )
+        evidence.append(("error by id count", _by_id_count(errors, counts)))
     evidence.insert(0, ("worst rows", rows))
     return tuple(evidence)
+
+
+def _by_id_count(errors: torch.Tensor, counts: torch.Tensor) -> list[dict[str, Any]]:
+    """Every row's error, binned by how often its id occurs (1, 2-3, 4-7, ...: powers of two):
+    per bin the rows, and their median and largest error. Whether the error grows with the
+    count is the mark of a sum carried in too low a precision."""
+    counts, errors = counts.cpu(), errors.double().cpu()
+    used = counts > 0
+    if not bool(used.any()):
+        return []
+    bins = torch.floor(torch.log2(counts[used].double())).long()
+    errors = errors[used].nan_to_num(float("inf"))
+    table = []
+    for b in range(int(bins.max()) + 1):
+        these = errors[bins == b]
+        if these.numel():
+            low, high = 1 << b, (2 << b) - 1
+            table.append(
+                {
+                    "ids occurring": str(low) if low == high else f"{low}-{high}",
+                    "rows": int(these.numel()),
+                    "median error": float(these.median()),
+                    "max error": float(these.max()),
+                }
+            )
+    return table
 
 
 def _row_multiplicity(

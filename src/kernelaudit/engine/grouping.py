@@ -65,6 +65,9 @@ _CUT = (
 
 _OTHERS_SHOWN = 8
 _HEADLINE_SKIPPED = ("result", "reason", "metrics", "message")
+_KEPT_WHOLE = ("error by id count",)
+"""Evidence each failing case keeps beyond its headline: every row's error by its id's count
+(a case with one id, where shrinking often ends, has none)."""
 
 
 def _others(
@@ -82,6 +85,7 @@ def _row(problem: Problem, probe: Probe, failure: Failure) -> dict[str, object]:
     row: dict[str, object] = {"case": _variant(problem, probe.case), "title": failure.title}
     headline = [(k, v) for k, v in failure.evidence if k not in _HEADLINE_SKIPPED]
     row.update(headline[:3])
+    row.update((k, v) for k, v in failure.evidence if k in _KEPT_WHOLE)
     return row
 
 

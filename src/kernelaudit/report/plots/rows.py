@@ -29,12 +29,27 @@ class RowPoints:
 
 
 @dataclass(frozen=True)
+class CountBin:
+    """Every row whose id occurs `low` to `high` times: their median and largest error."""
+
+    low: float
+    high: float
+    median: float
+    largest: float
+
+
+@dataclass(frozen=True)
 class RowPlot:
     series: tuple[RowPoints, ...]
     median_count: float | None
     error: str
     """What the vertical axis measures."""
     title: str
+    bins: tuple[CountBin, ...] = ()
+    """Every row of one failing case, binned by its id's count (numerics' "error by id
+    count"): the whole picture behind the worst rows."""
+    bins_case: str = ""
+    """The case the bins are of."""
 
 
 def row_plot(finding: Finding) -> RowPlot | None:
@@ -73,6 +88,7 @@ def row_plot(finding: Finding) -> RowPlot | None:
         median,
         "error of the row",
         "worst rows of each failing case, by their id's count",
+        *_binned(evidence, others if isinstance(others, list) else []),
     )
 
 
@@ -96,6 +112,25 @@ def row_figure(plot: RowPlot) -> Figure:
             axes.annotate(
                 str(row), (count, error), textcoords="offset points", xytext=(4, 3), fontsize=7
             )
+    if plot.bins:
+        middles = [math.sqrt(b.low * b.high) for b in plot.bins]
+        axes.plot(
+            middles,
+            [b.largest for b in plot.bins],
+            color=NEUTRAL_COLOUR,
+            marker="_",
+            markersize=14,
+            label=f"every row of {plot.bins_case}: largest error by id count",
+            gid="bins-largest",
+        )
+        axes.plot(
+            middles,
+            [b.median for b in plot.bins],
+            color=NEUTRAL_COLOUR,
+            linestyle=":",
+            label="... and median error",
+            gid="bins-median",
+        )
     if plot.median_count is not None and plot.median_count > 0:
         axes.axvline(
             plot.median_count,
@@ -106,6 +141,7 @@ def row_figure(plot: RowPlot) -> Figure:
         )
     axes.set_xscale("log")
     errors = [e for p in plot.series for e in p.errors]
+    errors += [e for b in plot.bins for e in (b.median, b.largest) if e > 0]
     if min(errors) > 0 and max(errors) / min(errors) > 20:
         axes.set_yscale("log")
     axes.set_xlabel("occurrences of the row's id (log scale)")
@@ -114,6 +150,33 @@ def row_figure(plot: RowPlot) -> Figure:
     axes.grid(True, color="#eeeeee")
     figure.legend(fontsize=7, loc="outside right upper")
     return figure
+
+
+def _binned(evidence: Mapping[str, Any], others: list[Any]) -> tuple[tuple[CountBin, ...], str]:
+    """The bins of the finding's own case, else of the first other failing case that has
+    some, and which case that is."""
+    own = _bins(evidence.get("error by id count"))
+    if own:
+        return own, "the smallest failing case"
+    for other in others:
+        if isinstance(other, Mapping):
+            bins = _bins(other.get("error by id count"))
+            if bins:
+                return bins, str(other.get("case", "a failing case"))
+    return (), ""
+
+
+def _bins(table: Any) -> tuple[CountBin, ...]:
+    """The bins of a numerics finding's "error by id count", finite ones only."""
+    bins = []
+    for entry in table if isinstance(table, list) else []:
+        if not isinstance(entry, Mapping):
+            continue
+        low, _, high = str(entry.get("ids occurring", "")).partition("-")
+        median, largest = finite(entry.get("median error")), finite(entry.get("max error"))
+        if low.isdigit() and median is not None and largest is not None:
+            bins.append(CountBin(float(low), float(high or low), median, largest))
+    return tuple(bins)
 
 
 def _median_count(rows: list[Any]) -> float | None:
