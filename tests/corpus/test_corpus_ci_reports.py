@@ -21,7 +21,9 @@ def _suite(path: Path) -> ET.Element:
     return root if root.tag == "testsuite" else root.find("testsuite")  # type: ignore[return-value]
 
 
-def test_a_corpus_writes_junit_and_sarif_for_every_job(tmp_path: Path) -> None:
+def test_a_corpus_writes_junit_and_sarif_for_every_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "corpus"
     (root / "ident" / "candidates").mkdir(parents=True)
     (root / "ident" / "problem.py").write_text(identity_at("8", "16"))
@@ -33,6 +35,11 @@ def test_a_corpus_writes_junit_and_sarif_for_every_job(tmp_path: Path) -> None:
     db, junit, sarif = tmp_path / "r.sqlite", tmp_path / "junit.xml", tmp_path / "r.sarif"
     argv = ["corpus", str(root), "--db", str(db), *NUMERICS]
     assert main([*argv, "--junit", str(junit), "--sarif", str(sarif)]) == 1
+    # the summary names each failing candidate, its checks and its reports' name
+    said = capsys.readouterr().out
+    (line,) = [line for line in said.splitlines() if "ident / doubled.py::doubled:" in line]
+    key = line.rsplit("(", 1)[1].rstrip(")")
+    assert "numerics" in line and (db.parent / "r-reports" / f"{key}.html").is_file()
 
     suite = _suite(junit)
     cases = {(case.get("classname"), case.get("name")): case for case in suite.iter("testcase")}

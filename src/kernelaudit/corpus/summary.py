@@ -18,6 +18,7 @@ from kernelaudit.corpus.store import StoredResult, UntrustedRow
 OUTCOMES = ("PASS", "FAIL", "error", "timeout", "crash", "unrunnable", "tampered")
 """A job's outcome: its verdict where it was audited, else its status."""
 _ERRORS_SHOWN = 10
+_FAILING_SHOWN = 30
 _STYLES = {
     "PASS": "bold green",
     "FAIL": "bold red",
@@ -42,6 +43,9 @@ class CorpusSummary:
     """A few stored results whose seal does not hold, left out of everything above: (key[:12]
     problem / candidate, why)."""
     untrusted_total: int = 0
+    failing: tuple[tuple[str, str, str], ...] = ()
+    """A few candidates that failed: (problem / candidate, their failing checks, the name
+    their reports have in the reports folder, key[:12])."""
 
     @property
     def all_passed(self) -> bool:
@@ -98,6 +102,11 @@ def summarise(results: list[StoredResult], untrusted: Sequence[UntrustedRow] = (
         total=len(results),
         untrusted=tuple((untrusted_label(r), r.reason) for r in untrusted[:_ERRORS_SHOWN]),
         untrusted_total=len(untrusted),
+        failing=tuple(
+            (job_label(r.problem, r.candidate), ", ".join(r.failing_checks) or "-", r.key[:12])
+            for r in results
+            if outcome(r) == "FAIL"
+        )[:_FAILING_SHOWN],
     )
 
 
@@ -142,6 +151,13 @@ def _print_outcomes(console: Console, summary: CorpusSummary) -> None:
     for name, counts in summary.problems:
         problems.add_row(escape(name), *(str(counts[i]) for i in shown))
     console.print(problems)
+    if summary.failing:
+        console.print("[bold]failing candidates[/] (reports named by the job's key):")
+        for where, checks, key in summary.failing:
+            console.print(f"  {escape(where)}: {escape(checks)} ({key})", highlight=False)
+        more = dict(summary.outcomes)["FAIL"] - len(summary.failing)
+        if more > 0:
+            console.print(f"  ... and {more} more (the reports folder's index.html lists all)")
     if summary.errors:
         console.print("[bold]not audited[/] (the store holds each one's full message):")
         for where, message in summary.errors:
