@@ -1,4 +1,4 @@
-"""The command line: `kernelaudit check | demo | repro | corpus`.
+"""The command line: `kernelaudit check | demo | repro | corpus | scan`.
 
 Exit codes: 0 every candidate passed (for `demo`: every example behaved as expected), 1 a
 candidate failed, 2 a usage error (malformed problem, missing candidate, bad option), 3 an
