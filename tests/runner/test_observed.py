@@ -58,7 +58,10 @@ def test_a_write_past_the_slot_is_seen_though_the_harness_check_is_rebound(devic
         ("output 0", 0),
         ("output 0", 1),
     ]
-    assert all(b.first_offset == 32 and b.bytes_changed == 4 for b in result.breaches)
+    # the element past the end, 7.0 (bytes 00 00 e0 40) at bytes 32-35 of the band: the
+    # canary is random per run and never 0x00, so the first two always change, and the last
+    # two may already hold e0 or 40 (about one run in 60)
+    assert all(b.first_offset == 32 and 2 <= b.bytes_changed <= 4 for b in result.breaches)
 
 
 def test_a_zeroed_input_is_seen_though_the_harness_look_is_rebound(device: str) -> None:
