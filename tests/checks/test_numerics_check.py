@@ -90,6 +90,14 @@ def test_nan_where_the_truth_is_finite_fails(audit_of: Callable[[str], AuditRepo
     # only exact small integers put zeros in x
     assert dict(finding.probe.case.values) == {"x": "small_integers"}
     assert _cases(finding)["default values @ workload 0"] == "failed 0 of 1"
+    # where the NaNs lie, as the unwritten check locates unwritten elements: a report draws it
+    evidence = dict(finding.evidence)
+    assert 0 < evidence["elements"] <= evidence["of"]
+    assert evidence["first indices"] and "dim 0 indices" in evidence
+    from kernelaudit.report.plots.region import region_of
+
+    region = region_of(evidence)
+    assert region is not None and region.elements == evidence["elements"]
 
 
 def test_every_row_is_binned_by_how_often_its_id_occurs() -> None:

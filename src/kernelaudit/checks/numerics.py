@@ -12,6 +12,7 @@ from kernelaudit.checks.sweep import numerics_cases
 from kernelaudit.oracle.compare import Comparison, compare, judging_device
 from kernelaudit.oracle.conditioning import Nudged
 from kernelaudit.oracle.metrics import row_errors
+from kernelaudit.oracle.mismatches import locate
 from kernelaudit.problem.spec import IndexInput
 from kernelaudit.runner.guard import same_bits
 
@@ -66,6 +67,8 @@ def judge_results(
         rows = _row_evidence(observation, call, k, name, values[k], expected.truth[k])
         result, reason, metrics = comparison_evidence(comparison)
         evidence = (result, reason, *rows, metrics)
+        if comparison.failure in _LOCATED:
+            evidence += _nonfinite_where_finite(values[k], expected.truth[k])
         failures.append(
             Failure(
                 key=f"{comparison.failure}:{name}",
@@ -77,6 +80,22 @@ def judge_results(
     if len(observation.judged) < _JUDGEMENTS_KEPT:
         observation.judged.append(Judged(expected, inputs, values, tuple(failures)))
     return failures
+
+
+_LOCATED = ("nan-where-finite", "inf-where-finite")
+"""Failures whose elements are located in the evidence (where they lie: a region of the
+output a report can draw)."""
+
+
+def _nonfinite_where_finite(
+    values: torch.Tensor, truth: torch.Tensor
+) -> tuple[tuple[str, Any], ...]:
+    """Where the result is NaN or infinite and the truth is finite: count, first indices and
+    the span of each dimension (as the unwritten check locates unwritten elements)."""
+    if values.shape != truth.shape or not values.is_floating_point() or values.dim() == 0:
+        return ()
+    mask = ~torch.isfinite(values.to(truth.device)) & torch.isfinite(truth)
+    return locate(mask) if bool(mask.any()) else ()
 
 
 def _same(kept: tuple[torch.Tensor, ...], values: tuple[torch.Tensor, ...]) -> bool:

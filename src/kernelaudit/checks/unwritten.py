@@ -9,12 +9,13 @@ the three calls below, and judged on those."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan
 from kernelaudit.checks.sweep import boundary_cases
+from kernelaudit.oracle.mismatches import locate
 from kernelaudit.runner.poison import poison_value
 
 # NaN, sentinel, NaN: an element that follows the poison in all three calls was never written;
@@ -49,7 +50,7 @@ class Unwritten:
                     Failure(
                         key=f"unwritten:{out.name}",
                         title=f"{out.name!r}: {count} of {a.numel()} elements are never written",
-                        evidence=_locate(unwritten),
+                        evidence=locate(unwritten),
                         score=count / max(a.numel(), 1),
                     )
                 )
@@ -68,7 +69,7 @@ class Unwritten:
                         key=f"poison-dependence:{out.name}",
                         title=f"{out.name!r}: {count} elements change with the poison in memory "
                         "the candidate did not write (reads of uninitialised memory)",
-                        evidence=_locate(tainted),
+                        evidence=locate(tainted),
                         score=count / max(a.numel(), 1),
                     )
                 )
@@ -90,23 +91,3 @@ def _holds(values: torch.Tensor, poison: str) -> torch.Tensor:
     if values.dtype.is_floating_point and marker != marker:  # NaN poison
         return torch.isnan(values)
     return values == torch.tensor(marker, dtype=values.dtype)
-
-
-def _locate(mask: torch.Tensor) -> tuple[tuple[str, Any], ...]:
-    """Where the bad elements are: count, first indices, and the rows and columns they span."""
-    where = mask.nonzero()
-    evidence: list[tuple[str, Any]] = [
-        ("elements", int(mask.sum())),
-        ("of", mask.numel()),
-        ("first indices", [tuple(int(i) for i in row) for row in where[:5]]),
-    ]
-    for dim in range(mask.dim()):
-        touched = where[:, dim].unique()
-        evidence.append(
-            (
-                f"dim {dim} indices",
-                f"{int(touched.min())}..{int(touched.max())} ({touched.numel()} of "
-                f"{mask.shape[dim]})",
-            )
-        )
-    return tuple(evidence)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -138,3 +139,23 @@ def unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
         flat, position = divmod(flat, size) if size else (flat, 0)
         index.append(position)
     return tuple(reversed(index))
+
+
+def locate(mask: torch.Tensor) -> tuple[tuple[str, Any], ...]:
+    """Where the bad elements are: count, first indices, and the rows and columns they span."""
+    where = mask.nonzero()
+    evidence: list[tuple[str, Any]] = [
+        ("elements", int(mask.sum())),
+        ("of", mask.numel()),
+        ("first indices", [tuple(int(i) for i in row) for row in where[:5]]),
+    ]
+    for dim in range(mask.dim()):
+        touched = where[:, dim].unique()
+        evidence.append(
+            (
+                f"dim {dim} indices",
+                f"{int(touched.min())}..{int(touched.max())} ({touched.numel()} of "
+                f"{mask.shape[dim]})",
+            )
+        )
+    return tuple(evidence)

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 _SPAN = re.compile(r"^(\d+)\.\.(\d+) \((\d+) of (\d+)\)$")
-"""How the evidence spans a dimension: "0..255 (256 of 256)" (`checks.unwritten`)."""
+"""How the evidence spans a dimension: "0..255 (256 of 256)" (`oracle.mismatches.locate`: the
+unwritten check's elements, numerics' NaN or infinities where the truth is finite)."""
 _THINNEST = 0.02
 
 
