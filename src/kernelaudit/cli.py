@@ -39,7 +39,7 @@ from kernelaudit.formats.solexecbench.trace import write_traces
 from kernelaudit.guarding.demonstration import show_demonstration
 from kernelaudit.inputs.recorded import with_recorded
 from kernelaudit.interpret.versions import interpreter_defects
-from kernelaudit.outputs import check_outputs, write_outputs, written
+from kernelaudit.outputs import add_output_options, check_outputs, write_outputs, written
 from kernelaudit.problem.domain import assuming, parse_assumption
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import PROFILES, profile_named, profile_with_budget
@@ -53,10 +53,7 @@ from kernelaudit.report.terminal import (
 from kernelaudit.repro import replay
 from kernelaudit.runner import prestart
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.preflight import refusal, refused_report
 from kernelaudit.tripwires.command import add_parser as add_scan_parser
-
-DEFAULT_REPORT = "kernelaudit-report.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,33 +201,7 @@ def _common(parser: argparse.ArgumentParser, default_profile: str = "default") -
         help="exit 1 when candidates could not run in their sandbox (bubblewrap) or a chosen "
         "check could not run here (a race check on a CPU), whatever the verdicts",
     )
-    parser.add_argument(
-        "--json",
-        type=Path,
-        default=Path(DEFAULT_REPORT),
-        help=f"where to write the JSON report (default: {DEFAULT_REPORT})",
-    )
-    parser.add_argument(
-        "--junit",
-        type=Path,
-        metavar="FILE",
-        help="also write a JUnit XML report, for CI test reporters: one test case per "
-        "candidate, a failure holding its findings and the commands that replay them",
-    )
-    parser.add_argument(
-        "--sarif",
-        type=Path,
-        metavar="FILE",
-        help="also write the findings tied to a source line (tripwires, interpreter bounds, "
-        "sanitizer reports) as SARIF 2.1.0, for code scanning",
-    )
-    parser.add_argument(
-        "--html",
-        type=Path,
-        help="where to write the HTML report: one self-contained page, verdict and coverage "
-        "first, every finding with its evidence and plots (default: the JSON report's path "
-        "with .html)",
-    )
+    add_output_options(parser)
 
 
 def _audit_all(
@@ -321,7 +292,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     # a reader may refine the problem for its candidate: the assumptions hold there too, and
     # the recorded calls are its cases
     jobs = [(with_recorded(assuming(p, problem.assumed), args.case), ref) for p, ref in jobs]
-    reports = _refused_or_audited(jobs, args, console, checks, read)
+    reports = _audit_all(jobs, args, console, checks, read=read)
     write_outputs(reports, args, "kernelaudit check")
     console.print(verdict_table(reports))
     for report in reports:
@@ -335,38 +306,6 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     if not (isolated(reports, args.strict, console) & covered(reports, args.strict, console)):
         return 1
     return 0 if all(r.verdict == "PASS" for r in reports) else 1
-
-
-def _refused_or_audited(
-    jobs: list[tuple[Problem, CandidateRef]],
-    args: argparse.Namespace,
-    console: Console,
-    checks: list[str] | None,
-    read: tuple[ReadJob, ...],
-) -> list[AuditReport]:
-    """Every job's report, in order: a candidate its source shows cannot be called as the
-    problem calls it fails at once, with the whole error (`runner.preflight`); the others are
-    audited."""
-    device = resolve_device(args.device)
-    refused: dict[int, AuditReport] = {}
-    for position, (problem, ref) in enumerate(jobs):
-        why = refusal(problem, ref)
-        if why:
-            console.print(
-                f"[red]FAIL[/]  {escape(problem.name)} / {escape(ref.label)}: refused before "
-                f"its audit:\n{escape(why)}",
-                soft_wrap=True,
-            )
-            refused[position] = refused_report(problem, ref, why, args.profile, device)
-    kept = [i for i in range(len(jobs)) if i not in refused]
-    audited = iter(
-        _audit_all(
-            [jobs[i] for i in kept], args, console, checks, read=tuple(read[i] for i in kept)
-        )
-        if kept
-        else []
-    )
-    return [refused[i] if i in refused else next(audited) for i in range(len(jobs))]
 
 
 def _refuse_unavailable(names: list[str] | None, args: argparse.Namespace) -> None:

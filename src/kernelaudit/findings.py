@@ -39,6 +39,28 @@ class Finding:
     probes: int
     shrink_steps: tuple[str, ...] = ()
 
+    @property
+    def worst_case(self) -> dict[str, Any] | None:
+        """The case the finding was shrunk from, where shrinking moved away from it: its
+        variant, title and leading evidence (`engine.grouping`); None otherwise."""
+        worst = dict(self.evidence).get("worst case")
+        return worst if isinstance(worst, dict) else None
+
+    @property
+    def headline(self) -> str:
+        """What a reader sees first: the worst case's title, else the finding's own."""
+        worst = self.worst_case
+        return str(worst["title"]) if worst is not None else self.title
+
+    def seen(self, verb: str = "seen in") -> str:
+        """How often the finding was seen, in counts that add up: "seen in 2 of 36 numerics
+        case(s)", or where one case failed in several observations (outputs, calls), "seen 47
+        times in 5 numerics case(s)". A finding made without running anything has none."""
+        check = self.probe.check if self.probe is not None else self.check
+        if self.occurrences <= self.probes:
+            return f"{verb} {self.occurrences} of {self.probes} {check} case(s)"
+        return f"seen {self.occurrences} times in {self.probes} {check} case(s)"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,

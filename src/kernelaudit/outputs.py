@@ -1,6 +1,6 @@
-"""The files a command writes: each output option's path checked before any work starts (a
-report lost at the end of a long audit to a typo is the worst way to learn of it), and the
-reports written where the options say at the end."""
+"""The files a command writes: the options that name them, each option's path checked before
+any work starts (a report lost at the end of a long audit to a typo is the worst way to learn
+of it), and the reports written where the options say at the end."""
 
 from __future__ import annotations
 
@@ -16,6 +16,39 @@ from kernelaudit.report.sarif import write_sarif
 
 OUTPUT_OPTIONS = ("json", "html", "trace", "junit", "sarif")
 """The options that name a file a command writes."""
+
+DEFAULT_REPORT = "kernelaudit-report.json"
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """The options of `check` and `demo` that name the reports they write."""
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=Path(DEFAULT_REPORT),
+        help=f"where to write the JSON report (default: {DEFAULT_REPORT})",
+    )
+    parser.add_argument(
+        "--junit",
+        type=Path,
+        metavar="FILE",
+        help="also write a JUnit XML report, for CI test reporters: one test case per "
+        "candidate, a failure holding its findings and the commands that replay them",
+    )
+    parser.add_argument(
+        "--sarif",
+        type=Path,
+        metavar="FILE",
+        help="also write the findings tied to a source line (tripwires, interpreter bounds, "
+        "sanitizer reports) as SARIF 2.1.0, for code scanning",
+    )
+    parser.add_argument(
+        "--html",
+        type=Path,
+        help="where to write the HTML report: one self-contained page, verdict and coverage "
+        "first, every finding with its evidence and plots (default: the JSON report's path "
+        "with .html)",
+    )
 
 
 def check_outputs(args: argparse.Namespace) -> None:

@@ -31,10 +31,7 @@ from typing import Any
 import pytest
 
 from kernelaudit import testing
-
-THREADS_VARIABLE = "KERNELAUDIT_THREADS"
-"""Read by each audit for its share of the cores (`runner.threads`, not imported here: it
-would import what the plugin's loading must not)."""
+from kernelaudit.runner.threads import THREADS_VARIABLE, usable_cores
 
 PROFILES = ("quick", "default", "thorough")
 
@@ -87,8 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     processes = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     if processes.isdigit() and int(processes) > 1 and THREADS_VARIABLE not in os.environ:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        os.environ[THREADS_VARIABLE] = str(max(1, cores // int(processes)))
+        os.environ[THREADS_VARIABLE] = str(max(1, usable_cores() // int(processes)))
 
 
 @pytest.fixture

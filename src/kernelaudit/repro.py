@@ -91,10 +91,8 @@ def replay(args: argparse.Namespace, console: Console) -> int:
                 print_evidence(console, each)
         else:
             console.print("[bold green]not reproduced[/]: the case passes now")
-            again = [
-                replace(finding, severity="note", title=f"not reproduced, the case passes now: "
-                        f"{finding.title}")
-            ]  # fmt: skip
+            passes = f"not reproduced, the case passes now: {finding.title}"
+            again = [replace(finding, severity="note", title=passes)]
         verdict = "FAIL" if any(f.severity == "fail" for f in again) else "PASS"
         replayed.append(replace(report, findings=tuple(again), verdict=verdict, device=device))
     if getattr(args, "html", None) and replayed:

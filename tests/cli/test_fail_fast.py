@@ -115,3 +115,14 @@ def test_the_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"kernelaudit {kernelaudit.__version__}"
+
+
+def test_every_way_into_an_audit_refuses_such_a_candidate_before_it_runs() -> None:
+    """The Python API (and so the pytest plugin and a corpus's slots) refuses it as the
+    command line does: no worker started, no case drawn."""
+    from kernelaudit.engine.audit import audit
+
+    report = audit(PROBLEM, f"{UNREADY}::takes_three", "quick", "cpu", ["numerics"])
+    assert report.verdict == "FAIL" and report.records == ()
+    (finding,) = report.findings
+    assert finding.key == "not-callable" and "but requires 3" in dict(finding.evidence)["error"]

@@ -5,6 +5,7 @@ would otherwise read as timer gaming); what else a check found stays on its own.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 from rich.console import Console
 
@@ -30,40 +31,26 @@ def _fail(id: str, check: str, key: str, title: str) -> Finding:
     )
 
 
-def _report(*findings: Finding) -> AuditReport:
-    return AuditReport(
-        problem="softmax",
-        problem_path="p.py",
-        candidate="k.py::fast",
-        candidate_path="k.py",
-        candidate_function="fast",
-        profile="quick",
-        device="cuda:0",
-        verdict="FAIL",
-        findings=findings,
-        records=(),
-        seconds=1.0,
-    )
-
-
 ROOT = _fail("F1", "numerics", "error:y", "y: error 40x the floor")
 TIMED = _fail("F2", "timing", "timed-output:error:y", "the timed repetition's results are wrong")
 ALONE = _fail("F3", "batch-invariance", "alone-error:y", "rows[3] computed alone: y: error")
 GAMED = _fail("F4", "timing", "timed-differs:y", "output 'y' of timed repetition 2 differs")
 
 
-def _said(report: AuditReport) -> str:
+def _said(audit: AuditReport) -> str:
     text = io.StringIO()
     console = Console(file=text, width=300, color_system=None)
-    console.print(verdict_table([report]))
-    print_findings(console, report, "r.json", limit=5)
+    console.print(verdict_table([audit]))
+    print_findings(console, audit, "r.json", limit=5)
     return text.getvalue()
 
 
-def test_results_wrong_the_same_way_elsewhere_fold_under_their_cause() -> None:
-    report = _report(ROOT, TIMED, ALONE, GAMED)
-    assert set(follow_ons(report)) == {"F2", "F3"}
-    said = _said(report)
+def test_results_wrong_the_same_way_elsewhere_fold_under_their_cause(
+    report: Callable[..., AuditReport],
+) -> None:
+    audit = report(ROOT, TIMED, ALONE, GAMED, device="cuda:0")
+    assert set(follow_ons(audit)) == {"F2", "F3"}
+    said = _said(audit)
     assert "FAIL F1 [numerics]" in said and "FAIL F4 [timing]" in said
     assert "FAIL F2" not in said and "FAIL F3" not in said
     assert "the same cause: F2 [timing] (its timed repetitions' results are wrong" in said
@@ -72,15 +59,19 @@ def test_results_wrong_the_same_way_elsewhere_fold_under_their_cause() -> None:
     assert "numerics, timing" in said and "batch-invariance" not in said.split("FAIL F1")[0]
 
 
-def test_an_echo_without_its_cause_is_a_finding_of_its_own() -> None:
-    report = _report(TIMED, GAMED)
-    assert follow_ons(report) == {}
-    said = _said(report)
+def test_an_echo_without_its_cause_is_a_finding_of_its_own(
+    report: Callable[..., AuditReport],
+) -> None:
+    audit = report(TIMED, GAMED, device="cuda:0")
+    assert follow_ons(audit) == {}
+    said = _said(audit)
     assert "FAIL F2 [timing]" in said and "same cause" not in said
 
 
-def test_the_html_report_says_which_finding_is_the_cause() -> None:
+def test_the_html_report_says_which_finding_is_the_cause(
+    report: Callable[..., AuditReport],
+) -> None:
     from kernelaudit.report.html import page
 
-    html = page([_report(ROOT, TIMED, GAMED)])
+    html = page([report(ROOT, TIMED, GAMED, device="cuda:0")])
     assert html.count("The same cause as F1 [numerics]") == 1  # F2 only: F4 is its own bug

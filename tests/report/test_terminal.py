@@ -4,6 +4,7 @@ counts that add up, only the cases that failed, and CPU timings said once for al
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 from rich.console import Console
 
@@ -35,22 +36,6 @@ def _finding(
     )
 
 
-def _report(*findings: Finding, device: str = "cpu") -> AuditReport:
-    return AuditReport(
-        problem="softmax",
-        problem_path="problem.py",
-        candidate="k.py::fast",
-        candidate_path="k.py",
-        candidate_function="fast",
-        profile="quick",
-        device=device,
-        verdict="FAIL" if any(f.severity == "fail" for f in findings) else "PASS",
-        findings=findings,
-        records=(),
-        seconds=1.0,
-    )
-
-
 def _said(*reports: AuditReport) -> str:
     text = io.StringIO()
     console = Console(file=text, width=400, color_system=None)
@@ -60,9 +45,11 @@ def _said(*reports: AuditReport) -> str:
     return text.getvalue()
 
 
-def test_long_evidence_is_shown_item_by_item_and_the_rest_counted() -> None:
+def test_long_evidence_is_shown_item_by_item_and_the_rest_counted(
+    report: Callable[..., AuditReport],
+) -> None:
     metrics = {f"metric_{i:02d}": 0.1234567 * i for i in range(30)}
-    said = _said(_report(_finding(evidence=(("metrics", metrics),))))
+    said = _said(report(_finding(evidence=(("metrics", metrics),))))
     line = next(line for line in said.splitlines() if "metrics:" in line)
     shown = [item for item in line.split("metrics: ")[1].split("; ") if item.startswith("metric_")]
     assert all(item.count(": ") == 1 and len(item.split(": ")[1]) > 0 for item in shown)
@@ -70,31 +57,35 @@ def test_long_evidence_is_shown_item_by_item_and_the_rest_counted() -> None:
     assert '{"' not in said and "..." not in said
 
 
-def test_counts_add_up() -> None:
-    assert "seen in 2 of 36 numerics case(s)" in _said(_report(_finding()))
-    said = _said(_report(_finding(occurrences=47, probes=5)))
+def test_counts_add_up(report: Callable[..., AuditReport]) -> None:
+    assert "seen in 2 of 36 numerics case(s)" in _said(report(_finding()))
+    said = _said(report(_finding(occurrences=47, probes=5)))
     assert "seen 47 times in 5 numerics case(s)" in said and "of 5" not in said
 
 
-def test_only_the_cases_that_failed_are_listed() -> None:
+def test_only_the_cases_that_failed_are_listed(report: Callable[..., AuditReport]) -> None:
     cases = {"mask~masked_rows": "failed 1 of 1", "default values": "failed 0 of 1"}
-    said = _said(_report(_finding(evidence=(("cases", cases),))))
+    said = _said(report(_finding(evidence=(("cases", cases),))))
     assert "mask~masked_rows: failed 1 of 1" in said and "default values" not in said
 
 
-def test_cpu_timings_are_left_to_the_reports_and_said_once() -> None:
+def test_cpu_timings_are_left_to_the_reports_and_said_once(
+    report: Callable[..., AuditReport],
+) -> None:
     timing = _finding("timing", "times", "note")
-    said = _said(_report(timing), _report(timing))
+    said = _said(report(timing), report(timing))
     assert "x speed-up" not in said and timing.title not in said
     assert said.count("say nothing of a GPU's speed") == 1
-    on_a_gpu = _said(_report(timing, device="cuda:0"))
+    on_a_gpu = _said(report(timing, device="cuda:0"))
     assert timing.title in on_a_gpu and "GPU's speed" not in on_a_gpu
 
 
-def test_a_shrunk_finding_leads_with_its_worst_case_then_the_smallest() -> None:
+def test_a_shrunk_finding_leads_with_its_worst_case_then_the_smallest(
+    report: Callable[..., AuditReport],
+) -> None:
     worst = {"case": "x~offset @ boundary cols=1 [float32]", "title": "y: error is 358x the floor"}
     finding = _finding(evidence=(("worst case", worst),))
-    lines = _said(_report(finding)).splitlines()
+    lines = _said(report(finding)).splitlines()
     headline = next(i for i, line in enumerate(lines) if "FAIL F1" in line)
     assert lines[headline].endswith("y: error is 358x the floor")
     assert "worst case: x~offset @ boundary cols=1 [float32]" in lines[headline + 1]

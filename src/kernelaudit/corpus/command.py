@@ -18,6 +18,7 @@ from kernelaudit.corpus.progress import job_line, progress
 from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult, Store, StoredResult
 from kernelaudit.corpus.summary import (
     candidate_label,
+    first_line,
     job_label,
     print_summary,
     problem_label,
@@ -358,21 +359,23 @@ def _audit(
 
 
 def _index(
-    results: list[StoredResult], store: Store, args: argparse.Namespace, console: Console
+    results: list[StoredResult],
+    reports: dict[str, AuditReport],
+    folder: Path,
+    console: Console,
 ) -> None:
     """The reports folder's index page over the summarised jobs, each linked to its own."""
-    folder = _reports(args)
     if not results or not folder.is_dir():
         return
     entries = [
-        entry_of(store.report(r.key), folder / f"{r.key[:12]}.html")
-        if r.status == "done"
+        entry_of(reports[r.key], folder / f"{r.key[:12]}.html")
+        if r.key in reports
         else IndexEntry(
             problem_label(r.problem),
             candidate_label(r.candidate),
             r.status,
             None,
-            headline=(r.error or "").partition("\n")[0],
+            headline=first_line(r.error),
             seconds=r.seconds,
         )
         for r in results
@@ -382,23 +385,29 @@ def _index(
 
 
 def _ci_reports(
-    store: Store, results: list[StoredResult], args: argparse.Namespace, console: Console
+    results: list[StoredResult],
+    audited: dict[str, AuditReport],
+    args: argparse.Namespace,
+    console: Console,
 ) -> None:
     """The JUnit XML and SARIF files the command line asks for, over the stored results."""
     if not (args.junit or args.sarif):
         return
-    done = [r for r in results if r.status == "done"]
-    reports = [store.report(r.key) for r in done]
+    done = [r for r in results if r.key in audited]
+    reports = [audited[r.key] for r in done]
     if args.junit:
         files = [_reports(args) / f"{r.key[:12]}.json" for r in done]
         unaudited = [
             Unaudited(
-                problem_label(r.problem), candidate_label(r.candidate), r.status, r.error or "",
+                problem_label(r.problem),
+                candidate_label(r.candidate),
+                r.status,
+                r.error or "",
                 r.seconds,
             )
             for r in results
-            if r.status != "done"
-        ]  # fmt: skip
+            if r.key not in audited
+        ]
         source = args.source or args.db
         write_junit(
             reports,
@@ -429,8 +438,12 @@ def _summarise(
     results = store.results(keys)
     summary = summarise(results, store.untrusted(keys))
     print_summary(console, summary)
-    _index(results, store, args, console)
-    _ci_reports(store, results, args, console)
+    folder = _reports(args)
+    # each audited job's report, read from the store once for the index and the CI files
+    wanted = folder.is_dir() or args.junit or args.sarif
+    reports = {r.key: store.report(r.key) for r in results if r.status == "done"} if wanted else {}
+    _index(results, reports, folder, console)
+    _ci_reports(results, reports, args, console)
     missing = 0 if jobs is None else len(jobs) - len(results)
     if missing:
         console.print(f"{missing} job(s) have no result yet: run the command again to audit them")

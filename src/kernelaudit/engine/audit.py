@@ -45,6 +45,7 @@ from kernelaudit.runner.candidate import CandidateRef, from_callable
 from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER, unavailable
 from kernelaudit.runner.limits import Limits, default_limits
 from kernelaudit.runner.messages import CANDIDATE_MAINS
+from kernelaudit.runner.preflight import refusal, refused_report
 from kernelaudit.runner.process import Worker
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.threads import held_to, thread_share
@@ -160,8 +161,14 @@ def run_audit(
     """Audit `candidate` on `problem`. `worker`, when given, is the candidate's worker launched
     ahead of time (see `Worker.launch`); the audit closes it. Findings are numbered
     `{finding_prefix}F1`, `F2`, ... The audit holds this process's thread pools to its share of
-    the cores while it runs (`runner.threads`)."""
+    the cores while it runs (`runner.threads`). A candidate whose source shows it cannot be
+    called as the problem calls it fails at once, with the whole error (`runner.preflight`)."""
     _refuse_inside_a_candidate()
+    why = refusal(problem, candidate)
+    if why:
+        if worker is not None:
+            worker.close()
+        return refused_report(problem, candidate, why, profile.name, device, finding_prefix)
     with held_to(thread_share(device)):
         try:
             return _audit(

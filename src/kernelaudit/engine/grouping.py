@@ -25,8 +25,8 @@ def finding_of(
 ) -> Finding:
     """The finding of `check`'s failures `items` with `key`, its worst case shrunk within the
     profile's reruns and `allowance` (the audit's estimated seconds for shrinking)."""
-    probe, failure = max(items, key=lambda item: item[1].score)
-    first, original, worst = probe, probe.case, failure
+    worst = max(items, key=lambda item: item[1].score)
+    probe, failure = worst
     steps: tuple[str, ...] = ()
     cut = False
     if failure.severity == "fail" and failure.shrinks and not key.startswith(("timeout", "memory")):
@@ -36,11 +36,11 @@ def finding_of(
     evidence = (
         *failure.evidence,
         ("cases", _by_variant(executor.problem, items, same_check, failure.severity)),
-        ("other failing cases", _others(executor.problem, items, (probe, first))),
+        ("other failing cases", _others(executor.problem, items, (probe, worst[0]))),
     )
-    if probe.case != original:
+    if probe.case != worst[0].case:
         # the shrunk case is the simplest that fails; the one it was shrunk from is the worst
-        evidence = (("worst case", _row(executor.problem, first, worst)), *evidence)
+        evidence = (("worst case", _row(executor.problem, *worst)), *evidence)
     if cut:
         evidence += (("shrinking", _CUT),)
     return Finding(
@@ -51,7 +51,7 @@ def finding_of(
         title=failure.title,
         evidence=evidence,
         probe=probe,
-        original=original,
+        original=worst[0].case,
         occurrences=len(items),
         probes=len(same_check),
         shrink_steps=steps,

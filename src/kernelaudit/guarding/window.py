@@ -141,7 +141,7 @@ def sliced(problem: Problem, args: Sequence[object], most_bytes: int) -> Slice |
         return None
     by_name = dict(zip(names, args, strict=True))
     try:
-        axes, keyed = batch_axes(problem), keyed_rows(problem)
+        axes = batch_axes(problem)
     except Exception:  # a reference the inference cannot run: no slice, the call is counted
         return None
     outputs = len(problem.outputs)
@@ -154,6 +154,10 @@ def sliced(problem: Problem, args: Sequence[object], most_bytes: int) -> Slice |
             continue
         rows = min(rows, size - 1)
         return Window(axis, size - rows, size, positions)
+    try:
+        keyed = keyed_rows(problem)  # inferred only for a problem that needs it, once
+    except Exception:
+        return None
     for each in keyed:
         chosen = _hottest(problem, by_name, each, sizes.get(each.axis, 0), most_bytes)
         if chosen is not None:
@@ -184,8 +188,8 @@ def _hottest(
     fits = _fitting(problem, by_name, keyed.axis, size, most_bytes)
     counts = torch.bincount(index.flatten().long())
     order = counts.argsort(descending=True, stable=True)
+    order = order[counts[order] > 0]  # the ids the call holds, most frequent first
     taken = int((counts[order].cumsum(0) <= fits).sum())
-    taken = min(taken, int((counts > 0).sum()))
     if taken < 1:
         return None
     ids = order[:taken].sort().values

@@ -1,14 +1,29 @@
 """What a run did not guarantee, said once at the end of a command: checks that could not run
 on this machine, candidates that ran without their sandbox, or whose calls' device memory the
-worker alone observed. `--strict` turns the first two into exit code 1."""
+worker alone observed. `--strict` turns the first two into exit code 1. And what a CPU audit
+measures but cannot mean: its timing note (`cpu_timing`)."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
 
-from kernelaudit.findings import AuditReport
+from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER
+
+CPU_TIMINGS = ("timing", "times")
+"""The check and key of a candidate's timing note."""
+
+
+def cpu_timing(report: AuditReport, finding: Finding) -> bool:
+    """Whether `finding` is a CPU audit's timing note: on a CPU (Triton through its
+    interpreter) the times say nothing of the speed on a GPU, so the terminal leaves the note
+    to the reports, saying so once, and the HTML report lists the times without plotting them."""
+    return (
+        report.device == "cpu"
+        and finding.severity == "note"
+        and (finding.check, finding.key) == CPU_TIMINGS
+    )
 
 
 def covered(reports: list[AuditReport], strict: bool, console: Console) -> bool:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.report.case_grid import finding_grid, report_grid
 from kernelaudit.report.causes import follow_ons
+from kernelaudit.report.caveats import cpu_timing
 from kernelaudit.report.evidence import evidence_html, value_text
 from kernelaudit.report.page import counts_html, document, escape, severity_counts, table
 from kernelaudit.report.plots import svg
@@ -180,12 +181,11 @@ def _details(report: AuditReport) -> str:
 
 def _finding(report: AuditReport, finding: Finding, anchor: str) -> str:
     scope = f"{anchor}-{re.sub(r'[^A-Za-z0-9]+', '-', finding.id or finding.key)}"
-    worst = dict(finding.evidence).get("worst case")
-    headline = worst["title"] if isinstance(worst, dict) else finding.title
+    worst = finding.worst_case
     parts = [
         f"<div class='finding {finding.severity}'>",
         f"<h4><span class='badge {finding.severity}'>{finding.severity}</span> "
-        f"{escape(finding.id)} [{escape(finding.check)}] {escape(str(headline))}</h4>",
+        f"{escape(finding.id)} [{escape(finding.check)}] {escape(finding.headline)}</h4>",
     ]
     cause = follow_ons(report).get(finding.id)
     if cause is not None:
@@ -193,7 +193,7 @@ def _finding(report: AuditReport, finding: Finding, anchor: str) -> str:
             f"<p>The same cause as {escape(cause[0].id)} [{escape(cause[0].check)}]: "
             f"{escape(cause[1])}, not a second bug.</p>"
         )
-    if isinstance(worst, dict):
+    if worst is not None:
         parts.append(f"<p>worst case: <code>{escape(str(worst['case']))}</code></p>")
     parts.append(_origin(finding))
     parts.extend(_finding_figures(report, finding, scope))
@@ -217,13 +217,8 @@ def _origin(finding: Finding) -> str:
     text = f"<p>{words}: <code>{escape(case.describe())}</code>"
     if finding.original is not None and finding.original != case:
         text += f"; first seen in <code>{escape(finding.original.describe())}</code>"
-    verb = _VERBS.get(finding.severity, "seen in")
-    check = escape(finding.probe.check)
-    if finding.occurrences <= finding.probes:
-        text += f"; {verb} {finding.occurrences} of {finding.probes} {check} cases"
-    else:  # one case may fail in several observations (outputs, calls)
-        text += f"; seen {finding.occurrences} times in {finding.probes} {check} cases"
-    if isinstance(dict(finding.evidence).get("worst case"), dict):
+    text += f"; {escape(finding.seen(_VERBS.get(finding.severity, 'seen in')))}"
+    if finding.worst_case is not None:
         text += f", where: {escape(finding.title)}"
     if finding.shrink_steps:
         text += f"; shrunk by {escape(', '.join(finding.shrink_steps))}"
@@ -260,9 +255,7 @@ def _finding_figures(report: AuditReport, finding: Finding, scope: str) -> list[
     region = region_of(evidence)
     if region is not None:
         drawn.append(_figure(f"{scope}-region", lambda: region_figure(region, finding.title[:90])))
-    if finding.check == "timing" and report.device != "cpu":
-        # on a CPU (Triton through its interpreter) the times say nothing of a GPU's speed:
-        # the evidence keeps them, no figure is drawn for them
+    if finding.check == "timing" and not cpu_timing(report, finding):
         drawn.append(_figure(f"{scope}-timing", lambda: timing_figure(evidence)))
     return [d for d in drawn if d]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.report.seal import write_atomically
-from kernelaudit.report.terminal import seen, short
+from kernelaudit.report.terminal import short
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 """Characters XML 1.0 cannot hold, escaped or not."""
@@ -133,7 +133,7 @@ def _described(finding: Finding, report_path: Path | None) -> str:
     smallest failing case and the command that replays it."""
     lines = [f"{finding.id} [{finding.check}] {finding.title}"]
     if finding.probe is not None:
-        lines.append(f"  {seen(finding)}; smallest failing case: {finding.probe.case.describe()}")
+        lines.append(f"  {finding.seen()}; smallest failing case: {finding.probe.case.describe()}")
     lines += [f"  {key}: {short(value)}" for key, value in finding.evidence if key not in _UNSAID]
     if report_path is not None and finding.probe is not None:
         replay = shlex.join(["kernelaudit", "repro", str(report_path), finding.id])

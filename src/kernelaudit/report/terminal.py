@@ -24,8 +24,12 @@ from rich.table import Table
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.report.causes import follow_ons
+from kernelaudit.report.caveats import cpu_timing
 
 _STYLE = {"PASS": "bold green", "FAIL": "bold red"}
+_WHOLE = ("error",)
+"""Evidence printed whole, never shortened: the error a user must read to act (a candidate
+refused before its audit, `runner.preflight`)."""
 _SEVERITY = {"fail": "red", "warn": "yellow", "note": "cyan"}
 
 QUIET_S = 30.0
@@ -99,19 +103,13 @@ def verdict_table(reports: list[AuditReport]) -> Table:
     return table
 
 
-CPU_TIMINGS = ("timing", "times")
-"""The check and key of a candidate's timing note: on a CPU (Triton through its interpreter)
-it says nothing of the speed on a GPU, so the terminal leaves it to the reports and says so
-once (`cpu_timings_left_out`)."""
-
-
 def print_findings(
     console: Console, report: AuditReport, report_path: str | None, limit: int = 3
 ) -> None:
     """The worst findings of one report, each with its numbers and reproducer."""
     folded = follow_ons(report)
     shown = [f for f in report.failures if f.id not in folded][:limit]
-    notes = [f for f in report.findings if f.severity != "fail" and not _cpu_timing(report, f)]
+    notes = [f for f in report.findings if f.severity != "fail" and not cpu_timing(report, f)]
     if not shown and not notes and not report.interpretation and not report.assumed:
         return
     console.print(f"\n[bold]{escape(report.candidate)}[/] on [bold]{escape(report.problem)}[/]")
@@ -140,36 +138,18 @@ def print_findings(
 
 def cpu_timings_left_out(console: Console, reports: list[AuditReport]) -> None:
     """Say once that the CPU audits' timing notes are in the reports only."""
-    if any(_cpu_timing(r, f) for r in reports for f in r.findings):
+    if any(cpu_timing(r, f) for r in reports for f in r.findings):
         console.print(
             "timings on a CPU (Triton through its interpreter) say nothing of a GPU's speed: "
             "they are in the reports, not shown here"
         )
 
 
-def _cpu_timing(report: AuditReport, finding: Finding) -> bool:
-    return (
-        report.device == "cpu"
-        and finding.severity == "note"
-        and (finding.check, finding.key) == CPU_TIMINGS
-    )
-
-
-def seen(finding: Finding) -> str:
-    """How often a finding was seen, in counts that add up."""
-    assert finding.probe is not None
-    check = finding.probe.check
-    if finding.occurrences <= finding.probes:
-        return f"seen in {finding.occurrences} of {finding.probes} {check} case(s)"
-    # one case may fail in several observations (outputs, calls)
-    return f"seen {finding.occurrences} times in {finding.probes} {check} case(s)"
-
-
 def _print_finding(console: Console, finding: Finding, report_path: str | None) -> None:
-    worst = dict(finding.evidence).get("worst case")
-    headline = worst["title"] if isinstance(worst, dict) else finding.title
+    worst = finding.worst_case
     console.print(
-        f"  [red]FAIL[/] [bold]{finding.id}[/] {escape(f'[{finding.check}]')} {escape(headline)}",
+        f"  [red]FAIL[/] [bold]{finding.id}[/] {escape(f'[{finding.check}]')} "
+        f"{escape(finding.headline)}",
         highlight=False,
     )
     if finding.probe is None and finding.check == "training":
@@ -179,14 +159,14 @@ def _print_finding(console: Console, finding: Finding, report_path: str | None) 
     elif finding.probe is None:
         console.print("       found in the candidate's source, before it ran", highlight=False)
     else:
-        if isinstance(worst, dict):
+        if worst is not None:
             console.print(f"       worst case: {escape(str(worst['case']))}", highlight=False)
         console.print(
-            f"       {seen(finding)}; smallest failing case: "
+            f"       {finding.seen()}; smallest failing case: "
             f"{escape(finding.probe.case.describe())}",
             highlight=False,
         )
-        if isinstance(worst, dict):
+        if worst is not None:
             console.print(f"       there: {escape(finding.title)}", highlight=False)
     for key, value in finding.evidence:
         if key in ("reason", "result", "message", "loss curves", "worst case"):
@@ -196,7 +176,8 @@ def _print_finding(console: Console, finding: Finding, report_path: str | None) 
             value = {c: said for c, said in value.items() if not str(said).startswith("failed 0")}
         if value in ({}, [], ()):
             continue
-        console.print(f"       {escape(key)}: {escape(short(value))}", highlight=False)
+        said = str(value) if key in _WHOLE else short(value)
+        console.print(f"       {escape(key)}: {escape(said)}", highlight=False)
     if report_path and finding.probe is not None:
         console.print(
             f"       replay: kernelaudit repro {report_path} {finding.id}", highlight=False

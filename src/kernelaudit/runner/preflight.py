@@ -43,12 +43,17 @@ def refusal(problem: Problem, ref: CandidateRef) -> str:
 
 
 def refused_report(
-    problem: Problem, ref: CandidateRef, why: str, profile: str, device: str
+    problem: Problem,
+    ref: CandidateRef,
+    why: str,
+    profile: str,
+    device: str,
+    finding_prefix: str = "",
 ) -> AuditReport:
     """The report of a candidate refused before its audit: FAIL, with one finding that holds
-    the whole error."""
+    the whole error (its id `{finding_prefix}F1`)."""
     finding = Finding(
-        id="F1",
+        id=f"{finding_prefix}F1",
         check="execution",
         key="not-callable",
         severity="fail",
