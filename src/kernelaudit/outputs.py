@@ -20,20 +20,15 @@ OUTPUT_OPTIONS = ("json", "html", "trace", "junit", "sarif")
 DEFAULT_REPORT = "kernelaudit-report.json"
 
 
-def add_output_options(parser: argparse.ArgumentParser) -> None:
-    """The options of `check` and `demo` that name the reports they write."""
-    parser.add_argument(
-        "--json",
-        type=Path,
-        default=Path(DEFAULT_REPORT),
-        help=f"where to write the JSON report (default: {DEFAULT_REPORT})",
-    )
+def add_ci_options(parser: argparse.ArgumentParser) -> None:
+    """`--junit` and `--sarif`, for `check`, `demo` and `corpus`."""
     parser.add_argument(
         "--junit",
         type=Path,
         metavar="FILE",
         help="also write a JUnit XML report, for CI test reporters: one test case per "
-        "candidate, a failure holding its findings and the commands that replay them",
+        "candidate, a failure holding its findings and the commands that replay them (in a "
+        "corpus, a job that could not be audited is an error)",
     )
     parser.add_argument(
         "--sarif",
@@ -42,6 +37,17 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
         help="also write the findings tied to a source line (tripwires, interpreter bounds, "
         "sanitizer reports) as SARIF 2.1.0, for code scanning",
     )
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """The options of `check` and `demo` that name the reports they write."""
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=Path(DEFAULT_REPORT),
+        help=f"where to write the JSON report (default: {DEFAULT_REPORT})",
+    )
+    add_ci_options(parser)
     parser.add_argument(
         "--html",
         type=Path,

@@ -28,6 +28,7 @@ from kernelaudit.corpus.summary import (
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, write_reports
 from kernelaudit.interpret.versions import interpreter_defects
+from kernelaudit.outputs import add_ci_options
 from kernelaudit.profiles import PROFILES
 from kernelaudit.report.html import write_html
 from kernelaudit.report.index import IndexEntry, entry_of, write_index
@@ -121,19 +122,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="refuse to audit where candidates cannot run in their sandbox (bubblewrap), and "
         "exit 1 if any job's candidate ran without it",
     )
-    corpus.add_argument(
-        "--junit",
-        type=Path,
-        metavar="FILE",
-        help="also write a JUnit XML report of SOURCE's jobs (or the whole database): one "
-        "test case per candidate, jobs that could not be audited as errors",
-    )
-    corpus.add_argument(
-        "--sarif",
-        type=Path,
-        metavar="FILE",
-        help="also write the findings tied to a source line as SARIF 2.1.0",
-    )
+    add_ci_options(corpus)
     corpus.add_argument(
         "--summary-only",
         action="store_true",
