@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|guard|lent|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|clock|guard|lent|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -39,6 +39,31 @@ for step in ${steps[@]}; do
       python3 -m pytest -q -p no:cacheprovider tests/examples tests/engine/test_examples_end_to_end.py -k "not demo_passes" >> "$out/gpu-tests.txt" 2>&1
       note $? "$out/gpu-tests.txt"
       tail -n 25 "$out/gpu-tests.txt"
+      ;;
+    clock)
+      # the auditor's clock (engine/clocked.py): its tests on the GPU, then every example and
+      # the smallest SOL-ExecBench references (as many as start within CLOCK_STOP_AFTER s)
+      # audited with the timing check alone, the two clocks compared
+      python3 -m pytest -q -p no:cacheprovider tests/engine/test_clocked.py \
+        tests/runner/test_observed.py tests/redteam/test_forged_observations.py tests/timing \
+        > "$out/clock-tests.txt" 2>&1
+      note $? "$out/clock-tests.txt"
+      tail -n 5 "$out/clock-tests.txt"
+      mkdir -p "$out/clock-examples"
+      for example in examples/*/; do
+        name="$(basename "$example")"
+        mapfile -t listed < <(python3 -c 'import json, sys; [print(sys.argv[1] + c["candidate"]) for c in json.load(open(sys.argv[1] + "expected.json"))["candidates"]]' "$example")
+        python3 -m kernelaudit check "$example/problem.py" "${listed[@]}" \
+          --checks timing --profile quick --device cuda --json "$out/clock-examples/$name.json" \
+          > "$out/clock-examples/$name.txt" 2>&1
+      done
+      STOP_AFTER="${CLOCK_STOP_AFTER:-150}" TIMEOUT=60 LIMIT="${CLOCK_LIMIT:-240}" \
+        OUT="$out/clock-sol" PROBLEMS="${PROBLEMS:-build/solexecbench}" \
+        bash benchmarks/solexecbench_scale_gpu.sh --profile quick --device cuda --checks timing \
+        2>&1 | tail -n 2
+      mkdir -p /tmp/clock-sol && tar -xzf "$out/clock-sol/solexecbench-scale-logs.tar.gz" -C /tmp/clock-sol
+      python3 benchmarks/clock_agreement.py "$out/clock-examples" /tmp/clock-sol/reports \
+        --out "$out/clock-agreement.json" | tail -n 60
       ;;
     engine)
       # judging on the device, the budgeted plan and every check's GPU path

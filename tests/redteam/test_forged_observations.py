@@ -37,3 +37,33 @@ def test_a_forged_observation_fails_for_what_it_hid(
     report = _audit(candidate, device)
     assert report.verdict == "FAIL"
     assert check in {f.check for f in report.failures}, [f.title for f in report.failures]
+
+
+def _timed(candidate: str, device: str) -> AuditReport:
+    problem = load_problem(FIXTURES / "problem" / "double.py")
+    spec = f"{FIXTURES / 'candidates' / candidate}.py::double"
+    return audit(problem, spec, "quick", device, ["timing"])
+
+
+@pytest.mark.parametrize(
+    ("candidate", "key"),
+    [
+        ("forges_its_clock", "clock-disagrees"),
+        ("forges_its_timing", "clock-repeats-differ"),
+        ("forges_its_timing_crudely", "clock-tampered"),
+    ],
+)
+def test_a_forged_timing_fails_on_the_auditors_clock(candidate: str, key: str, device: str) -> None:
+    report = _timed(candidate, device)
+    assert report.verdict == "FAIL"
+    keys = {f.key for f in report.failures if f.check == "timing"}
+    assert key in keys, [f.title for f in report.failures]
+
+
+def test_a_slow_honest_candidate_agrees_with_the_auditors_clock(device: str) -> None:
+    report = _timed("slow_and_honest", device)
+    assert report.verdict == "PASS", [f.title for f in report.failures]
+    (times,) = [f for f in report.findings if f.check == "timing" and f.key == "times"]
+    clocked = dict(times.evidence)["auditor's clock"]
+    assert clocked["results_read"]
+    assert 0.015 < clocked["per_call_s"] < 0.2

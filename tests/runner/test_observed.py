@@ -5,13 +5,22 @@ memory on a CPU, device memory it lent the worker on a GPU, `runner.lent`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from kernelaudit.runner.candidate import parse_candidate
-from kernelaudit.runner.messages import Call, Invocation, InvocationResult, OutputSlot, TensorArg
+from kernelaudit.runner.messages import (
+    Call,
+    CallOutcome,
+    Invocation,
+    InvocationResult,
+    OutputSlot,
+    TensorArg,
+)
+from kernelaudit.runner.observed import observe
 from kernelaudit.runner.process import Worker
 
 FIXTURE = Path(__file__).parent / "fixtures" / "forgers.py"
@@ -148,3 +157,55 @@ def test_a_reply_whose_account_cannot_be_read_fails_the_invocation() -> None:
             assert "cannot check what the worker reported" in failed.error
     finally:
         region.close()
+
+
+def _repeated(function: str, device: str, slots: bool) -> InvocationResult:
+    """One call of `function` made three more times back to back for the auditor's clock,
+    after a first invocation of it alone (in which a forger rebinds what it rebinds)."""
+    out = (OutputSlot((8,), torch.float32),)
+    call = Call(
+        args=(TensorArg(X),),
+        slots=out if slots else (),
+        repeat=3,
+        repeat_outputs=() if slots else out,
+    )
+    ref = parse_candidate(f"{FIXTURE}::{function}")
+    with Worker(ref, device, timeout_s=60.0) as worker:
+        alone = worker.run(Invocation(calls=(replace(call, repeat=0),), return_inputs=(0,)))
+        assert alone.error == "" and alone.calls[0].repeats_read is False
+        return worker.run(Invocation(calls=(call,), return_inputs=(0,)))
+
+
+@pytest.mark.parametrize("slots", [True, False], ids=["destination", "returned"])
+def test_the_calls_made_back_to_back_are_read_by_the_auditor(slots: bool, device: str) -> None:
+    result = _repeated("honest" if slots else "honest_returning", device, slots)
+    assert result.error == ""
+    repeats = {p.tensor for p in result.placements if p.tensor.startswith("repeat")}
+    assert repeats == {f"repeat {j} output 0" for j in range(3)}
+    (outcome,) = result.calls
+    assert outcome.repeats_read and outcome.repeats_unlike == ()
+
+
+def test_calls_back_to_back_that_were_not_made_are_seen(device: str) -> None:
+    result = _repeated("skips_its_repeats", device, slots=True)
+    assert result.error == ""
+    (outcome,) = result.calls
+    assert outcome.repeats_read and outcome.repeats_unlike == (0, 1, 2)
+
+
+def test_a_reply_cannot_claim_what_only_the_auditor_reads(device: str) -> None:
+    # the candidate's first call rebinds the worker's loop: its reply says every repetition was
+    # read and found right; the auditor's own reading of the arena says otherwise
+    result = _repeated("claims_its_repeats_read", device, slots=True)
+    (outcome,) = result.calls
+    assert outcome.repeats_read and outcome.repeats_unlike == (0, 1, 2)
+
+
+def test_without_an_arena_no_repetition_counts_as_read() -> None:
+    # where no arena was set aside (it would not fit), the auditor reads nothing: a reply's
+    # claim to the contrary is dropped
+    call = Call(args=(TensorArg(X),), slots=(OutputSlot((8,), torch.float32),), repeat=3)
+    claimed = CallOutcome(outputs=(X * 2,), repeats_read=True)
+    result = InvocationResult(calls=(claimed,))
+    (outcome,) = observe(Invocation(calls=(call,)), result, None, b"").calls
+    assert outcome.repeats_read is False

@@ -1,7 +1,9 @@
 """Timing: candidate and reference times measured honestly (see `kernelaudit.timing`), and the
 outputs of every timed call validated: a candidate that behaves differently while it is timed
 (it inspects its caller, counts calls, or skips work when called back to back) fails, and so
-does a time below the physical floor of the device's measured roofline.
+does a time below the physical floor of the device's measured roofline, and a time the
+auditor's own clock contradicts (`engine.clocked`: the worker's figures are made in the
+candidate's process).
 
 The probe runs one call that is judged like any other, then the timed repetitions on the same
 inputs. Each repetition's outputs are fingerprinted; on a deterministic problem they must have
@@ -16,6 +18,7 @@ import torch
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
 from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
+from kernelaudit.engine.clocked import beats_floor, disagrees
 from kernelaudit.inputs.case import Case
 from kernelaudit.runner.watch import changed
 from kernelaudit.timing.kernels import agreement, is_mismatch
@@ -78,6 +81,7 @@ class Timing:
                         shrinks=False,  # the floor of the timed workload
                     )
                 )
+        failures += _clock_failures(observation, place)
         profile = outcome.kernels
         if profile is not None and profile.calls:
             gap, text = agreement(outcome.timing, profile)
@@ -139,6 +143,71 @@ def _timed_outputs(observation: Observation) -> list[Failure]:
     return failures
 
 
+def _clock_failures(observation: Observation, place: Any) -> list[Failure]:
+    """What the auditor's own clock (`engine.clocked`) says of the worker's figure: calls it
+    finds far slower than reported, repetitions that did not leave the call's results, and
+    (on a GPU) calls back to back faster than the device's physical floor."""
+    clocked = observation.measurements.get("auditor clock")
+    if clocked is None:
+        return []
+    outcome = observation.result.calls[0]
+    evidence = _times(observation, place)
+    if clocked.error:
+        tampered = clocked.kind == "tampered"
+        return [
+            Failure(
+                key="clock-tampered" if tampered else "not-clocked",
+                title="the calls timed on the auditor's clock "
+                + ("were tampered with: " if tampered else "could not be timed: ")
+                + clocked.error,
+                evidence=evidence,
+                severity="fail" if tampered else "note",
+                shrinks=False,
+            )
+        ]
+    failures = []
+    contract = observation.problem.contract
+    if clocked.unlike and contract.deterministic and not contract.mutates:
+        failures.append(
+            Failure(
+                key="clock-repeats-differ",
+                title=f"{len(clocked.unlike)} of the {clocked.repeats} calls made back to back "
+                "for the auditor's clock did not leave the call's results (first: repetition "
+                f"{clocked.unlike[0] + 1}): the worker did not make the calls it was timed on",
+                evidence=evidence,
+                shrinks=False,
+            )
+        )
+    reported = outcome.timing.median_s
+    if disagrees(reported, clocked.per_call_s, observation.device):
+        failures.append(
+            Failure(
+                key="clock-disagrees",
+                title=f"timed at {format_seconds(reported)} per call in the candidate's "
+                f"process, but the auditor's own clock took at least "
+                f"{format_seconds(clocked.per_call_s)} per call over {clocked.repeats} calls "
+                "back to back: the candidate's process did not time its calls honestly",
+                evidence=evidence,
+                shrinks=False,
+            )
+        )
+    below = beats_floor(observation.measurements, clocked.most_s, observation.device)
+    if below is not None:
+        failures.append(
+            Failure(
+                key="clock-beats-floor",
+                title=f"{clocked.repeats} calls back to back on the same inputs took at most "
+                f"{format_seconds(clocked.most_s)} each on the auditor's clock (every one of "
+                f"{len(clocked.samples_s)} measurements), below the physical floor of "
+                f"{format_seconds(below.floor_s)}: the candidate skips work when it is "
+                "called again",
+                evidence=evidence,
+                shrinks=False,
+            )
+        )
+    return failures
+
+
 def _headline(observation: Observation, place: Any) -> str:
     found = observation.measurements
     outcome = observation.result.calls[0]
@@ -162,6 +231,9 @@ def _times(observation: Observation, place: Any) -> tuple[tuple[str, Any], ...]:
         evidence.append(("roofline", place.to_json()))
         evidence.append(("flops", found.get("flops")))
         evidence.append(("bytes", found.get("bytes")))
+    clocked = found.get("auditor clock")
+    if clocked is not None:
+        evidence.append(("auditor's clock", clocked.to_json()))
     profile = outcome.kernels
     if profile is not None and profile.calls:
         evidence.append(("kernels", profile.to_json()))

@@ -25,15 +25,18 @@ def call_for(
         args.append(
             TensorArg(value, case.layout_of(inp.name)) if isinstance(value, torch.Tensor) else value
         )
-    slots: tuple[OutputSlot, ...] = ()
-    if problem.contract.style == "destination":
-        config = problem.dtype_configs()[case.dtype_config]
-        sizes = case.size_map()
-        slots = tuple(
-            OutputSlot(resolve_shape(out.shape, sizes), problem.output_dtype(out, config))
-            for out in problem.outputs
-        )
+    slots = declared_outputs(problem, case) if problem.contract.style == "destination" else ()
     return Call(args=tuple(args), slots=slots, poison=poison, sentinel=AUDIT_SENTINEL)
+
+
+def declared_outputs(problem: Problem, case: Case) -> tuple[OutputSlot, ...]:
+    """The problem's outputs at the case's sizes and dtypes, as slots."""
+    config = problem.dtype_configs()[case.dtype_config]
+    sizes = case.size_map()
+    return tuple(
+        OutputSlot(resolve_shape(out.shape, sizes), problem.output_dtype(out, config))
+        for out in problem.outputs
+    )
 
 
 REPLY_COPIES = 4

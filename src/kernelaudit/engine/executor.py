@@ -13,7 +13,15 @@ from typing import Any
 import torch
 
 from kernelaudit.checks.base import Expected, Observation, Probe, Step
-from kernelaudit.engine.calls import call_for, reply_limit
+from kernelaudit.engine.calls import call_for, declared_outputs, reply_limit
+from kernelaudit.engine.clocked import (
+    Clocked,
+    beats_floor,
+    clock,
+    copy_seconds,
+    disagrees,
+    repeats_for,
+)
 from kernelaudit.engine.measure import (
     UNCOUNTED,
     count_flops,
@@ -31,7 +39,7 @@ from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.runner.limits import machine_memory
-from kernelaudit.runner.messages import Call, Invocation
+from kernelaudit.runner.messages import Call, CallOutcome, Invocation, InvocationResult
 from kernelaudit.runner.process import Worker
 from kernelaudit.timing.roofline import measure_roofline
 
@@ -209,10 +217,23 @@ class Executor:
         self.worker.start()  # waits for a worker launched earlier, or restarts a crashed one
         started = time.perf_counter()
         fallback = self.worker.limits.host_memory_bytes or (1 << 40)
-        result = self.worker.run(
-            Invocation(calls=tuple(calls), return_inputs=tensor_positions, always_return=judged),
-            reply_limit(self.problem, cases, fallback),
+        limit = reply_limit(self.problem, cases, fallback)
+        invocation = Invocation(
+            calls=tuple(calls), return_inputs=tensor_positions, always_return=judged
         )
+        result = self.worker.run(invocation, limit)
+        wall = time.perf_counter() - started
+        timed = [i for i, step in enumerate(steps) if step.timed]
+        if timed and not result.error and len(result.calls) > timed[0]:
+            i = timed[0]
+            measurements["auditor clock"] = self._clocked(
+                replace(invocation, calls=(calls[i],)),
+                cases[i],
+                result.calls[i],
+                wall,
+                limit,
+                measurements,
+            )
         self.seconds["worker start"] += started - began
         self.seconds["candidate runs"] += time.perf_counter() - started
         return Observation(
@@ -260,6 +281,48 @@ class Executor:
                 )
             if step.memory and "reference peak bytes" not in found:
                 found.update(reference_memory(self.problem, case, given, self.device))
+
+    def _clocked(
+        self,
+        invocation: Invocation,
+        case: Case,
+        outcome: CallOutcome,
+        wall_s: float,
+        reply_bytes: int,
+        found: dict[str, Any],
+    ) -> Clocked | None:
+        """The timed call measured on the auditor's own clock (`engine.clocked`); `found`:
+        the probe's measurements (the roofline the calls back to back are held to)."""
+        timing = outcome.timing
+        if timing is None:
+            return None
+        call = invocation.calls[0]
+        try:
+            returned = () if call.slots else declared_outputs(self.problem, case)
+        except (KeyError, ValueError):
+            returned = ()  # an output whose shape the sizes do not fix: nothing to copy into
+        upper = wall_s / max(1, timing.repetitions + timing.warmup + 1)
+        repeats, why = repeats_for(timing.median_s, upper, call.slots or returned)
+        if not repeats:
+            return Clocked(0, error=why)
+        plain = replace(
+            call, timed=False, profiled=False, memory=False, keep=True, repeat_outputs=returned
+        )
+
+        def run(count: int) -> tuple[float, InvocationResult]:
+            # the base lays out as many buffers as the repetitions fill: their cost cancels
+            calls = (replace(plain, repeat=repeats, repeat_calls=count > 0),)
+            result = self.worker.run(replace(invocation, calls=calls), reply_bytes)
+            return self.worker.round_trip_s, result
+
+        def suspicious(least: float, most: float) -> bool:
+            return disagrees(timing.median_s, least, self.device) or bool(
+                beats_floor(found, most, self.device)
+            )
+
+        copy_s = copy_seconds(returned, self.device)
+        lent = torch.device(self.device).type == "cuda"
+        return clock(run, repeats, suspicious, copy_s, warm_up=lent)
 
     def _inputs(self, case: Case) -> dict[str, object]:
         return self.prepare(case)[0]

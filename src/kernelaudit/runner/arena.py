@@ -3,7 +3,8 @@
 The auditor sets it aside: on a CPU after the invocation's own tensors in the region it sends
 them in (`runner.shared`), on a GPU in device memory it lends the worker (`runner.lent`); and
 sizes it to hold a guarded buffer (`runner.guard`) for every input and output slot of every
-call that does not reuse an earlier call's buffers. The worker takes the buffers from it in
+call that does not reuse an earlier call's buffers, and for the results of every repetition
+a call is made (`Call.repeat`). The worker takes the buffers from it in
 order, and says where each one went (`Placement`); the auditor then reads the bands, the
 inputs and the slots at those places through its own mapping (`runner.observed`), so what
 they show does not rest on code in the candidate's process.
@@ -17,7 +18,7 @@ from typing import Protocol
 import torch
 
 from kernelaudit.runner.guard import guarded_nbytes
-from kernelaudit.runner.messages import Call, Invocation, TensorArg
+from kernelaudit.runner.messages import Call, Invocation, OutputSlot, TensorArg
 from kernelaudit.runner.shared import aligned
 
 
@@ -34,7 +35,7 @@ def set_aside(invocation: Invocation, after: int, most: int) -> Invocation:
 def arena_bytes(calls: tuple[Call, ...]) -> int:
     """The bytes an arena needs for every fresh buffer of `calls`, alignment included: one per
     tensor argument (at its layout) and one per output slot of each call that does not reuse
-    an earlier call's buffers."""
+    an earlier call's buffers, and one per output of each of a call's repetitions."""
     total = 0
     for call in calls:
         if call.reuse is not None:
@@ -45,7 +46,17 @@ def arena_bytes(calls: tuple[Call, ...]) -> int:
                 total += aligned(guarded_nbytes(shape, arg.values.dtype, arg.layout))
         for slot in call.slots:
             total += aligned(guarded_nbytes(tuple(slot.shape), slot.dtype, "contiguous"))
+        total += call.repeat * sum(
+            aligned(guarded_nbytes(tuple(slot.shape), slot.dtype, "contiguous"))
+            for slot in repeated_slots(call)
+        )
     return total
+
+
+def repeated_slots(call: Call) -> tuple[OutputSlot, ...]:
+    """The buffers each of a call's repetitions (`Call.repeat`) leaves its results in: copies
+    of its slots (destination style), else of its declared outputs (`Call.repeat_outputs`)."""
+    return call.slots or call.repeat_outputs
 
 
 class Memory(Protocol):

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kernelaudit.runner.arena import Arena
+from kernelaudit.runner.arena import Arena, repeated_slots
 from kernelaudit.runner.autotuners import (
     NotOffered,
     find_autotuners,
@@ -42,6 +42,7 @@ from kernelaudit.runner.placing import (
     Placed,
     buffers_for,
     check_guards,
+    output_buffers,
     returned_outputs,
     tensors_in,
     to_cpu,
@@ -296,6 +297,8 @@ def run_call(
         outcome = replace(
             outcome, device_bytes_held=held, device_bytes_unseen=unseen, device_peak_bytes=peak
         )
+    if call.repeat:
+        _repeated(candidate, args, call, device, buffers, arena)
     if (call.noise or call.threads or call.queued) and alone:
         outcome = replace(outcome, mismatches=tuple(bit_mismatches(outputs, alone, -1)))
     if call.threads:
@@ -312,6 +315,37 @@ def run_call(
             raise classify(error, device) from None
         outcome = replace(outcome, kernels=profile)
     return outcome, outputs, buffers
+
+
+def _repeated(
+    candidate: Callable[..., object],
+    args: list[object],
+    call: Call,
+    device: torch.device,
+    buffers: Placed,
+    arena: Arena | None,
+) -> None:
+    """`call.repeat` more calls on the call's inputs, back to back: nothing of the harness
+    runs between them, and the device is waited for once, at the end. Each repetition leaves
+    its results in buffers of its own (`buffers.repeats`, in the arena where there is one):
+    the slots it fills, or copies of what it returns. The auditor times the invocation and
+    reads those buffers (`engine.clocked`); nothing here is measured. Without
+    `call.repeat_calls`, the buffers are laid out and no call made."""
+    shapes = repeated_slots(call)
+    for j in range(call.repeat):
+        buffers.repeats.append(output_buffers(call, shapes, f"repeat {j} output", device, arena))
+    try:
+        for targets in buffers.repeats if call.repeat_calls else ():
+            views = [g.view for g in targets]
+            if call.slots:
+                candidate(*args, *views)
+                continue
+            for view, result in zip(views, tensors_in(candidate(*args)), strict=False):
+                if result.shape == view.shape:
+                    view.copy_(result.detach())
+        synchronize(device)
+    except BaseException as error:
+        raise classify(error, device) from None
 
 
 def _after(

@@ -114,6 +114,19 @@ class Call:
     the true values; one that computes on a stream of its own without waiting for the
     caller's reads the overwritten ones. The outputs are compared bit for bit with those of
     the invocation's first call. Nothing on a CPU."""
+    repeat: int = 0
+    """After the call (and what is watched around it), call the candidate this many more
+    times back to back on the same inputs, with nothing of the harness between them, and wait
+    for the device once at the end. Each repetition's results go to buffers of its own in the
+    arena: the slots it is given (destination style) or, for results it returns, copies made
+    into `repeat_outputs`. The auditor times the invocation on its own clock and reads those
+    buffers itself (`engine.clocked`)."""
+    repeat_outputs: tuple[OutputSlot, ...] = ()
+    """The declared outputs a repetition's returned results are copied into (return style;
+    a destination-style call's repetitions fill copies of its `slots`)."""
+    repeat_calls: bool = True
+    """False: the repetitions' buffers are laid out as for `repeat`, and no call is made (the
+    invocation the auditor's clock takes as its base pays for the same layout)."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +250,12 @@ class CallOutcome:
     device_peak_bytes: int = -1
     """Most device memory allocated through torch during the call, above what was allocated
     when it began (its inputs); -1 when not measured."""
+    repeats_read: bool = False
+    """Whether the auditor read the buffers of the call's repetitions (`Call.repeat`) in the
+    arena. Set by the auditor alone (`runner.observed`), whatever the reply said."""
+    repeats_unlike: tuple[int, ...] = ()
+    """The repetitions whose buffers do not hold, bit for bit, the results the call sent back
+    (read by the auditor, as `repeats_read`)."""
     mismatches: tuple[tuple[int, int, int, int, float], ...] = ()
     """For a call under noise or with threads: (runner, output, differing elements, flat index
     of the first one, largest absolute difference) for every output whose bits differ from the

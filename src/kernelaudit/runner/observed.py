@@ -17,7 +17,10 @@ the auditor reads the same bytes through its own mapping:
   is added to the call's `inputs_after`;
 - a kept slot that no later repetition, profile or call rewrote must still hold the bytes
   the worker sent: where it does not, its values changed after they were copied (work left
-  running), and the output is added to the call's `deferred`.
+  running), and the output is added to the call's `deferred`;
+- the buffers of a call's repetitions (`Call.repeat`, made for the auditor's clock) must hold
+  the results the call sent, bit for bit: a repetition whose buffer does not was not made as
+  it was timed (`CallOutcome.repeats_unlike`).
 
 A candidate can still compute on memory of its own and copy its results into the arena (its
 outputs are judged either way; it hides its out-of-bounds writes); see docs/threat-model.md.
@@ -31,7 +34,7 @@ from dataclasses import replace
 import torch
 
 from kernelaudit.host_copies import host_copy
-from kernelaudit.runner.arena import Memory
+from kernelaudit.runner.arena import Memory, repeated_slots
 from kernelaudit.runner.guard import (
     CANARY_BYTES,
     GuardedTensor,
@@ -61,12 +64,14 @@ _Layout = tuple[tuple[int, ...], torch.dtype, str]
 
 
 def observe(
-    invocation: Invocation, result: InvocationResult, region: Memory, canary: bytes
+    invocation: Invocation, result: InvocationResult, region: Memory | None, canary: bytes
 ) -> InvocationResult:
     """`result` with what the arena shows added to it; a "tampered" failure in its place when
-    its placements are not those of the calls that finished, or cannot be read."""
+    its placements are not those of the calls that finished, or cannot be read. What only the
+    auditor may say of a call (`CallOutcome.repeats_read`) is cleared from the reply first."""
+    result = _disowned(result)
     start, size = invocation.arena
-    if size <= 0 or result.error:
+    if size <= 0 or result.error or region is None:
         return result
     try:
         return _observed(invocation, result, region, canary, start, start + size)
@@ -98,17 +103,23 @@ def _observed(
     buffers = _buffers(result.placements, expected, region, start, end)
     calls = list(result.calls)
     breaches = list(result.breaches)
+    repeats: dict[int, list[tuple[int, int, torch.Tensor]]] = {}
     for (call, label), guarded in sorted(buffers.items()):
         writers = [call, *(r for r, c in enumerate(finished) if c.reuse == call)]
         found = breach(guarded, call, canary)
         if found is not None and not _reported(result.breaches, label, writers):
             breaches.append(found)
-        kind, position = label.split(" ")
+        *kind, position = label.split(" ")
         last = writers[-1]
-        if kind == "input":
+        if kind == ["input"]:
             calls[last] = _input_after(invocation, calls[last], int(position), guarded.view, last)
+        elif kind[0] == "repeat":
+            repeats.setdefault(call, []).append((int(kind[1]), int(position), guarded.view))
         elif len(writers) == 1:
             calls[call] = _slot_after(finished[call], calls[call], int(position), guarded.view)
+    for call, views in repeats.items():
+        if finished[call].repeat_calls:
+            calls[call] = _repeats_read(calls[call], views)
     return replace(result, calls=tuple(calls), breaches=tuple(breaches))
 
 
@@ -128,6 +139,10 @@ def _expected(calls: tuple[Call, ...]) -> dict[tuple[int, str], _Layout]:
                 )
         for k, slot in enumerate(call.slots):
             expected[index, f"output {k}"] = (tuple(slot.shape), slot.dtype, "contiguous")
+        for j in range(call.repeat):
+            for k, slot in enumerate(repeated_slots(call)):
+                key = (index, f"repeat {j} output {k}")
+                expected[key] = (tuple(slot.shape), slot.dtype, "contiguous")
     return expected
 
 
@@ -225,6 +240,32 @@ def _input_after(
     after = list(outcome.inputs_after)
     after[j] = host_copy(view)
     return replace(outcome, inputs_after=tuple(after))
+
+
+def _disowned(result: InvocationResult) -> InvocationResult:
+    """`result` with no call claiming what only the auditor's own reading establishes."""
+    if not isinstance(result.calls, tuple) or not all(
+        isinstance(c, CallOutcome) for c in result.calls
+    ):
+        return result  # not a reply whose calls can be read: `_observed` says so
+    if not any(c.repeats_read or c.repeats_unlike for c in result.calls):
+        return result
+    calls = tuple(replace(c, repeats_read=False, repeats_unlike=()) for c in result.calls)
+    return replace(result, calls=calls)
+
+
+def _repeats_read(outcome: CallOutcome, views: list[tuple[int, int, torch.Tensor]]) -> CallOutcome:
+    """`outcome` with the repetitions whose buffers (repetition, output, view) do not hold
+    the call's own results, bit for bit, as the auditor reads them (in the buffer's dtype,
+    as the worker copies a result of another dtype; an output of another shape than declared
+    is not copied, and not compared)."""
+    unlike = set()
+    for repetition, k, view in views:
+        sent = outcome.outputs[k] if k < len(outcome.outputs) else None
+        shaped = sent is not None and tuple(sent.shape) == tuple(view.shape)
+        if sent is None or (shaped and not holds(view.contiguous(), sent.to(view.dtype))):
+            unlike.add(repetition)
+    return replace(outcome, repeats_read=True, repeats_unlike=tuple(sorted(unlike)))
 
 
 def _slot_after(call: Call, outcome: CallOutcome, k: int, view: torch.Tensor) -> CallOutcome:

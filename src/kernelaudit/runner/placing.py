@@ -5,7 +5,7 @@ of them after the call."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -13,7 +13,7 @@ from kernelaudit.host_copies import host_copy
 from kernelaudit.runner.arena import Arena
 from kernelaudit.runner.failures import CandidateFailure
 from kernelaudit.runner.guard import GuardedTensor, allocate, breach, contiguous_geometry, place
-from kernelaudit.runner.messages import Call, GuardBreach, Placement, TensorArg
+from kernelaudit.runner.messages import Call, GuardBreach, OutputSlot, Placement, TensorArg
 from kernelaudit.runner.poison import fill_poison, poison_value
 
 
@@ -23,14 +23,13 @@ class Placed:
 
     inputs: dict[int, GuardedTensor]
     slots: list[GuardedTensor]
+    repeats: list[list[GuardedTensor]] = field(default_factory=list)
+    """The buffers each repetition of the call (`Call.repeat`) left its results in."""
 
     def placements(self, call: int) -> list[Placement]:
         """Where the buffers taken from an arena went."""
-        return [
-            Placement(g.label, call, g.offset, g.phase)
-            for g in (*self.inputs.values(), *self.slots)
-            if g.offset >= 0
-        ]
+        every = (*self.inputs.values(), *self.slots, *(g for r in self.repeats for g in r))
+        return [Placement(g.label, call, g.offset, g.phase) for g in every if g.offset >= 0]
 
 
 def buffers_for(
@@ -60,15 +59,26 @@ def buffers_for(
         for position, arg in enumerate(call.args)
         if isinstance(arg, TensorArg)
     }
-    slots = []
-    for k, slot in enumerate(call.slots):
+    return Placed(inputs, output_buffers(call, call.slots, "output", device, arena))
+
+
+def output_buffers(
+    call: Call,
+    slots: Sequence[OutputSlot],
+    label: str,
+    device: torch.device,
+    arena: Arena | None = None,
+) -> list[GuardedTensor]:
+    """Fresh guarded, poisoned buffers for `slots`, labelled "`label` k"."""
+    buffers = []
+    for k, slot in enumerate(slots):
         stride = contiguous_geometry(tuple(slot.shape)).stride
         guarded = allocate(
-            f"output {k}", tuple(slot.shape), stride, slot.dtype, device, arena=arena
+            f"{label} {k}", tuple(slot.shape), stride, slot.dtype, device, arena=arena
         )
         fill_poison(guarded.view, call.poison, call.sentinel)
-        slots.append(guarded)
-    return Placed(inputs, slots)
+        buffers.append(guarded)
+    return buffers
 
 
 def rewrite(view: torch.Tensor, values: torch.Tensor) -> None:

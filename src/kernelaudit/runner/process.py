@@ -191,8 +191,10 @@ class Worker:
         try:
             bound = reply_bytes or self.limits.host_memory_bytes or None
             invocation = self._size_regions(invocation, bound)
+            sent = time.perf_counter()
             self._send(invocation, began + limit, self._arguments)
             reply = self._receive(began + limit, bound, self._results)
+            self.round_trip_s = time.perf_counter() - sent
         except _Timeout:
             text = (
                 f"the candidate was still running after {time.monotonic() - began:.1f} s "
@@ -233,7 +235,7 @@ class Worker:
             )
         if invocation.lent and self._lender is not None and self._lender.block is not None:
             reply = observe(invocation, reply, self._lender.block, self._canary)
-        elif self._arguments is not None:
+        else:
             reply = observe(invocation, reply, self._arguments, self._canary)
         if reply.error_kind in ("cuda", "crash", "memory", "tampered"):
             # The child exits after these, or cannot be trusted: make sure, start anew next run.
@@ -252,6 +254,11 @@ class Worker:
                 error_kind="memory",
             )
         return reply
+
+    round_trip_s: float = 0.0
+    """Seconds from sending the last invocation to reading the worker's reply, on the
+    auditor's clock: the worker's whole answer, none of the auditor's own work around it
+    (sizing the regions, reading the arena)."""
 
     close_grace_s: float = 0.0
     """How long `close` lets the child end by itself before killing it. Nothing the audit

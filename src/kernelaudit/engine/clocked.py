@@ -1,0 +1,252 @@
+"""The auditor's clock: how long the candidate's calls take, measured where the candidate
+cannot reach.
+
+The timing probe's figures are measured inside the worker, by code in the candidate's own
+process, which the candidate can rebind (docs/threat-model.md). Here the auditor times whole
+invocations itself, on its own clock: one of the timed call followed by `repeats` more calls
+back to back (`Call.repeat`), and a base of the call alone with the same buffers laid out,
+alternated; the difference, divided by the repetitions, is what a call costs, whatever the
+worker says, with the channel's and the harness's costs taken out. Each repetition leaves its
+results in buffers of its own in the arena, which the auditor reads (`runner.observed`): a
+worker that skips the calls it is timed on leaves them without the call's results.
+
+What it does not stop: a worker that recognises the base invocation and delays it lowers the
+difference by as much, and a candidate that copies a result it kept instead of computing it
+again is clocked at a copy's speed (on a GPU the roofline's floor catches that where the
+case's data exceed the cache). Both take a candidate written against this harness.
+
+The timing check compares this figure with the worker's (`checks.timing`): a call the
+auditor's clock finds several times slower than the worker reported was not timed honestly,
+and (on a GPU) calls back to back faster than the device's physical floor skip work. A
+moment the host is busy moves one pair's figure either way; a figure that would fail is
+measured again before it does, and fails only as every pair measured it (the least of them
+for a call too slow, the greatest for one too fast).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelaudit.runner.guard import guarded_nbytes
+from kernelaudit.runner.messages import CallOutcome, InvocationResult, OutputSlot
+from kernelaudit.timing.measure import flush_l2_cache, synchronize
+from kernelaudit.timing.roofline import RooflinePosition, position
+
+TARGET_S = 0.1
+"""Seconds of repeated calls each clocked invocation aims at, at the worker's own figure: long
+enough that the channel's jitter (a millisecond or so) is a small part of it."""
+
+CEILING_S = 5.0
+"""The most seconds of repeated calls an invocation may cost, at the timed invocation's own
+wall time per call (an upper bound on a call's cost that the worker cannot lower): a worker
+that reports a call far faster than it is pays for its report, within this."""
+
+MOST_REPEATS = 4096
+FEWEST_REPEATS = 1
+
+REPEAT_BYTES = 256 << 20
+"""The most bytes the repetitions' result buffers may take in the arena together."""
+
+PAIRS = 1
+"""Pairs of invocations measured first; `CONFIRMING_PAIRS` more where the first disagree with
+the worker, so that one busy moment of the host never fails a candidate."""
+CONFIRMING_PAIRS = 2
+
+FACTOR = 3.0
+"""How many times slower than the worker's figure the auditor's clock must find a call (and
+`margin_s` besides) before the worker's figure is called wrong: the clock times calls back to
+back, with results copied where they are returned, the worker one call at a time."""
+
+
+def margin_s(device: str) -> float:
+    """Seconds of a call's cost the two clocks may differ by whatever the factor: on a CPU a
+    Python call's own cost and the host's scheduling; on a GPU a launch's, and as long as the
+    cache flush before each of the worker's timed calls lasts, since the candidate's launches
+    are issued while it runs and are not charged there (`timing.measure`), while back to back
+    a call costs at least its launches."""
+    target = torch.device(device)
+    if target.type != "cuda":
+        return 1e-3
+    return 50e-6 + _flush_s(target.index if target.index is not None else 0)
+
+
+@functools.cache
+def _flush_s(index: int) -> float:
+    """How long the worker's cache flush lasts on GPU `index`, timed by the auditor (the
+    median of seven, events around each)."""
+    device = torch.device("cuda", index)
+    samples = []
+    with torch.cuda.device(device):
+        flush_l2_cache(device)
+        for _ in range(7):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            flush_l2_cache(device)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3)
+    return sorted(samples)[len(samples) // 2]
+
+
+def disagrees(reported_s: float, clocked_s: float, device: str) -> bool:
+    """Whether the auditor's figure for a call is too far above the worker's to be noise."""
+    return clocked_s > FACTOR * reported_s + margin_s(device)
+
+
+def beats_floor(found: Mapping[str, Any], seconds: float, device: str) -> RooflinePosition | None:
+    """Where `seconds` a call falls below the physical floor of the timed case's work on the
+    device's measured roofline (`found`: the timing probe's measurements), on a GPU; None
+    otherwise (a CPU's roofline is measured on cores other processes share)."""
+    if torch.device(device).type == "cpu" or "roofline" not in found:
+        return None
+    dtype = getattr(torch, found["dtype"])
+    place = position(seconds, found["flops"], found["bytes"], dtype, found["roofline"])
+    return place if place.beats_floor else None
+
+
+@dataclass(frozen=True)
+class Clocked:
+    """What the auditor's clock measured of one timed call.
+
+    repeats: the calls back to back in each longer invocation.
+    per_call_s: the least of the pairs' figures, the auditor's own copies of returned results
+        taken off: what a call costs at least, whatever moments the host was busy.
+    most_s: the greatest of them, the same way: a figure below a floor is one every pair
+        measured.
+    samples_s: each pair's figure (before the copies' cost is taken off).
+    copy_s: what copying a call's returned results costs the auditor on the same device (0
+        for a destination-style call, whose repetitions fill their own slots).
+    read: whether the auditor read every repetition's results in the arena.
+    unlike: repetitions whose results are not the call's, bit for bit (as read).
+    error: why there is no figure ("" when there is one); kind: the failed invocation's kind.
+    """
+
+    repeats: int
+    per_call_s: float = 0.0
+    most_s: float = 0.0
+    samples_s: tuple[float, ...] = ()
+    copy_s: float = 0.0
+    read: bool = False
+    unlike: tuple[int, ...] = ()
+    error: str = ""
+    kind: str = ""
+    seconds: float = field(default=0.0, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "repeats": self.repeats,
+            "per_call_s": self.per_call_s,
+            "most_s": self.most_s,
+            "samples_s": list(self.samples_s),
+            "copy_s": self.copy_s,
+            "results_read": self.read,
+            "seconds": self.seconds,
+        }
+        if self.unlike:
+            data["repetitions_unlike"] = list(self.unlike)
+        if self.error:
+            data["error"] = self.error
+        return data
+
+
+def repeats_for(reported_s: float, upper_s: float, slots: Sequence[OutputSlot]) -> tuple[int, str]:
+    """How many repetitions to clock: `TARGET_S` of calls at the worker's figure, no more
+    than `CEILING_S` at `upper_s` (the timed invocation's wall time per call), and no more
+    than the repetitions' buffers allow; (0, why) when not even `FEWEST_REPEATS` fit."""
+    wanted = int(TARGET_S / max(reported_s, 1e-6))
+    ceiling = int(CEILING_S / max(upper_s, 1e-9))
+    repeats = max(FEWEST_REPEATS, min(wanted, ceiling, MOST_REPEATS))
+    per_repeat = sum(guarded_nbytes(tuple(s.shape), s.dtype, "contiguous") for s in slots)
+    if per_repeat:
+        fit = REPEAT_BYTES // per_repeat
+        if fit < FEWEST_REPEATS:
+            return 0, (
+                f"a call's results ({per_repeat / 2**20:,.0f} MiB) are larger than the "
+                f"{REPEAT_BYTES >> 20} MiB the repeated calls' results may take"
+            )
+        repeats = min(repeats, fit)
+    return repeats, ""
+
+
+def clock(
+    run: Callable[[int], tuple[float, InvocationResult]],
+    repeats: int,
+    suspicious: Callable[[float, float], bool],
+    copy_s: float = 0.0,
+    warm_up: bool = True,
+) -> Clocked:
+    """Time `run(0)` and `run(repeats)` (each one invocation of the worker, returning the
+    seconds from sending it to its reply on the auditor's clock, and the reply) in
+    alternation: `PAIRS` pairs, and `CONFIRMING_PAIRS` more while `suspicious(least, most)`
+    holds of the pairs' least and greatest figures so far. With `warm_up`, after one `run(0)`
+    that is not counted: what the first invocation of this size costs once (device memory
+    lent for it, on a GPU) is paid there. (On a CPU what a first invocation pays falls on the
+    base of the first pair, which can only lower the figure.)"""
+    began = time.perf_counter()
+    samples: list[float] = []
+    read, unlike = True, set()
+
+    def pair() -> InvocationResult | None:
+        nonlocal read
+        times = []
+        for count in (0, repeats):
+            seconds, result = run(count)
+            times.append(seconds)
+            if result.error or not result.calls:
+                return result
+            if count:
+                outcome = result.calls[0]
+                read = read and outcome.repeats_read
+                unlike.update(outcome.repeats_unlike)
+        samples.append((times[1] - times[0]) / repeats)
+        return None
+
+    first = run(0)[1] if warm_up else InvocationResult(calls=(CallOutcome(outputs=()),))
+    for number in range(PAIRS + CONFIRMING_PAIRS):
+        failed = first if first.error or not first.calls else pair()
+        if failed is not None:
+            return Clocked(
+                repeats,
+                error=failed.error or "the worker answered without the call",
+                kind=failed.error_kind,
+                seconds=time.perf_counter() - began,
+            )
+        least, most = (max(f(samples) - copy_s, 0.0) for f in (min, max))
+        if number + 1 >= PAIRS and not suspicious(least, most):
+            break
+    return Clocked(
+        repeats,
+        per_call_s=least,
+        most_s=most,
+        samples_s=tuple(samples),
+        copy_s=copy_s,
+        read=read,
+        unlike=tuple(sorted(unlike)),
+        seconds=time.perf_counter() - began,
+    )
+
+
+def copy_seconds(slots: Sequence[OutputSlot], device: str, times: int = 5) -> float:
+    """What copying results of `slots` into buffers of their own costs on `device`, measured
+    by the auditor (the least of `times`): the worker makes such copies of every repetition's
+    returned results, so the clock takes them off."""
+    if not slots:
+        return 0.0
+    target = torch.device(device)
+    sources = [torch.zeros(s.shape, dtype=s.dtype, device=target) for s in slots]
+    targets = [torch.empty_like(t) for t in sources]
+    best = float("inf")
+    for _ in range(times):
+        synchronize(target)
+        start = time.perf_counter()
+        for source, copy in zip(sources, targets, strict=True):
+            copy.copy_(source)
+        synchronize(target)
+        best = min(best, time.perf_counter() - start)
+    return best

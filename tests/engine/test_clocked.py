@@ -1,0 +1,103 @@
+"""The auditor's clock (`engine.clocked`): invocations timed in the auditor, alternated, the
+least of the pairs kept, a disagreement measured again before it counts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from kernelaudit.engine.clocked import (
+    CONFIRMING_PAIRS,
+    REPEAT_BYTES,
+    clock,
+    copy_seconds,
+    disagrees,
+    repeats_for,
+)
+from kernelaudit.runner.messages import CallOutcome, InvocationResult, OutputSlot
+
+
+def _slower_than(reported_s: float) -> Callable[[float, float], bool]:
+    return lambda least, most: disagrees(reported_s, least, "cpu")
+
+
+class _Fake:
+    """A worker on a fake clock: each invocation costs `fixed_s` plus `call_s` a call (the
+    call and its repetitions), `spikes` added to the invocations of those numbers."""
+
+    def __init__(self, fixed_s: float, call_s: float, spikes: dict[int, float] | None = None):
+        self.fixed_s, self.call_s = fixed_s, call_s
+        self.spikes = spikes or {}
+        self.invocations = 0
+
+    def run(self, count: int) -> tuple[float, InvocationResult]:
+        seconds = self.fixed_s + (1 + count) * self.call_s + self.spikes.get(self.invocations, 0)
+        self.invocations += 1
+        outcome = CallOutcome(outputs=(), repeats_read=True)
+        return seconds, InvocationResult(calls=(outcome,))
+
+
+def test_fixed_costs_cancel_and_one_pair_suffices_when_the_clocks_agree() -> None:
+    # the first invocation costs a second more (memory lent for the first time): not counted
+    fake = _Fake(fixed_s=0.05, call_s=0.01, spikes={0: 1.0})
+    found = clock(fake.run, 10, _slower_than(0.01))
+    assert fake.invocations == 1 + 2
+    assert abs(found.per_call_s - 0.01) < 1e-9
+    assert found.read and found.unlike == ()
+
+
+def test_a_busy_moment_is_measured_again_and_does_not_count() -> None:
+    # the first invocation with repetitions hit a busy host: half a second more
+    fake = _Fake(fixed_s=0.05, call_s=0.01, spikes={2: 0.5})
+    found = clock(fake.run, 10, _slower_than(0.01))
+    # one pair more settles it: the least of the two agrees
+    assert fake.invocations == 1 + 4 and len(found.samples_s) == 2
+    assert abs(found.per_call_s - 0.01) < 1e-9
+    assert not disagrees(0.01, found.per_call_s, "cpu")
+
+
+def test_a_worker_that_reports_calls_faster_than_they_are_disagrees() -> None:
+    fake = _Fake(fixed_s=0.05, call_s=0.02)
+    found = clock(fake.run, 10, _slower_than(1e-6))
+    assert fake.invocations == 1 + 2 * (1 + CONFIRMING_PAIRS)
+    assert disagrees(1e-6, found.per_call_s, "cpu")
+
+
+def test_a_figure_too_fast_fails_only_as_every_pair_measured_it() -> None:
+    # the base of the first pair hit a busy host: that pair's figure is far too fast
+    fake = _Fake(fixed_s=0.05, call_s=0.01, spikes={1: 0.2})
+    found = clock(fake.run, 10, lambda least, most: most < 0.005)
+    assert len(found.samples_s) == 2
+    assert found.per_call_s < 0.005 < found.most_s
+
+
+def test_a_failed_invocation_is_an_error_with_its_kind() -> None:
+    def run(count: int) -> tuple[float, InvocationResult]:
+        return 0.1, InvocationResult(calls=(), error="placed elsewhere", error_kind="tampered")
+
+    found = clock(run, 4, _slower_than(0.01))
+    assert found.error == "placed elsewhere" and found.kind == "tampered"
+
+
+def test_repetitions_aim_at_a_tenth_of_a_second_within_their_bounds() -> None:
+    slot = (OutputSlot((1024,), torch.float32),)
+    assert repeats_for(1e-3, 2e-3, slot) == (100, "")
+    # a worker claiming a nanosecond pays at most five seconds at the invocation's own pace
+    assert repeats_for(1e-9, 0.1, slot) == (50, "")
+    assert repeats_for(1.0, 2.0, slot) == (1, "")
+    huge = (OutputSlot((REPEAT_BYTES // 4,), torch.float32),)
+    repeats, why = repeats_for(1e-3, 2e-3, huge)
+    assert repeats == 0 and "larger than the 256 MiB" in why
+
+
+def test_the_auditors_own_copy_is_measured() -> None:
+    assert copy_seconds((), "cpu") == 0.0
+    assert 0.0 < copy_seconds((OutputSlot((1 << 20,), torch.float32),), "cpu") < 1.0
+
+
+def test_without_a_warm_up_the_first_pair_is_measured_at_once() -> None:
+    fake = _Fake(fixed_s=0.05, call_s=0.01)
+    found = clock(fake.run, 10, _slower_than(0.01), warm_up=False)
+    assert fake.invocations == 2
+    assert abs(found.per_call_s - 0.01) < 1e-9
