@@ -51,6 +51,8 @@ def _timed(candidate: str, device: str) -> AuditReport:
         ("forges_its_clock", "clock-disagrees"),
         ("forges_its_timing", "clock-repeats-differ"),
         ("forges_its_timing_crudely", "clock-tampered"),
+        ("wrong_back_to_back", "clock-repeats-differ"),
+        ("raises_after_many_calls", "clock-failed"),
     ],
 )
 def test_a_forged_timing_fails_on_the_auditors_clock(candidate: str, key: str, device: str) -> None:
@@ -67,3 +69,14 @@ def test_a_slow_honest_candidate_agrees_with_the_auditors_clock(device: str) -> 
     clocked = dict(times.evidence)["auditor's clock"]
     assert clocked["results_read"]
     assert 0.015 < clocked["per_call_s"] < 0.2
+
+
+def test_a_kernel_wrong_after_many_calls_fails_in_the_calls_made_for_the_clock(
+    device: str,
+) -> None:
+    # right for its first 300 calls in a process: the timed run makes about 200, the calls
+    # back to back for the auditor's clock thousands more, read by the auditor
+    report = _timed("wrong_after_many_calls", device)
+    assert report.verdict == "FAIL"
+    keys = {f.key for f in report.failures if f.check == "timing"}
+    assert keys & {"clock-repeats-differ", "clock-output:y"}, [f.title for f in report.failures]

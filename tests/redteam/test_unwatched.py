@@ -54,3 +54,25 @@ def test_the_plain_runs_processes_are_held_to_the_host_memory_limit() -> None:
     (failure,) = [f for f in report.failures if f.check == "unwatched"]
     assert failure.key == "unwatched-host-memory"
     assert "GiB of host memory, more than the limit of 1.50 GiB" in failure.title
+
+
+def test_a_flag_hidden_from_the_worker_is_read_in_the_plain_process(device: str) -> None:
+    checks = ["numerics", "global-state", "unwatched"]
+    report = _audit("hides_its_precision_flag", checks, device)
+    # the worker's own look at the state is rebound: it sees nothing
+    assert not [f for f in report.failures if f.check == "global-state"]
+    plain = {f.key: f for f in report.failures if f.check == "unwatched"}
+    failure = plain["unwatched-state:torch.get_float32_matmul_precision()"]
+    assert "'highest' -> 'medium'" in failure.title
+
+
+def test_a_flag_the_worker_saw_too_is_one_finding(device: str) -> None:
+    from kernelaudit.report.causes import follow_ons
+
+    checks = ["numerics", "global-state", "unwatched"]
+    report = _audit("changes_its_precision_flag", checks, device)
+    plain = [f for f in report.failures if f.check == "unwatched"]
+    assert plain
+    for finding in plain:
+        (cause, said) = follow_ons(report)[finding.id]
+        assert cause.check == "global-state" and "same change" in said

@@ -9,7 +9,7 @@ findings, shrinks them and reports them; adding a check is one module and one li
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
@@ -321,6 +321,12 @@ class Failure:
     at the workload it was measured at (its device time spent in the reference's kernels, a
     time below the hardware's floor): a smaller case only measures it less well, and the
     finding then reports figures of a case nobody runs."""
+
+
+def restated(failure: Failure, prefix: str, lead: str) -> Failure:
+    """`failure`, found by judging results again in a setting of a check's own, keyed
+    "`prefix`:KEY" and titled "`lead`: TITLE" (its evidence and score kept)."""
+    return replace(failure, key=f"{prefix}:{failure.key}", title=f"{lead}: {failure.title}")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,15 @@ from typing import ClassVar
 
 import torch
 
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
+from kernelaudit.checks.base import (
+    Failure,
+    Observation,
+    PlanContext,
+    Probe,
+    RunPlan,
+    Step,
+    restated,
+)
 from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.checks.sweep import boundary_cases
@@ -53,16 +61,11 @@ class StaleMemory:
                     ]
         if judge_results(observation, 0):
             return []  # already wrong before any memory was poisoned: not stale memory
-        return [
-            Failure(
-                key=f"stale:{failure.key}",
-                title="after the device memory the allocator held free was filled with poison, "
-                f"the same inputs gave a wrong result: {failure.title}",
-                evidence=failure.evidence,
-                score=failure.score,
-            )
-            for failure in judge_results(observation, 1)
-        ]
+        lead = (
+            "after the device memory the allocator held free was filled with poison, the same "
+            "inputs gave a wrong result"
+        )
+        return [restated(failure, "stale", lead) for failure in judge_results(observation, 1)]
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         return []

@@ -15,7 +15,15 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan, Step
+from kernelaudit.checks.base import (
+    Failure,
+    Observation,
+    PlanContext,
+    Probe,
+    RunPlan,
+    Step,
+    restated,
+)
 from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.engine.clocked import beats_floor, disagrees
@@ -131,15 +139,9 @@ def _timed_outputs(observation: Observation) -> list[Failure]:
                 )
                 break
     if outcome.timed_outputs:
+        lead = "the last timed repetition's results are wrong"
         for failure in judge_results(observation, 0, outputs=outcome.timed_outputs):
-            failures.append(
-                Failure(
-                    key=f"timed-output:{failure.key}",
-                    title=f"the last timed repetition's results are wrong: {failure.title}",
-                    evidence=failure.evidence,
-                    score=failure.score,
-                )
-            )
+            failures.append(restated(failure, "timed-output", lead))
     return failures
 
 
@@ -153,19 +155,31 @@ def _clock_failures(observation: Observation, place: Any) -> list[Failure]:
     outcome = observation.result.calls[0]
     evidence = _times(observation, place)
     if clocked.error:
-        tampered = clocked.kind == "tampered"
+        # the call ran in the timed run: one that fails when made again (or hangs there) is
+        # failing for its candidate, only a lack of room is the audit's
+        failing = clocked.kind not in ("", "memory")
+        key, said = ("not-clocked", "could not be timed")
+        if failing:
+            key, said = ("clock-failed", "failed")
+        if clocked.kind == "tampered":
+            key, said = ("clock-tampered", "were tampered with")
         return [
             Failure(
-                key="clock-tampered" if tampered else "not-clocked",
-                title="the calls timed on the auditor's clock "
-                + ("were tampered with: " if tampered else "could not be timed: ")
-                + clocked.error,
+                key=key,
+                title=f"the calls timed on the auditor's clock {said}: {clocked.error}",
                 evidence=evidence,
-                severity="fail" if tampered else "note",
+                severity="fail" if failing else "note",
                 shrinks=False,
             )
         ]
-    failures = []
+    lead = (
+        "the call the auditor's clock timed gave wrong results (so did the calls repeated "
+        "after it, which must equal them)"
+    )
+    failures = [
+        restated(failure, "clock-output", lead)
+        for failure in judge_results(observation, 0, outputs=clocked.outputs)
+    ]
     contract = observation.problem.contract
     if clocked.unlike and contract.deterministic and not contract.mutates:
         failures.append(
@@ -173,7 +187,8 @@ def _clock_failures(observation: Observation, place: Any) -> list[Failure]:
                 key="clock-repeats-differ",
                 title=f"{len(clocked.unlike)} of the {clocked.repeats} calls made back to back "
                 "for the auditor's clock did not leave the call's results (first: repetition "
-                f"{clocked.unlike[0] + 1}): the worker did not make the calls it was timed on",
+                f"{clocked.unlike[0] + 1}): they were not made as timed, or the candidate gives "
+                "other results when it is called again",
                 evidence=evidence,
                 shrinks=False,
             )

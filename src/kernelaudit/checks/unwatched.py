@@ -164,12 +164,33 @@ def _judged(
                 )
             )
         if failures:
-            return failures
+            return failures + _state(run, setting)
     return [
+        *_state(run, setting),
         note(
             "matches",
             f"called {run.calls} times in {run.seconds:.2f} s as a user's program calls it, the "
             "first and last calls match the truth",
             setting,
+        ),
+    ]
+
+
+def _state(run: PlainRun, setting: tuple[tuple[str, Any], ...]) -> list[Failure]:
+    """The flags a plain process shows changed by importing and calling the candidate: read
+    there by the plain script, which nothing of the candidate's process can have rebound
+    (the worker's own look, `global-state`, is made by code the candidate can reach)."""
+    return [
+        Failure(
+            key=f"unwatched-state:{change.name}",
+            title=f"called as a user's program calls it, importing and calling the candidate "
+            f"changed {change.name}: {change.before} -> {change.after}",
+            evidence=(
+                *setting,
+                ("state", change.name),
+                ("before", change.before),
+                ("after", change.after),
+            ),
         )
+        for change in run.state_changes
     ]

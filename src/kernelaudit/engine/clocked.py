@@ -137,6 +137,10 @@ class Clocked:
     error: str = ""
     kind: str = ""
     seconds: float = field(default=0.0, compare=False)
+    outputs: tuple[torch.Tensor, ...] = field(default=(), compare=False, repr=False)
+    """The results of the call the repetitions followed, as the worker sent them: every
+    repetition's must equal them (`unlike`), and the timing check judges them against the
+    truth, so the repeated calls' results are judged too."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -191,9 +195,10 @@ def clock(
     began = time.perf_counter()
     samples: list[float] = []
     read, unlike = True, set()
+    outputs: tuple[torch.Tensor, ...] = ()
 
     def pair() -> InvocationResult | None:
-        nonlocal read
+        nonlocal read, outputs
         times = []
         for count in (0, repeats):
             seconds, result = run(count)
@@ -204,6 +209,7 @@ def clock(
                 outcome = result.calls[0]
                 read = read and outcome.repeats_read
                 unlike.update(outcome.repeats_unlike)
+                outputs = outputs or outcome.outputs
         samples.append((times[1] - times[0]) / repeats)
         return None
 
@@ -229,6 +235,7 @@ def clock(
         read=read,
         unlike=tuple(sorted(unlike)),
         seconds=time.perf_counter() - began,
+        outputs=outputs,
     )
 
 

@@ -9,8 +9,10 @@ source (bytecode next to it is neither read nor written), as a module named afte
 REQUEST (torch.save, weights only): path, function, device, args (tensors and scalars in
 order), slots ((shape, dtype name) of the preallocated outputs, destination style), mutates
 (positions of inputs the call may change), most_calls and seconds (calls go on until either is
-reached). RESULT: calls made, seconds taken, and the first and the last call's outputs and
-mutated inputs on the CPU; or an error and its kind.
+reached), state (the flags to read before the candidate is imported and after its calls, each
+named by its expression from `torch`). RESULT: calls made, seconds taken, the first and the
+last call's outputs and mutated inputs on the CPU, and each flag's value before and after; or
+an error and its kind.
 """
 
 import sys
@@ -32,6 +34,21 @@ def load(path: str, function: str) -> object:
     return getattr(module, function)
 
 
+def flags(names: list) -> dict:
+    """The value of each flag, by the expression naming it from `torch` ("torch.a.b", or
+    "torch.f()" for a function's result), as its repr."""
+    values = {}
+    for name in names:
+        try:
+            value = torch
+            for part in name.removesuffix("()").split(".")[1:]:
+                value = getattr(value, part)
+            values[name] = repr(value() if name.endswith("()") else value)
+        except Exception as error:  # a flag this build lacks
+            values[name] = f"<unreadable: {type(error).__name__}>"
+    return values
+
+
 def on_cpu(tensors: list) -> list:
     return [t.detach().to("cpu", copy=True) for t in tensors]
 
@@ -47,6 +64,7 @@ def returned_tensors(returned: object) -> list:
 def main(request_path: str, result_path: str) -> None:
     request = torch.load(request_path, weights_only=True)
     device = torch.device(request["device"])
+    before = flags(request["state"])
     try:
         function = load(request["path"], request["function"])
     except BaseException:
@@ -84,6 +102,7 @@ def main(request_path: str, result_path: str) -> None:
             "seconds": time.perf_counter() - began,
             "first": list(kept["first"]),
             "last": list(kept["last"]),
+            "state": {n: [before[n], now] for n, now in flags(request["state"]).items()},
         },
         result_path,
     )

@@ -14,7 +14,8 @@ import torch
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import run_python
-from kernelaudit.runner.messages import Call, TensorArg
+from kernelaudit.runner.messages import Call, StateChange, TensorArg
+from kernelaudit.runner.state import FLAG_NAMES
 
 CALLER = Path(__file__).with_name("caller.py")
 
@@ -31,6 +32,9 @@ class PlainRun:
     last: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] = field(default=((), ()))
     error: str = ""
     kind: str = ""
+    state_changes: tuple[StateChange, ...] = ()
+    """The flags (`runner.state.FLAG_NAMES`) whose values differ after the calls from before
+    the candidate was imported, read by the plain script (no harness to rebind there)."""
 
 
 def run_plain(
@@ -57,6 +61,7 @@ def run_plain(
         "mutates": list(mutates),
         "most_calls": most_calls,
         "seconds": seconds,
+        "state": list(FLAG_NAMES),
     }
     with tempfile.TemporaryDirectory() as folder:
         # a copy of its own, so the process is started as `python main.py`, as programs are
@@ -105,6 +110,11 @@ def run_plain(
         seconds=float(data["seconds"]),
         first=(tuple(data["first"][0]), tuple(data["first"][1])),
         last=(tuple(data["last"][0]), tuple(data["last"][1])),
+        state_changes=tuple(
+            StateChange(name, before, after)
+            for name, (before, after) in data["state"].items()
+            if before != after
+        ),
     )
 
 
@@ -124,4 +134,14 @@ def _result(data: object) -> dict:
             raise ValueError(f"no outputs and inputs of the {which} call")
     if not isinstance(data.get("calls"), int) or not isinstance(data.get("seconds"), float):
         raise ValueError("no count of calls and seconds")
+    state = data.get("state")
+    if not (
+        isinstance(state, dict)
+        and set(state) == set(FLAG_NAMES)
+        and all(
+            isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, str) for x in v)
+            for v in state.values()
+        )
+    ):
+        raise ValueError("no values of the flags before and after the calls")
     return data

@@ -48,6 +48,10 @@ _FLAGS: dict[str, Callable[[], str]] = {
     "torch.is_grad_enabled()": _flag(torch.is_grad_enabled),
 }
 
+FLAG_NAMES = tuple(_FLAGS)
+"""The precision and determinism flags watched, each named by the expression that reads it
+from `torch` (a plain process reads them by these names: `plain.caller`)."""
+
 _FUNCTIONS: dict[str, Callable[[], object]] = {
     name: read
     for name, read in {
