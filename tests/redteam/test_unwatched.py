@@ -66,6 +66,17 @@ def test_a_flag_hidden_from_the_worker_is_read_in_the_plain_process(device: str)
     assert "'highest' -> 'medium'" in failure.title
 
 
+def test_a_replaced_function_hidden_from_the_worker_is_seen_in_the_plain_process(
+    device: str,
+) -> None:
+    checks = ["numerics", "global-state", "unwatched"]
+    report = _audit("hides_its_replaced_compare", checks, device)
+    assert not [f for f in report.failures if f.check == "global-state"]
+    plain = {f.key: f for f in report.failures if f.check == "unwatched"}
+    failure = plain["unwatched-state:torch.allclose"]
+    assert failure.title.endswith("allclose -> hides_its_replaced_compare._close")
+
+
 def test_a_flag_the_worker_saw_too_is_one_finding(device: str) -> None:
     from kernelaudit.report.causes import follow_ons
 
@@ -76,3 +87,13 @@ def test_a_flag_the_worker_saw_too_is_one_finding(device: str) -> None:
     for finding in plain:
         (cause, said) = follow_ons(report)[finding.id]
         assert cause.check == "global-state" and "same change" in said
+
+
+def test_results_filled_late_and_hidden_from_the_worker_fail_in_the_plain_process(
+    device: str,
+) -> None:
+    report = _audit("fills_late_and_hides_it", ["deferred-work", "unwatched"], device)
+    # the worker's own comparison is rebound: no deferred work is reported
+    assert not [f for f in report.failures if f.check == "deferred-work"]
+    plain = [f for f in report.failures if f.check == "unwatched"]
+    assert plain and "as a user's program calls it" in plain[0].title

@@ -9,12 +9,14 @@ source (bytecode next to it is neither read nor written), as a module named afte
 REQUEST (torch.save, weights only): path, function, device, args (tensors and scalars in
 order), slots ((shape, dtype name) of the preallocated outputs, destination style), mutates
 (positions of inputs the call may change), most_calls and seconds (calls go on until either is
-reached), state (the flags to read before the candidate is imported and after its calls, each
-named by its expression from `torch`). RESULT: calls made, seconds taken, the first and the
-last call's outputs and mutated inputs on the CPU, and each flag's value before and after; or
+reached), state and functions (the flags and the functions to read before the candidate is
+imported and after its calls, each named by its expression from `torch` or `time`). RESULT:
+calls made, seconds taken, the first and the last call's outputs and mutated inputs on the CPU,
+and each flag's, function's and random number generator's state before and after, as text; or
 an error and its kind.
 """
 
+import hashlib
 import sys
 import time
 import traceback
@@ -34,19 +36,64 @@ def load(path: str, function: str) -> object:
     return getattr(module, function)
 
 
-def flags(names: list) -> dict:
-    """The value of each flag, by the expression naming it from `torch` ("torch.a.b", or
-    "torch.f()" for a function's result), as its repr."""
-    values = {}
-    for name in names:
+def resolve(name: str) -> object:
+    """What a state's name reads: "torch.a.b" or "time.f" by attribute, "torch.f()" the
+    function's result."""
+    root, *parts = name.removesuffix("()").split(".")
+    value = {"torch": torch, "time": time}[root]
+    for part in parts:
+        value = getattr(value, part)
+    return value() if name.endswith("()") else value
+
+
+def look(request: dict, device: torch.device) -> dict:
+    """The process-wide state: each flag's repr, each function as the object, each random
+    number generator's state by a digest."""
+    seen = {}
+    for name in request["state"]:
         try:
-            value = torch
-            for part in name.removesuffix("()").split(".")[1:]:
-                value = getattr(value, part)
-            values[name] = repr(value() if name.endswith("()") else value)
+            seen[name] = repr(resolve(name))
         except Exception as error:  # a flag this build lacks
-            values[name] = f"<unreadable: {type(error).__name__}>"
-    return values
+            seen[name] = f"<unreadable: {type(error).__name__}>"
+    for name in request["functions"]:
+        try:
+            seen[name] = resolve(name)
+        except Exception:  # a function this build lacks
+            seen[name] = None
+    seen["torch RNG state (CPU)"] = digest(torch.get_rng_state())
+    if device.type == "cuda":
+        seen["torch RNG state (CUDA)"] = digest(torch.cuda.get_rng_state(device))
+    return seen
+
+
+def digest(state: torch.Tensor) -> str:
+    return hashlib.sha1(state.numpy().tobytes()).hexdigest()[:12]
+
+
+def described(value: object) -> str:
+    if value is None:
+        return "<removed>"
+    if isinstance(value, str):
+        return value
+    module = getattr(value, "__module__", None) or type(value).__module__
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    return f"{module}.{name}"
+
+
+def compared(before: dict, after: dict) -> dict:
+    """name -> [before, after] as text; a function replaced by another of the same name is
+    told apart ("(another object)")."""
+    pairs = {}
+    for name, then in before.items():
+        now = after.get(name)
+        # `is` for functions; `==` for methods, which are made anew on every lookup
+        same = now is then or now == then
+        text = described(then)
+        later = text if same else described(now)
+        if not same and later == text:
+            later += " (another object)"
+        pairs[name] = [text, later]
+    return pairs
 
 
 def on_cpu(tensors: list) -> list:
@@ -64,7 +111,7 @@ def returned_tensors(returned: object) -> list:
 def main(request_path: str, result_path: str) -> None:
     request = torch.load(request_path, weights_only=True)
     device = torch.device(request["device"])
-    before = flags(request["state"])
+    before = look(request, device)
     try:
         function = load(request["path"], request["function"])
     except BaseException:
@@ -102,7 +149,7 @@ def main(request_path: str, result_path: str) -> None:
             "seconds": time.perf_counter() - began,
             "first": list(kept["first"]),
             "last": list(kept["last"]),
-            "state": {n: [before[n], now] for n, now in flags(request["state"]).items()},
+            "state": compared(before, look(request, device)),
         },
         result_path,
     )

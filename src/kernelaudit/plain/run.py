@@ -15,7 +15,7 @@ from kernelaudit.inputs.case import dtype_name
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import run_python
 from kernelaudit.runner.messages import Call, StateChange, TensorArg
-from kernelaudit.runner.state import FLAG_NAMES
+from kernelaudit.runner.state import FLAG_NAMES, FUNCTION_NAMES, RNG_NAMES
 
 CALLER = Path(__file__).with_name("caller.py")
 
@@ -33,8 +33,9 @@ class PlainRun:
     error: str = ""
     kind: str = ""
     state_changes: tuple[StateChange, ...] = ()
-    """The flags (`runner.state.FLAG_NAMES`) whose values differ after the calls from before
-    the candidate was imported, read by the plain script (no harness to rebind there)."""
+    """The process-wide state (`runner.state`: flags, functions, random number generators)
+    that differs after the calls from before the candidate was imported, read by the plain
+    script (no harness to rebind there)."""
 
 
 def run_plain(
@@ -62,6 +63,7 @@ def run_plain(
         "most_calls": most_calls,
         "seconds": seconds,
         "state": list(FLAG_NAMES),
+        "functions": list(FUNCTION_NAMES),
     }
     with tempfile.TemporaryDirectory() as folder:
         # a copy of its own, so the process is started as `python main.py`, as programs are
@@ -135,13 +137,14 @@ def _result(data: object) -> dict:
     if not isinstance(data.get("calls"), int) or not isinstance(data.get("seconds"), float):
         raise ValueError("no count of calls and seconds")
     state = data.get("state")
+    named = {*FLAG_NAMES, *FUNCTION_NAMES, RNG_NAMES[0]}
     if not (
         isinstance(state, dict)
-        and set(state) == set(FLAG_NAMES)
+        and named <= set(state) <= named | set(RNG_NAMES)
         and all(
             isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, str) for x in v)
             for v in state.values()
         )
     ):
-        raise ValueError("no values of the flags before and after the calls")
+        raise ValueError("no process-wide state before and after the calls")
     return data

@@ -52,6 +52,9 @@ FLAG_NAMES = tuple(_FLAGS)
 """The precision and determinism flags watched, each named by the expression that reads it
 from `torch` (a plain process reads them by these names: `plain.caller`)."""
 
+RNG_NAMES = ("torch RNG state (CPU)", "torch RNG state (CUDA)")
+"""The random number generators' states, as a snapshot names them (CUDA's on a GPU only)."""
+
 _FUNCTIONS: dict[str, Callable[[], object]] = {
     name: read
     for name, read in {
@@ -84,6 +87,10 @@ _FUNCTIONS: dict[str, Callable[[], object]] = {
 }
 
 
+FUNCTION_NAMES = tuple(_FUNCTIONS)
+"""The functions whose identity is watched, each named by its path from `time` or `torch`."""
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Flag values, the identity of watched functions, and digests of the RNG states."""
@@ -110,9 +117,9 @@ class Snapshot:
 
 def snapshot(device: torch.device) -> Snapshot:
     values = [(name, read()) for name, read in _FLAGS.items()]
-    values.append(("torch RNG state (CPU)", _digest(torch.get_rng_state())))
+    values.append((RNG_NAMES[0], _digest(torch.get_rng_state())))
     if device.type == "cuda" and torch.cuda.is_initialized():
-        values.append(("torch RNG state (CUDA)", _digest(torch.cuda.get_rng_state(device))))
+        values.append((RNG_NAMES[1], _digest(torch.cuda.get_rng_state(device))))
     functions = []
     for name, read in _FUNCTIONS.items():
         try:
