@@ -54,14 +54,16 @@ REPEAT_BYTES = 256 << 20
 """The most bytes the repetitions' result buffers may take in the arena together."""
 
 PAIRS = 1
-"""Pairs of invocations measured first; `CONFIRMING_PAIRS` more where the first disagree with
-the worker, so that one busy moment of the host never fails a candidate."""
+"""Pairs of invocations measured first; `CONFIRMING_PAIRS` more where their figure would fail
+the candidate, so that one busy moment of the host never does."""
 CONFIRMING_PAIRS = 2
 
 FACTOR = 3.0
 """How many times slower than the worker's figure the auditor's clock must find a call (and
 `margin_s` besides) before the worker's figure is called wrong: the clock times calls back to
-back, with results copied where they are returned, the worker one call at a time."""
+back, with a warm cache and the Python between them, the worker one call at a time after a
+cache flush. On an H200 honest candidates' ratios reached 4.3 at 40 us a call, within the
+margin (docs/benchmarks.md, "The auditor's clock")."""
 
 
 def margin_s(device: str) -> float:
