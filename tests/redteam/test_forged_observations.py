@@ -68,7 +68,8 @@ def test_a_slow_honest_candidate_agrees_with_the_auditors_clock(device: str) -> 
     (times,) = [f for f in report.findings if f.check == "timing" and f.key == "times"]
     clocked = dict(times.evidence)["auditor's clock"]
     assert clocked["results_read"]
-    assert 0.015 < clocked["per_call_s"] < 0.2
+    # 20 ms a call, give or take what a busy host adds to one invocation of five calls
+    assert 0.005 < clocked["per_call_s"] < 0.2
 
 
 def test_a_kernel_wrong_after_many_calls_fails_in_the_calls_made_for_the_clock(
