@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -177,6 +178,20 @@ def test_nothing_in_a_candidates_environment_names_the_auditor() -> None:
     environment = child_environment("cpu")
     assert not [name for name, value in environment.items() if str(os.getpid()) == value]
     assert not [name for name in environment if "AUDITOR" in name]
+
+
+@confined
+def test_a_candidate_sees_the_hosts_name_as_a_plain_program_does() -> None:
+    """The sandbox's own hostname (its UTS namespace) is the host's: a fixed name such as
+    `localhost` would tell a candidate it runs confined."""
+    shown = subprocess.run(
+        sandbox.confine([sys.executable, "-c", "import socket; print(socket.gethostname())"]),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    assert shown == socket.gethostname()
 
 
 _SIZES = (

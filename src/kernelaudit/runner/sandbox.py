@@ -22,6 +22,7 @@ import hashlib
 import os
 import shutil
 import site
+import socket
 import stat
 import subprocess
 import sys
@@ -124,8 +125,8 @@ def confine(
         "65534",
         "--gid",
         "65534",
-        "--hostname",
-        "localhost",
+        "--hostname",  # the host's own: a plain program sees it, so it tells nothing
+        socket.gethostname() or "localhost",
         "--proc",
         "/proc",
         "--dev",
