@@ -29,7 +29,7 @@ from kernelaudit.corpus.jobs import Job as ReadJob
 from kernelaudit.corpus.jobs import changed_files
 from kernelaudit.demo import find_examples, load_examples
 from kernelaudit.engine.audit import audit_in_turn, resolve_device, sm_count
-from kernelaudit.engine.budget import expected_seconds
+from kernelaudit.engine.budget import expected_seconds, time_left
 from kernelaudit.engine.lanes import Job, audit_in_lanes, lane_count, most_lanes
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.errors import UsageError
@@ -228,13 +228,15 @@ def _audit_all(
     if not device.startswith("cuda"):
         for defect in interpreter_defects():
             console.print(f"[yellow]warning: {escape(defect)}.[/]")
-    if announce:
+    estimates: list[float] = []
+    if announce or lanes > 1:
         sms = sm_count(device)
-        expected = sum(expected_seconds(p, c, profile, device, sms) for p, c in jobs)
+        estimates = [expected_seconds(p, c, profile, device, sms) for p, c in jobs]
+    if announce:
         across = f" in {lanes} lanes" if lanes > 1 else ""
         console.print(
             f"auditing {len(jobs)} candidates with the {profile.name} profile on {device}"
-            f"{across}: about {_duration(expected / lanes)} on this machine"
+            f"{across}: about {_duration(sum(estimates) / lanes)} on this machine"
         )
 
     def done(report: AuditReport) -> None:
@@ -246,12 +248,15 @@ def _audit_all(
     reports: list[AuditReport] = []
     with progress_bar(console) as bar:
         if named is not None and lanes > 1:
-            arrivals: list[AuditReport] = []
+            arrivals: dict[int, float] = {}
 
             def arrived(position: int, report: AuditReport) -> None:
-                arrivals.append(report)
+                arrivals[position] = report.seconds
                 done(report)
                 what = f"{len(arrivals)} of {len(jobs)} candidates audited"
+                if len(arrivals) < len(jobs):
+                    left = time_left(estimates, arrivals, lanes)
+                    what += f", about {_duration(left)} left at this machine's pace"
                 bar(f"{lanes} lanes", ProgressEvent("check", len(arrivals), len(jobs), what))
 
             log = not console.is_terminal

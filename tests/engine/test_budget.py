@@ -233,3 +233,15 @@ def test_the_sanitizer_gets_twice_the_audits_budget_and_follows_a_given_one():
     assert profile_with_budget("quick", 5.0).sanitizer_budget_s == pytest.approx(
         profile_named("quick").sanitizer_budget_s / 2
     )
+
+
+def test_time_left_follows_the_pace_this_machine_kept() -> None:
+    from kernelaudit.engine.budget import time_left
+
+    estimates = [100.0, 100.0, 50.0, 50.0]
+    # nothing finished: the cost model's own figure, shared by the lanes
+    assert time_left(estimates, {}, 2) == 150.0
+    # the first audit took 40 s where 100 were expected: the rest at four tenths of theirs
+    assert time_left(estimates, {0: 40.0}, 1) == 200.0 * 0.4
+    # slower than the model: the rest take longer too
+    assert time_left(estimates, {2: 100.0, 3: 100.0}, 2) == 200.0 * 2.0 / 2

@@ -14,7 +14,7 @@ probe's run (`engine.probing`, unless the run is too large to hold until then).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kernelaudit.checks import build_checks
@@ -119,6 +119,17 @@ def expected_seconds(
     have shown (`PROBING_SHARE_OF_AUDIT`)."""
     ctx = PlanContext(problem, profile, device, sm_count, candidate)
     return fit_ahead(ctx).estimate_s / PROBING_SHARE_OF_AUDIT
+
+
+def time_left(estimates: Sequence[float], finished: Mapping[int, float], lanes: int) -> float:
+    """Seconds the audits not yet finished should take here, in `lanes` lanes: their
+    `expected_seconds`, scaled by the pace this machine kept on those finished so far
+    (`finished`: position -> seconds it took; actual over estimated), so that a host faster or
+    slower than the cost model's shows in the estimate as soon as one audit is done."""
+    planned = sum(estimates[i] for i in finished)
+    pace = sum(finished.values()) / planned if planned > 0 else 1.0
+    waiting = sum(e for i, e in enumerate(estimates) if i not in finished)
+    return waiting * pace / max(1, lanes)
 
 
 def fit_ahead(ctx: PlanContext) -> FittedPlan:
