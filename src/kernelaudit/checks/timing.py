@@ -31,7 +31,7 @@ from kernelaudit.inputs.case import Case
 from kernelaudit.runner.watch import changed
 from kernelaudit.timing.kernels import agreement, is_mismatch
 from kernelaudit.timing.measure import format_seconds
-from kernelaudit.timing.roofline import position
+from kernelaudit.timing.roofline import measured_position
 
 
 def timing_probe(ctx: PlanContext) -> Probe:
@@ -60,35 +60,29 @@ class Timing:
         if outcome.timing is None:
             return []
         failures = _timed_outputs(observation)
-        found = observation.measurements
-        place = None
-        if "roofline" in found:
-            dtype = getattr(torch, found["dtype"])
-            place = position(
-                outcome.timing.median_s, found["flops"], found["bytes"], dtype, found["roofline"]
-            )
-            if place.beats_floor:
-                # a GPU's roofline is its fastest sample of a device the audit has to itself; a
-                # CPU's is measured on cores other processes share, so under load it can sit
-                # above what the same kernel reaches a moment later: not a floor to fail on
-                on_cpu = torch.device(observation.device).type == "cpu"
-                failures.append(
-                    Failure(
-                        key="beats-floor",
-                        title=f"timed at {format_seconds(outcome.timing.median_s)} per call, "
-                        f"below the physical floor of {format_seconds(place.floor_s)}: "
-                        f"{place.text}"
-                        + (
-                            " (on a CPU the measured roofline depends on what else the host "
-                            "runs, so this is a note, not a failure)"
-                            if on_cpu
-                            else ""
-                        ),
-                        evidence=_times(observation, place),
-                        severity="note" if on_cpu else "fail",
-                        shrinks=False,  # the floor of the timed workload
-                    )
+        place = measured_position(observation.measurements, outcome.timing.median_s)
+        if place is not None and place.beats_floor:
+            # a GPU's roofline is its fastest sample of a device the audit has to itself; a
+            # CPU's is measured on cores other processes share, so under load it can sit
+            # above what the same kernel reaches a moment later: not a floor to fail on
+            on_cpu = torch.device(observation.device).type == "cpu"
+            failures.append(
+                Failure(
+                    key="beats-floor",
+                    title=f"timed at {format_seconds(outcome.timing.median_s)} per call, "
+                    f"below the physical floor of {format_seconds(place.floor_s)}: "
+                    f"{place.text}"
+                    + (
+                        " (on a CPU the measured roofline depends on what else the host "
+                        "runs, so this is a note, not a failure)"
+                        if on_cpu
+                        else ""
+                    ),
+                    evidence=_times(observation, place),
+                    severity="note" if on_cpu else "fail",
+                    shrinks=False,  # the floor of the timed workload
                 )
+            )
         failures += _clock_failures(observation, place)
         profile = outcome.kernels
         if profile is not None and profile.calls:

@@ -33,10 +33,10 @@ from typing import Any
 
 import torch
 
-from kernelaudit.runner.guard import guarded_nbytes
-from kernelaudit.runner.messages import CallOutcome, InvocationResult, OutputSlot
+from kernelaudit.runner.arena import slots_bytes
+from kernelaudit.runner.messages import InvocationResult, OutputSlot
 from kernelaudit.timing.measure import flush_l2_cache, synchronize
-from kernelaudit.timing.roofline import RooflinePosition, position
+from kernelaudit.timing.roofline import RooflinePosition, measured_position
 
 TARGET_S = 0.1
 """Seconds of repeated calls each clocked invocation aims at, at the worker's own figure: long
@@ -105,11 +105,10 @@ def beats_floor(found: Mapping[str, Any], seconds: float, device: str) -> Roofli
     """Where `seconds` a call falls below the physical floor of the timed case's work on the
     device's measured roofline (`found`: the timing probe's measurements), on a GPU; None
     otherwise (a CPU's roofline is measured on cores other processes share)."""
-    if torch.device(device).type == "cpu" or "roofline" not in found:
+    if torch.device(device).type == "cpu":
         return None
-    dtype = getattr(torch, found["dtype"])
-    place = position(seconds, found["flops"], found["bytes"], dtype, found["roofline"])
-    return place if place.beats_floor else None
+    place = measured_position(found, seconds)
+    return place if place is not None and place.beats_floor else None
 
 
 @dataclass(frozen=True)
@@ -168,7 +167,7 @@ def repeats_for(reported_s: float, upper_s: float, slots: Sequence[OutputSlot]) 
     wanted = int(TARGET_S / max(reported_s, 1e-6))
     ceiling = int(CEILING_S / max(upper_s, 1e-9))
     repeats = max(FEWEST_REPEATS, min(wanted, ceiling, MOST_REPEATS))
-    per_repeat = sum(guarded_nbytes(tuple(s.shape), s.dtype, "contiguous") for s in slots)
+    per_repeat = slots_bytes(slots)
     if per_repeat:
         fit = REPEAT_BYTES // per_repeat
         if fit < FEWEST_REPEATS:
@@ -215,16 +214,22 @@ def clock(
         samples.append((times[1] - times[0]) / repeats)
         return None
 
-    first = run(0)[1] if warm_up else InvocationResult(calls=(CallOutcome(outputs=()),))
+    def failure(result: InvocationResult) -> Clocked:
+        return Clocked(
+            repeats,
+            error=result.error or "the worker answered without the call",
+            kind=result.error_kind,
+            seconds=time.perf_counter() - began,
+        )
+
+    if warm_up:
+        _, first = run(0)
+        if first.error or not first.calls:
+            return failure(first)
     for number in range(PAIRS + CONFIRMING_PAIRS):
-        failed = first if first.error or not first.calls else pair()
+        failed = pair()
         if failed is not None:
-            return Clocked(
-                repeats,
-                error=failed.error or "the worker answered without the call",
-                kind=failed.error_kind,
-                seconds=time.perf_counter() - began,
-            )
+            return failure(failed)
         least, most = (max(f(samples) - copy_s, 0.0) for f in (min, max))
         if number + 1 >= PAIRS and not suspicious(least, most):
             break

@@ -12,6 +12,7 @@ they show does not rest on code in the candidate's process.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -44,13 +45,14 @@ def arena_bytes(calls: tuple[Call, ...]) -> int:
             if isinstance(arg, TensorArg):
                 shape = tuple(arg.values.shape)
                 total += aligned(guarded_nbytes(shape, arg.values.dtype, arg.layout))
-        for slot in call.slots:
-            total += aligned(guarded_nbytes(tuple(slot.shape), slot.dtype, "contiguous"))
-        total += call.repeat * sum(
-            aligned(guarded_nbytes(tuple(slot.shape), slot.dtype, "contiguous"))
-            for slot in repeated_slots(call)
-        )
+        total += slots_bytes(call.slots) + call.repeat * slots_bytes(repeated_slots(call))
     return total
+
+
+def slots_bytes(slots: Sequence[OutputSlot]) -> int:
+    """The bytes an arena needs for a guarded, contiguous buffer for each of `slots`,
+    alignment included."""
+    return sum(aligned(guarded_nbytes(tuple(s.shape), s.dtype, "contiguous")) for s in slots)
 
 
 def repeated_slots(call: Call) -> tuple[OutputSlot, ...]:

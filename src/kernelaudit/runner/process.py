@@ -233,10 +233,8 @@ class Worker:
                 "channel or forged its reply, and the worker was killed.",
                 error_kind="crash",
             )
-        if invocation.lent and self._lender is not None and self._lender.block is not None:
-            reply = observe(invocation, reply, self._lender.block, self._canary)
-        else:
-            reply = observe(invocation, reply, self._arguments, self._canary)
+        lent = self._lender.block if invocation.lent and self._lender is not None else None
+        reply = observe(invocation, reply, lent or self._arguments, self._canary)
         if reply.error_kind in ("cuda", "crash", "memory", "tampered"):
             # The child exits after these, or cannot be trusted: make sure, start anew next run.
             self._kill()

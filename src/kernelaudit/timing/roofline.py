@@ -15,7 +15,7 @@ import math
 import os
 import platform
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -211,6 +211,15 @@ def derived_flops(fn: Callable[..., object], args: Sequence[object]) -> int | No
         fn(*args)
     total = counter.get_total_flops()
     return int(total) if total else None
+
+
+def measured_position(found: Mapping[str, Any], seconds: float) -> RooflinePosition | None:
+    """Where `seconds` a call falls on the roofline a timed probe's measurements hold (`found`:
+    its "roofline", "flops", "bytes" and "dtype"); None when no roofline was measured."""
+    if "roofline" not in found:
+        return None
+    dtype = getattr(torch, found["dtype"])
+    return position(seconds, found["flops"], found["bytes"], dtype, found["roofline"])
 
 
 def position(
