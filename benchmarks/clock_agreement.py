@@ -19,7 +19,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-CLOCK_KEYS = ("clock-disagrees", "clock-repeats-differ", "clock-beats-floor", "clock-tampered")
+CLOCK_KEYS = (
+    "clock-disagrees",
+    "clock-repeats-differ",
+    "clock-beats-floor",
+    "clock-tampered",
+    "clock-failed",
+)
 
 
 def rows(path: Path) -> list[dict[str, Any]]:
@@ -51,6 +57,10 @@ def rows(path: Path) -> list[dict[str, Any]]:
                 "copy_s": clocked.get("copy_s"),
                 "repeats": clocked.get("repeats"),
                 "pairs": len(clocked.get("samples_s", [])),
+                "worker_s": clocked.get("worker_s", []),
+                "timed_again_slower": any(
+                    f.get("key") == "clock-timed-again-slower" for f in timing
+                ),
                 "results_read": clocked.get("results_read"),
                 "clock_seconds": clocked.get("seconds"),
                 "clock_error": clocked.get("error", ""),

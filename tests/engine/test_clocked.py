@@ -1,9 +1,7 @@
-"""The auditor's clock (`engine.clocked`): invocations timed in the auditor, alternated, the
-least of the pairs kept, a disagreement measured again before it counts."""
+"""The auditor's clock (`engine.clocked`): invocations timed in the auditor, alternated, a
+disagreement measured again (and the call timed again by the worker) before it counts."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 
@@ -16,10 +14,15 @@ from kernelaudit.engine.clocked import (
     repeats_for,
 )
 from kernelaudit.runner.messages import CallOutcome, InvocationResult, OutputSlot
+from kernelaudit.timing.measure import Timing
 
 
-def _slower_than(reported_s: float) -> Callable[[float, float], bool]:
-    return lambda least, most: disagrees(reported_s, least, "cpu")
+def _cpu(reported_s: float, figure_s: float) -> bool:
+    return disagrees(reported_s, figure_s, "cpu")
+
+
+def _timing(median_s: float) -> Timing:
+    return Timing(median_s, median_s, median_s, 3, 1, "perf_counter", 0.0, (median_s,) * 3)
 
 
 class _Fake:
@@ -37,11 +40,18 @@ class _Fake:
         outcome = CallOutcome(outputs=(), repeats_read=True)
         return seconds, InvocationResult(calls=(outcome,))
 
+    def retime(self, reported_s: float | None = None) -> InvocationResult:
+        """The call timed again by the worker: honestly, or at `reported_s` whatever it
+        costs."""
+        self.invocations += 1
+        figure = self.call_s if reported_s is None else reported_s
+        return InvocationResult(calls=(CallOutcome(outputs=(), timing=_timing(figure)),))
+
 
 def test_fixed_costs_cancel_and_one_pair_suffices_when_the_clocks_agree() -> None:
     # the first invocation costs a second more (memory lent for the first time): not counted
     fake = _Fake(fixed_s=0.05, call_s=0.01, spikes={0: 1.0})
-    found = clock(fake.run, 10, _slower_than(0.01))
+    found = clock(fake.run, 10, 0.01, _cpu)
     assert fake.invocations == 1 + 2
     assert abs(found.per_call_s - 0.01) < 1e-9
     assert found.read and found.unlike == ()
@@ -50,24 +60,50 @@ def test_fixed_costs_cancel_and_one_pair_suffices_when_the_clocks_agree() -> Non
 def test_a_busy_moment_is_measured_again_and_does_not_count() -> None:
     # the first invocation with repetitions hit a busy host: half a second more
     fake = _Fake(fixed_s=0.05, call_s=0.01, spikes={2: 0.5})
-    found = clock(fake.run, 10, _slower_than(0.01))
+    found = clock(fake.run, 10, 0.01, _cpu)
     # one pair more settles it: the least of the two agrees
     assert fake.invocations == 1 + 4 and len(found.samples_s) == 2
     assert abs(found.per_call_s - 0.01) < 1e-9
-    assert not disagrees(0.01, found.per_call_s, "cpu")
+    assert not found.disagrees("cpu")
 
 
 def test_a_worker_that_reports_calls_faster_than_they_are_disagrees() -> None:
     fake = _Fake(fixed_s=0.05, call_s=0.02)
-    found = clock(fake.run, 10, _slower_than(1e-6))
-    assert fake.invocations == 1 + 2 * (1 + CONFIRMING_PAIRS)
-    assert disagrees(1e-6, found.per_call_s, "cpu")
+    found = clock(fake.run, 10, 1e-6, _cpu, retime=lambda: fake.retime(1e-6))
+    # the call is timed again before each pair measured again, and says the same each time
+    assert fake.invocations == 1 + 2 * (1 + CONFIRMING_PAIRS) + CONFIRMING_PAIRS
+    assert found.reported_s == (1e-6,) * (1 + CONFIRMING_PAIRS)
+    assert found.disagrees("cpu")
+
+
+def test_a_host_busy_since_the_timing_probe_does_not_fail_an_honest_call() -> None:
+    # the worker timed the call at 0.3 ms on a quiet host; since then the host got busy and a
+    # call (one that starts threads, say) costs ten times as much, on both clocks alike
+    fake = _Fake(fixed_s=0.05, call_s=3e-3)
+    found = clock(fake.run, 10, 3e-4, _cpu, retime=fake.retime)
+    assert len(found.samples_s) == 2 and found.reported_s == (3e-4, 3e-3)
+    assert [t.median_s for t in found.retimed] == [3e-3]
+    assert not found.disagrees("cpu")
+
+
+def test_without_the_call_timed_again_the_first_figure_holds_every_pair() -> None:
+    fake = _Fake(fixed_s=0.05, call_s=3e-3)
+    found = clock(fake.run, 10, 3e-4, _cpu)
+    assert found.reported_s == (3e-4,) * (1 + CONFIRMING_PAIRS) and found.disagrees("cpu")
+
+
+def test_a_call_that_fails_when_timed_again_is_an_error() -> None:
+    fake = _Fake(fixed_s=0.05, call_s=3e-3)
+    found = clock(
+        fake.run, 10, 3e-4, _cpu, retime=lambda: InvocationResult(calls=(), error="it raised")
+    )
+    assert found.error == "it raised"
 
 
 def test_a_figure_too_fast_fails_only_as_every_pair_measured_it() -> None:
     # the base of the first pair hit a busy host: that pair's figure is far too fast
     fake = _Fake(fixed_s=0.05, call_s=0.01, spikes={1: 0.2})
-    found = clock(fake.run, 10, lambda least, most: most < 0.005)
+    found = clock(fake.run, 10, 0.01, _cpu, too_fast=lambda most: most < 0.005)
     assert len(found.samples_s) == 2
     assert found.per_call_s < 0.005 < found.most_s
 
@@ -76,7 +112,7 @@ def test_a_failed_invocation_is_an_error_with_its_kind() -> None:
     def run(count: int) -> tuple[float, InvocationResult]:
         return 0.1, InvocationResult(calls=(), error="placed elsewhere", error_kind="tampered")
 
-    found = clock(run, 4, _slower_than(0.01))
+    found = clock(run, 4, 0.01, _cpu)
     assert found.error == "placed elsewhere" and found.kind == "tampered"
 
 
@@ -98,6 +134,6 @@ def test_the_auditors_own_copy_is_measured() -> None:
 
 def test_without_a_warm_up_the_first_pair_is_measured_at_once() -> None:
     fake = _Fake(fixed_s=0.05, call_s=0.01)
-    found = clock(fake.run, 10, _slower_than(0.01), warm_up=False)
+    found = clock(fake.run, 10, 0.01, _cpu, warm_up=False)
     assert fake.invocations == 2
     assert abs(found.per_call_s - 0.01) < 1e-9

@@ -19,8 +19,12 @@ The timing check compares this figure with the worker's (`checks.timing`): a cal
 auditor's clock finds several times slower than the worker reported was not timed honestly,
 and (on a GPU) calls back to back faster than the device's physical floor skip work. A
 moment the host is busy moves one pair's figure either way; a figure that would fail is
-measured again before it does, and fails only as every pair measured it (the least of them
-for a call too slow, the greatest for one too fast).
+measured again before it does, and fails only as every pair measured it. A host busy for
+longer slows a call that starts threads or waits on the scheduler many times over between
+the timing probe and the clock; so before each pair measured again the worker times the call
+again as well, and each pair is held to the worker's figure made next to it. The timing
+check then reports the slowest of the worker's figures: a worker that reports fast only the
+first time it is timed gains nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import torch
 
 from kernelaudit.runner.arena import slots_bytes
 from kernelaudit.runner.messages import InvocationResult, OutputSlot
-from kernelaudit.timing.measure import flush_l2_cache, synchronize
+from kernelaudit.timing.measure import Timing, flush_l2_cache, synchronize
 from kernelaudit.timing.roofline import RooflinePosition, measured_position
 
 TARGET_S = 0.1
@@ -121,6 +125,8 @@ class Clocked:
     most_s: the greatest of them, the same way: a figure below a floor is one every pair
         measured.
     samples_s: each pair's figure (before the copies' cost is taken off).
+    reported_s: the worker's figure each pair is held to: the timing probe's for the first,
+        the call timed again just before it for each pair measured again.
     copy_s: what copying a call's returned results costs the auditor on the same device (0
         for a destination-style call, whose repetitions fill their own slots).
     read: whether the auditor read every repetition's results in the arena.
@@ -132,6 +138,7 @@ class Clocked:
     per_call_s: float = 0.0
     most_s: float = 0.0
     samples_s: tuple[float, ...] = ()
+    reported_s: tuple[float, ...] = ()
     copy_s: float = 0.0
     read: bool = False
     unlike: tuple[int, ...] = ()
@@ -142,6 +149,18 @@ class Clocked:
     """The results of the call the repetitions followed, as the worker sent them: every
     repetition's must equal them (`unlike`), and the timing check judges them against the
     truth, so the repeated calls' results are judged too."""
+    retimed: tuple[Timing, ...] = field(default=(), compare=False, repr=False)
+    """The worker's timings of the call made again before the pairs measured again."""
+
+    def net_s(self) -> tuple[float, ...]:
+        """Each pair's figure with the auditor's copies taken off."""
+        return tuple(max(s - self.copy_s, 0.0) for s in self.samples_s)
+
+    def disagrees(self, device: str) -> bool:
+        """Whether every pair found the call too far above the worker's figure next to it to
+        be noise (`disagrees`)."""
+        pairs = tuple(zip(self.reported_s, self.net_s(), strict=True))
+        return bool(pairs) and all(disagrees(r, s, device) for r, s in pairs)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -149,6 +168,7 @@ class Clocked:
             "per_call_s": self.per_call_s,
             "most_s": self.most_s,
             "samples_s": list(self.samples_s),
+            "worker_s": list(self.reported_s),
             "copy_s": self.copy_s,
             "results_read": self.read,
             "seconds": self.seconds,
@@ -182,19 +202,27 @@ def repeats_for(reported_s: float, upper_s: float, slots: Sequence[OutputSlot]) 
 def clock(
     run: Callable[[int], tuple[float, InvocationResult]],
     repeats: int,
-    suspicious: Callable[[float, float], bool],
+    reported_s: float,
+    too_slow: Callable[[float, float], bool],
+    too_fast: Callable[[float], bool] = lambda most: False,
     copy_s: float = 0.0,
     warm_up: bool = True,
+    retime: Callable[[], InvocationResult] | None = None,
 ) -> Clocked:
     """Time `run(0)` and `run(repeats)` (each one invocation of the worker, returning the
     seconds from sending it to its reply on the auditor's clock, and the reply) in
-    alternation: `PAIRS` pairs, and `CONFIRMING_PAIRS` more while `suspicious(least, most)`
-    holds of the pairs' least and greatest figures so far. With `warm_up`, after one `run(0)`
+    alternation: `PAIRS` pairs, and `CONFIRMING_PAIRS` more while the figures would fail:
+    `too_slow(reported, figure)` of every pair's figure and the worker's figure next to it
+    (`reported_s` for the first pair; before each later one, while it is the slowness that
+    would fail, the timing of `retime()`: the call timed by the worker again), or
+    `too_fast(greatest)` of the pairs' greatest figure. With `warm_up`, after one `run(0)`
     that is not counted: what the first invocation of this size costs once (device memory
     lent for it, on a GPU) is paid there. (On a CPU what a first invocation pays falls on the
     base of the first pair, which can only lower the figure.)"""
     began = time.perf_counter()
     samples: list[float] = []
+    reported: list[float] = []
+    retimed: list[Timing] = []
     read, unlike = True, set()
     outputs: tuple[torch.Tensor, ...] = ()
 
@@ -217,7 +245,7 @@ def clock(
     def failure(result: InvocationResult) -> Clocked:
         return Clocked(
             repeats,
-            error=result.error or "the worker answered without the call",
+            error=result.error or "the worker answered without the call or its timing",
             kind=result.error_kind,
             seconds=time.perf_counter() - began,
         )
@@ -226,23 +254,37 @@ def clock(
         _, first = run(0)
         if first.error or not first.calls:
             return failure(first)
+    slow = False
+    net: list[float] = []
     for number in range(PAIRS + CONFIRMING_PAIRS):
+        figure = reported[-1] if reported else reported_s
+        if slow and retime is not None:
+            again = retime()
+            timing = again.calls[0].timing if again.calls and not again.error else None
+            if timing is None:
+                return failure(again)
+            retimed.append(timing)
+            figure = timing.median_s
+        reported.append(figure)
         failed = pair()
         if failed is not None:
             return failure(failed)
-        least, most = (max(f(samples) - copy_s, 0.0) for f in (min, max))
-        if number + 1 >= PAIRS and not suspicious(least, most):
+        net = [max(s - copy_s, 0.0) for s in samples]
+        slow = all(too_slow(r, s) for r, s in zip(reported, net, strict=True))
+        if number + 1 >= PAIRS and not (slow or too_fast(max(net))):
             break
     return Clocked(
         repeats,
-        per_call_s=least,
-        most_s=most,
+        per_call_s=min(net),
+        most_s=max(net),
         samples_s=tuple(samples),
+        reported_s=tuple(reported),
         copy_s=copy_s,
         read=read,
         unlike=tuple(sorted(unlike)),
         seconds=time.perf_counter() - began,
         outputs=outputs,
+        retimed=tuple(retimed),
     )
 
 
