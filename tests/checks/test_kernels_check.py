@@ -21,15 +21,17 @@ pytestmark = pytest.mark.slow
         ("launches", "PASS"),
         ("launches_through_a_helper", "PASS"),
         ("hands_it_to_torch", "FAIL"),
-        ("plain_torch", "PASS"),  # no Triton kernel within reach: nothing to launch
+        # names no kernel, but its file defines them: written, then left for torch
+        ("plain_torch", "FAIL"),
+        # no Triton anywhere in its file: nothing to launch
+        (f"{FIXTURES / 'torch_only.py'}::plain_torch", "PASS"),
     ],
 )
 def test_a_triton_candidate_that_launches_none_of_its_kernels_fails_on_a_cpu(
     candidate: str, verdict: str
 ) -> None:
-    report = audit(
-        PROBLEM, f"{CANDIDATES}::{candidate}", PROFILES["quick"], "cpu", ["kernels", "timing"]
-    )
+    spec = candidate if "::" in candidate else f"{CANDIDATES}::{candidate}"
+    report = audit(PROBLEM, spec, PROFILES["quick"], "cpu", ["kernels", "timing"])
     found = [f for f in report.findings if f.check == "kernels"]
     assert report.verdict == verdict, [f.title for f in report.findings]
     if verdict == "FAIL":
@@ -43,3 +45,12 @@ def test_a_triton_candidate_that_launches_none_of_its_kernels_fails_on_a_cpu(
         assert found == []
     # on a CPU the check still says what it could not look at
     assert "only whether a Triton candidate launches" in dict(report.unverified)["kernels"]
+
+
+def test_the_kernels_check_chosen_alone_on_a_cpu_judges_the_numerics_sweep() -> None:
+    # nothing timed: the calls at the first workload the sweep makes are the ones judged
+    report = audit(
+        PROBLEM, f"{CANDIDATES}::hands_it_to_torch", PROFILES["quick"], "cpu", ["kernels"]
+    )
+    assert report.verdict == "FAIL", [f.title for f in report.findings]
+    assert [f.key for f in report.failures] == ["no-triton-launch"]

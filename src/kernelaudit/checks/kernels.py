@@ -6,16 +6,18 @@ or answers from a cache. Both fail unless the problem allows library calls (then
 
 On a CPU there are no device kernels to list, but Triton's interpreter runs a Triton candidate's
 kernels there: a candidate that can reach Triton kernels (its function names them, or functions
-of its own that it calls do) and launches none of them in a call computes that call with
-something else (torch, the host), which fails the same way (`runner.watch.InterpretedLaunches`
-counts them in the worker)."""
+of its own that it calls do; failing that, its own module defines them) and launches none of
+them in a call at the first workload computes that call with something else (torch, the host),
+which fails the same way (`runner.watch.InterpretedLaunches` counts them in the worker). The
+calls judged are those of any probe at the first workload's sizes in the plain layout (the
+timing probe's, or the numerics sweep's when the check is chosen alone)."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
 from kernelaudit.checks.base import NEEDS_CUDA, Failure, Observation, PlanContext, Probe
-from kernelaudit.checks.timing import Timing, timing_probe
+from kernelaudit.checks.timing import timing_probe
 from kernelaudit.profiles import Profile
 from kernelaudit.timing.measure import format_seconds
 
@@ -100,18 +102,22 @@ class Kernels:
 
 def _launched_none(observation: Observation) -> Failure | None:
     """A call that launched none of the Triton kernels within the candidate's reach, counted
-    through Triton's interpreter (on a CPU), judged where the GPU's profile is: on the timing
-    probe's run at the first workload (a kernel may hand a tiny boundary case to torch)."""
-    if observation.probe.check != Timing.name:
-        return None
+    through Triton's interpreter (on a CPU), judged where the GPU's profile is: at the first
+    workload's sizes, in the plain layout (a kernel may hand a tiny boundary case, or a strided
+    one, to torch)."""
+    first = dict(observation.problem.workloads[0].sizes)
+    steps = observation.probe.plan.sequence()
     for call, outcome in enumerate(observation.result.calls):
+        case = (steps[call].case if call < len(steps) else None) or observation.probe.case
+        if case.size_map() != first or case.layouts:
+            continue
         if outcome.interpreted_launches == 0:
             library = observation.problem.contract.library_calls
             return Failure(
                 key="no-triton-launch",
-                title="can reach Triton kernels but launched none of them in a call at the "
-                "first workload: the results come from something else (torch operations, "
-                "the host)",
+                title="has Triton kernels within reach (named by its function, or defined in "
+                "its file) but launched none of them in a call at the first workload: the "
+                "results come from something else (torch operations, the host)",
                 evidence=(("call", call), ("calls", len(observation.result.calls))),
                 severity="warn" if library else "fail",
                 shrinks=False,  # at the first workload: a tiny case may go to torch rightly

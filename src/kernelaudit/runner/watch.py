@@ -125,12 +125,16 @@ class InterpretedLaunches:
         self.launched = 0
 
     def install(self, candidate: object) -> None:
-        """Called once the candidate is imported: Triton is imported only if it was."""
+        """Called once the candidate is imported: Triton is imported only if it was. Where
+        the candidate's function reaches no kernel, the kernels its own module defines count:
+        a file that writes a Triton kernel and computes with torch instead is the fallback
+        the GPU's profiler reports."""
         module = sys.modules.get("triton.runtime.interpreter")
         if module is None or os.environ.get("TRITON_INTERPRET") != "1":
             return
         kind = module.InterpretedFunction
-        self.defined = len(_kernels_within_reach(candidate, kind)) or -1
+        reach = _kernels_within_reach(candidate, kind) or _kernels_of_module(candidate, kind)
+        self.defined = len(reach) or -1
         if self.defined < 0:
             return
         original = kind.run
@@ -170,15 +174,34 @@ def _kernels_within_reach(candidate: object, kind: type) -> set[int]:
         named = [function.__globals__.get(n) for n in names]
         named += [cell.cell_contents for cell in function.__closure__ or () if _filled(cell)]
         for thing in named:
-            inner = thing
-            for _ in range(4):  # an autotuner around heuristics around the kernel
-                if isinstance(inner, kind):
-                    found.add(id(inner))
-                    break
-                inner = getattr(inner, "fn", None)
+            kernel = _kernel(thing, kind)
+            if kernel is not None:
+                found.add(id(kernel))
             if inspect.isfunction(thing) and not _in_library(thing.__module__ or ""):
                 pending.append(thing)
     return found
+
+
+def _kernels_of_module(candidate: object, kind: type) -> set[int]:
+    """The ids of the `kind` objects the candidate's own module holds at its top level
+    (defined there or imported into it); none for a module of a library."""
+    name = getattr(inspect.unwrap(candidate), "__module__", None) if callable(candidate) else None
+    module = sys.modules.get(name or "")
+    if module is None or _in_library(module.__name__):
+        return set()
+    kernels = (_kernel(thing, kind) for thing in list(vars(module).values()))
+    return {id(kernel) for kernel in kernels if kernel is not None}
+
+
+def _kernel(thing: object, kind: type) -> object | None:
+    """`thing` if it is a `kind` object, or the one it wraps (an autotuner around heuristics
+    around the kernel), else None."""
+    inner = thing
+    for _ in range(4):
+        if isinstance(inner, kind):
+            return inner
+        inner = getattr(inner, "fn", None)
+    return None
 
 
 def _in_library(module: str) -> bool:
