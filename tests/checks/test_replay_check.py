@@ -64,3 +64,28 @@ def test_results_kept_by_version_counter_fail():
     report, _ = _replay("result_by_version")
     assert report.verdict == "FAIL"
     assert any(f.key.startswith("same-buffers:version-result:") for f in report.failures)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "severity"),
+    [("column_by_id_and_off_when_large", "fail"), ("column_by_version_and_off_when_large", "warn")],
+)
+def test_a_cache_behind_a_first_failure_is_confirmed_where_the_candidate_is_right(
+    candidate: str, severity: str
+):
+    # wrong at the base workload from its first call, right on smaller shapes: the sequences
+    # run again at the smallest boundary shape, where every call is judged
+    report = audit(
+        PROBLEM, f"{CACHES}::{candidate}", PROFILES["quick"], "cpu", ["numerics", "replay"]
+    )
+    assert report.verdict == "FAIL"
+    assert any(f.check == "numerics" for f in report.failures)
+    found = [f for f in report.findings if f.check == "replay" and f.severity == severity]
+    assert found, [(f.check, f.key, f.title) for f in report.findings]
+    assert all(
+        f.probe is not None and f.probe.case.size_map() != {"rows": 8, "cols": 16} for f in found
+    )
+    if severity == "warn":
+        assert any(f.key.startswith("same-buffers:version:") for f in found)
+    else:
+        assert any("updated in place" in f.title for f in found)

@@ -15,7 +15,10 @@ Three sequences, each call judged against the truth of its own inputs:
 A candidate whose first call already fails numerics is left to the numerics check for its
 values, but a later call on other inputs that returns the first call's very bits (and they are
 not one constant) still shows a result that does not follow its inputs: a cache is confirmed
-whatever the kernel's accuracy."""
+whatever the kernel's accuracy. And the same sequence runs again, as a follow-up, at the
+smallest of the first boundary shapes, where a kernel wrong at the base workload (a sum that
+loses precision as it grows, say) may be right: there every call is judged as above, so a cache
+keyed on the version counter or derived state shows too."""
 
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, Ru
 from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.checks.sweep import boundary_cases
+from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import case_elements
 from kernelaudit.runner.watch import changed
 
 _SEQUENCES = {
@@ -45,6 +50,11 @@ _MISSED_WRITES = (
 )
 
 
+ELSEWHERE = 4
+"""Boundary shapes among which a sequence wrong from its first call is run again (the
+smallest of them)."""
+
+
 class Replay:
     name: ClassVar[str] = "replay"
     summary: ClassVar[str] = (
@@ -52,8 +62,20 @@ class Replay:
         "calls after a long warm-up"
     )
 
+    def __init__(self) -> None:
+        self._elsewhere: Case | None = None
+        self._wrong_first: set[Probe] = set()
+
     def plan(self, ctx: PlanContext) -> list[Probe]:
-        a = boundary_cases(ctx, 0)[0]
+        cases = boundary_cases(ctx, ELSEWHERE)
+        others = [c for c in cases[1:] if c.sizes != cases[0].sizes]
+        self._elsewhere = min(
+            others, key=lambda c: case_elements(ctx.problem, c.size_map()), default=None
+        )
+        self._wrong_first = set()
+        return self._sequences(ctx, cases[0])
+
+    def _sequences(self, ctx: PlanContext, a: Case) -> list[Probe]:
         b = replace(a, seed=a.seed + 101)
         warmup = max(1, ctx.profile.warmup_calls)
         return [
@@ -77,7 +99,9 @@ class Replay:
         steps = observation.probe.plan.sequence()
         sequence = _sequence(steps)
         if judge_results(observation, 0):
-            # wrong from the first call: its values are the numerics check's, not a replay's
+            # wrong from the first call: its values are the numerics check's, not a replay's;
+            # the sequence runs again where the candidate may be right (`followups`)
+            self._wrong_first.add(observation.probe)
             return _repeated(observation, steps, sequence)
         failures = []
         for call in range(1, len(result.calls)):
@@ -104,7 +128,19 @@ class Replay:
         return failures
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
-        return []
+        """The sequence whose first call was wrong, again at the smallest boundary shape."""
+        probe = observation.probe
+        if probe not in self._wrong_first or self._elsewhere is None:
+            return []
+        self._wrong_first.discard(probe)
+        a = replace(self._elsewhere, seed=probe.case.seed)
+        b = replace(a, seed=a.seed + 101)
+        # the same calls, with the base workload's cases A and B moved to the other shape
+        steps = tuple(
+            replace(step, case=b) if step.case is not None else step
+            for step in probe.plan.sequence()
+        )
+        return [Probe(self.name, a, replace(probe.plan, steps=steps), rank=probe.rank)]
 
 
 def _version_cache(observation: Observation, failure: Failure, call: int, calls: int) -> Failure:
