@@ -3,9 +3,11 @@
 It adds:
 
 - command-line options that set every audit of the run (`kernelaudit.testing`):
-  `--kernelaudit-profile`, `--kernelaudit-budget SECONDS`, `--kernelaudit-device`, and
+  `--kernelaudit-profile`, `--kernelaudit-budget SECONDS`, `--kernelaudit-device`,
   `--kernelaudit-reports DIR`, the folder every audit's JSON report is written to, with an
-  index of them all (`index.json`, `index.html`) at the end of the run;
+  index of them all (`index.json`, `index.html`) at the end of the run, and
+  `--kernelaudit-strict`, which fails a passing audit that left checks unverified on this
+  machine (without it, such a pass is listed in pytest's warnings summary);
 - the marker `@pytest.mark.kernelaudit(problem, candidate, **options)` and the fixture
   `kernelaudit_report`: a test marked with a problem and a candidate gets the report of their
   audit, and fails with its findings when the audit does;
@@ -14,7 +16,7 @@ It adds:
 
 Under pytest-xdist each process tells its audits their share of the host's cores, as a corpus's
 slots do, and takes its own GPU in turn where there are several. On success the plugin prints
-nothing of its own.
+nothing of its own but those warnings.
 
 Loading it imports nothing heavy: torch and the engine are imported when an audit runs.
 """
@@ -64,6 +66,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=Path,
         help="write every audit's JSON report to DIR, and an index of them at the end",
     )
+    group.addoption(
+        "--kernelaudit-strict",
+        action="store_true",
+        help="fail an audit that passes but left checks unverified on this machine (a race "
+        "on a CPU, say), as `kernelaudit check --strict` exits 1",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -80,6 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
             budget=config.getoption("kernelaudit_budget"),
             device=config.getoption("kernelaudit_device"),
             reports=reports.resolve() if reports else None,
+            strict=config.getoption("kernelaudit_strict"),
         )
     )
     processes = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")

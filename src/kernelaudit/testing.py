@@ -16,6 +16,11 @@ Under pytest the command line's `--kernelaudit-profile`, `--kernelaudit-budget` 
 `--kernelaudit-device` override what a test asks for, so one suite runs quick audits on every
 push and thorough ones at night. Without a device, each pytest-xdist process takes its own GPU
 in turn where there are several.
+
+A PASS that left checks unverified on this machine (a race or a library fallback on a CPU, a
+check that could not start) is said with an `Unverified` warning, which pytest lists in its
+warnings summary; with `--kernelaudit-strict` (`Settings.strict`) it fails the test instead,
+as `--strict` makes `kernelaudit check` exit 1.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import itertools
 import os
 import re
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,11 +51,17 @@ class Settings:
     device: str | None = None
     reports: Path | None = None
     """The folder every audit's JSON report is written to."""
+    strict: bool = False
+    """Fail a passing audit that left checks unverified on this machine."""
 
 
 _settings = Settings()
 _numbered = itertools.count(1)
 _scratch: Path | None = None
+
+
+class Unverified(UserWarning):
+    """An audit passed, but some of its checks could not verify what they look at here."""
 
 
 class AuditFailed(AssertionError):
@@ -105,6 +117,16 @@ def assert_passes(
     write_reports([report], path)
     if report.verdict != "PASS":
         raise AuditFailed(summary(report, path), report, path)
+    if report.unverified:
+        said = f"{report.candidate} passed on {report.problem}, but {_unverified(report)}"
+        if _settings.strict:
+            raise AuditFailed(
+                f"kernelaudit: {said} (--kernelaudit-strict fails a pass that left checks "
+                f"unverified; report: {path})",
+                report,
+                path,
+            )
+        warnings.warn(Unverified(f"kernelaudit: {said}"), stacklevel=2)
     return report
 
 
@@ -122,10 +144,14 @@ def summary(report: AuditReport, path: Path | None) -> str:
         f"{report.seconds:.1f} s)"
     )
     print_findings(console, report, str(path) if path else None)
-    unverified = "; ".join(f"{name} ({why})" for name, why in report.unverified)
-    if unverified:
-        console.print(f"not verified on {report.device}: {unverified}")
+    if report.unverified:
+        console.print(_unverified(report))
     return text.getvalue().rstrip()
+
+
+def _unverified(report: AuditReport) -> str:
+    said = "; ".join(f"{name} ({why})" for name, why in report.unverified)
+    return f"not verified on {report.device}: {said}"
 
 
 def with_options(**defaults: Any) -> Callable[..., AuditReport]:
@@ -166,4 +192,12 @@ def _report_path(report: AuditReport) -> Path:
     return folder / f"{stem}-{worker + '-' if worker else ''}{next(_numbered)}.json"
 
 
-__all__ = ["AuditFailed", "Settings", "assert_passes", "configure", "summary", "with_options"]
+__all__ = [
+    "AuditFailed",
+    "Settings",
+    "Unverified",
+    "assert_passes",
+    "configure",
+    "summary",
+    "with_options",
+]

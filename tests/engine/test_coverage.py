@@ -53,3 +53,19 @@ def test_every_chosen_check_says_what_it_did():
     assert said["large-tensors"] == (
         "not applicable: the quick profile makes no case past 2^31 elements"
     )
+
+
+def test_a_plain_run_that_cannot_start_is_a_check_that_did_not_run(monkeypatch):
+    import kernelaudit.checks.unwatched as unwatched
+
+    def cannot_start(*args, **kwargs):
+        raise OSError("no room for a process")
+
+    monkeypatch.setattr(unwatched, "run_plain", cannot_start)
+    report = audit(PROBLEM, f"{CANDIDATES}::scale", PROFILES["quick"], "cpu", ["unwatched"])
+    said = dict(report.coverage)
+    assert said["unwatched"] == (
+        "could not run here: the plain run could not start: no room for a process"
+    )
+    # listed with what this run could not verify, which --strict turns into exit code 1
+    assert "plain run could not start" in dict(report.unverified)["unwatched"]

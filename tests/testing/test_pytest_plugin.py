@@ -140,3 +140,27 @@ def test_missing(kernelaudit_report):
     run = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert "names a problem and a candidate" in run.stdout.str() + run.stderr.str()
     assert run.ret != 0
+
+
+UNVERIFIED = f"""
+from kernelaudit.testing import assert_passes
+
+def test_scale_with_a_race_check():
+    assert_passes({str(PROBLEM)!r}, {str(CANDIDATES)!r} + "::scale",
+                  checks=["execution", "numerics", "races"], device="cpu")
+"""
+
+
+@pytest.mark.slow
+def test_a_pass_that_left_checks_unverified_warns_and_fails_under_strict(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_kernels=UNVERIFIED)
+    run = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    run.assert_outcomes(passed=1, warnings=1)
+    said = run.stdout.str()
+    assert "Unverified: kernelaudit: candidates.py::scale passed on scale" in said
+    assert "not verified on cpu: races (needs a CUDA device" in said
+    strict = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelaudit-strict")
+    strict.assert_outcomes(failed=1)
+    assert "--kernelaudit-strict fails a pass that left checks unverified" in strict.stdout.str()

@@ -63,6 +63,11 @@ class Sanitizer(ConcludingOnly):
         self._running: Future[Session] | None = None
         self._stop = threading.Event()
         self._ctx: PlanContext | None = None
+        self._not_run = ""
+
+    def not_run(self, ctx: PlanContext) -> str:
+        """Why the runs checked nothing, once the audit has ended: they could not start."""
+        return self._not_run
 
     def unavailable(self, device: str, profile: Profile) -> str:
         why = unavailable(device)
@@ -85,6 +90,7 @@ class Sanitizer(ConcludingOnly):
         device (times, kernels, memory), which they would disturb."""
         self._began = time.perf_counter()
         super().plan(ctx)
+        self._not_run = ""
         self._prepared = _prepare(ctx)
         self._ctx = ctx
         prepared = self._prepared
@@ -136,12 +142,8 @@ class Sanitizer(ConcludingOnly):
         except UsageError:
             raise
         except Exception as error:
-            return [
-                _note(
-                    "could-not-run",
-                    f"the sanitizer check could not run: {type(error).__name__}: {error}",
-                )
-            ]
+            self._not_run = f"its runs could not start: {type(error).__name__}: {error}"
+            return [_note("could-not-run", f"the sanitizer check could not run: {self._not_run}")]
         if self._references_later and self._ctx is not None:
             listed = reference_kernels(self._ctx.problem, prepared.cases, self._ctx.device)
             session = replace(session, reference_kernels=listed)

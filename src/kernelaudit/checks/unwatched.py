@@ -50,9 +50,15 @@ class Unwatched(ConcludingOnly):
         self._case: Case | None = None
         self._inputs: dict[str, Any] = {}
         self._running: Future[PlainRun] | None = None
+        self._not_run = ""
+
+    def not_run(self, ctx: PlanContext) -> str:
+        """Why no plain run was judged, once the audit has ended: it could not start."""
+        return self._not_run
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         super().plan(ctx)
+        self._not_run = ""
         if ctx.candidate is None or ctx.candidate.autograd is not None:
             # a candidate judged through its backward is called by the gradients pass
             return []
@@ -95,7 +101,8 @@ class Unwatched(ConcludingOnly):
         try:
             run = running.result()
         except OSError as error:
-            return [note("could-not-run", f"the plain run could not start: {error}")]
+            self._not_run = f"the plain run could not start: {error}"
+            return [note("could-not-run", self._not_run)]
         setting = (("case", case.label), ("sizes", dict(case.sizes)), ("calls", run.calls))
         if run.kind == "load":
             # the worker imported it: a file a plain import cannot load (a package's relative
