@@ -193,6 +193,14 @@ class AuditReport:
         return self.isolation.startswith("bubblewrap")
 
     @property
+    def unconfirmed(self) -> tuple[str, ...]:
+        """Checks that found something in this candidate they cannot confirm or rule out here
+        (a side stream the static scan saw, on a CPU): unlike a check this machine cannot run
+        at all, a risk of this candidate's own, which its verdict states."""
+        found = {f.check for f in self.findings}
+        return tuple(name for name, _ in self.unverified if name in found)
+
+    @property
     def failures(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity == "fail")
 

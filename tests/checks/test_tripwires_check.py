@@ -3,12 +3,15 @@ when a runtime check it names fails in the same audit."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from kernelaudit.findings import AuditReport
+from kernelaudit.report.terminal import verdict_table
 
 HONEST = "row_scale_kernels.py::scale"
 
@@ -58,6 +61,11 @@ def test_on_a_cpu_a_side_stream_the_scan_saw_is_an_unverified_risk(
         "streams at stream_scale.py:7, streams at stream_scale.py:8: only a run on a GPU can "
         "confirm or rule out"
     )
+    # the verdict says it: a risk of this candidate's own, not a check the CPU cannot run
+    assert report.unconfirmed == ("tripwires",)
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(verdict_table([report]))
+    assert "PASS (unconfirmed on cpu: tripwires)" in console.file.getvalue()
 
 
 def test_a_file_the_scan_cannot_read_is_listed_as_unverified(

@@ -92,10 +92,15 @@ def verdict_table(reports: list[AuditReport]) -> Table:
         table.add_column(column, justify="right" if column in ("cases", "seconds") else "left")
     for report in reports:
         folded = follow_ons(report)  # symptoms of another check's finding: listed with it
+        unconfirmed = ", ".join(report.unconfirmed)
         table.add_row(
             escape(report.problem),
             escape(report.candidate),
-            f"[{_STYLE[report.verdict]}]{report.verdict}[/]",
+            f"[{_STYLE[report.verdict]}]{report.verdict}[/]"
+            + (
+                f" [yellow](unconfirmed on {escape(report.device)}: {unconfirmed})[/]"
+                * bool(unconfirmed)
+            ),
             ", ".join(sorted({f.check for f in report.failures if f.id not in folded})) or "-",
             str(len(report.records)),
             f"{report.seconds:.1f}",
