@@ -22,8 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelaudit import __version__
-from kernelaudit.checks import REGISTRY, build_checks
-from kernelaudit.checks.base import unavailable
+from kernelaudit.checks import REGISTRY, refuse_unavailable
 from kernelaudit.corpus.command import add_parser as add_corpus_parser
 from kernelaudit.corpus.jobs import Job as ReadJob
 from kernelaudit.corpus.jobs import changed_files
@@ -286,7 +285,8 @@ def _as_read(report: AuditReport, read: ReadJob) -> AuditReport:
 
 def _check(args: argparse.Namespace, console: Console) -> int:
     checks = [c.strip() for c in args.checks.split(",")] if args.checks else None
-    _refuse_unavailable(checks, args)  # and unknown names, before any work starts
+    # and unknown names, before any work starts
+    refuse_unavailable(checks, [resolve_device(args.device)], profile_named(args.profile))
     read = prestart.files_as_read(args.problem, args.candidates)
     assumed = [parse_assumption(text) for text in args.assume]  # refused before any work
     problem = assuming(read_problem(args.problem), [(n, d.describe()) for n, d in assumed])
@@ -311,22 +311,6 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     if not (isolated(reports, args.strict, console) & covered(reports, args.strict, console)):
         return 1
     return 0 if all(r.verdict == "PASS" for r in reports) else 1
-
-
-def _refuse_unavailable(names: list[str] | None, args: argparse.Namespace) -> None:
-    """A check named in --checks that cannot run on this machine is a usage error: audited
-    anyway it would plan nothing and say nothing, a PASS the audit did not earn."""
-    checks = build_checks(names)
-    if names is None:
-        return
-    device, profile = resolve_device(args.device), profile_named(args.profile)
-    for check in checks:
-        why = unavailable(check, device, profile) if check.name in names else ""
-        if why:
-            raise UsageError(
-                f"--checks names {check.name!r}, which cannot run here ({device}, profile "
-                f"{profile.name!r}): it {why}. Leave it out of --checks, or audit where it can run"
-            )
 
 
 def _demo(args: argparse.Namespace, console: Console) -> int:

@@ -223,3 +223,32 @@ def test_strict_refuses_a_corpus_where_no_sandbox_can_run(
     assert main(["corpus", str(manifest), "--db", str(db), "--strict", *FAST]) == 2
     assert "bubblewrap is not installed" in " ".join(capsys.readouterr().err.split())
     assert not db.exists()
+
+
+def test_a_check_that_cannot_run_on_the_slots_devices_is_refused_before_any_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = _one_job(tmp_path)
+    db = tmp_path / "results.sqlite"
+    argv = ["corpus", str(manifest), "--db", str(db), "--profile", "quick", "--device", "cpu"]
+    assert main([*argv, "--checks", "races"]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "--checks names 'races', which cannot run here (cpu" in said
+    assert not db.exists()
+
+
+def test_what_the_jobs_could_not_verify_is_said_and_strict_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --strict's refusal of a machine without a sandbox is another test's
+    monkeypatch.setattr(corpus_command, "isolation", lambda: Isolation("bubblewrap"))
+    manifest = _one_job(tmp_path)
+    # on a CPU the kernels check sees only whether a Triton candidate launches its kernels
+    argv = ["corpus", str(manifest), "--profile", "quick", "--device", "cpu"]
+    argv += ["--checks", "tripwires,kernels"]
+    assert main([*argv, "--db", str(tmp_path / "a.sqlite")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "not verified on cpu: kernels (needs a CUDA device for the rest" in said
+    assert main([*argv, "--db", str(tmp_path / "b.sqlite"), "--strict"]) == 1
+    said = " ".join(capsys.readouterr().out.split())
+    assert "--strict: exiting 1 because some checks could not run here" in said

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kernelaudit.checks.aliasing import Aliasing
 from kernelaudit.checks.autotune import Autotune
-from kernelaudit.checks.base import Check
+from kernelaudit.checks.base import Check, unavailable
 from kernelaudit.checks.batch_invariance import BatchInvariance
 from kernelaudit.checks.bounds import Bounds
 from kernelaudit.checks.deferred_work import DeferredWork
@@ -34,6 +34,7 @@ from kernelaudit.checks.unwatched import Unwatched
 from kernelaudit.checks.unwritten import Unwritten
 from kernelaudit.checks.weak_cases import WeakCases
 from kernelaudit.errors import UsageError
+from kernelaudit.profiles import Profile
 
 REGISTRY: tuple[type[Check], ...] = (
     # in order of diagnosis: the findings of earlier checks explain those of later ones
@@ -78,3 +79,21 @@ def build_checks(names: list[str] | None = None) -> list[Check]:
         raise UsageError(f"unknown check {unknown[0]!r}; choose from: {', '.join(known)}")
     wanted = {"execution", *names}
     return [cls() for cls in REGISTRY if cls.name in wanted]
+
+
+def refuse_unavailable(names: list[str] | None, devices: list[str], profile: Profile) -> None:
+    """A check named in --checks that cannot run on one of `devices` is a usage error (unknown
+    names are one too): audited anyway it would plan nothing and say nothing there, a PASS the
+    audit did not earn."""
+    checks = build_checks(names)
+    if names is None:
+        return
+    for device in dict.fromkeys(devices):
+        for check in checks:
+            why = unavailable(check, device, profile) if check.name in names else ""
+            if why:
+                raise UsageError(
+                    f"--checks names {check.name!r}, which cannot run here ({device}, profile "
+                    f"{profile.name!r}): it {why}. Leave it out of --checks, or audit where it "
+                    "can run"
+                )

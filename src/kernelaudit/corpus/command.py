@@ -10,7 +10,7 @@ import torch
 from rich.console import Console
 from rich.markup import escape
 
-from kernelaudit.checks import REGISTRY, build_checks
+from kernelaudit.checks import REGISTRY, build_checks, refuse_unavailable
 from kernelaudit.corpus.cluster import LOCAL, run_ray
 from kernelaudit.corpus.jobs import Job, corpus_root, discover, keyed
 from kernelaudit.corpus.pool import Place, local_places, run_local, visible_gpus
@@ -30,6 +30,7 @@ from kernelaudit.findings import AuditReport, write_reports
 from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.outputs import add_ci_options
 from kernelaudit.profiles import PROFILES
+from kernelaudit.report.caveats import covered
 from kernelaudit.report.html import write_html
 from kernelaudit.report.index import IndexEntry, entry_of, write_index
 from kernelaudit.report.junit import Unaudited, write_junit
@@ -120,7 +121,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--strict",
         action="store_true",
         help="refuse to audit where candidates cannot run in their sandbox (bubblewrap), and "
-        "exit 1 if any job's candidate ran without it",
+        "exit 1 if any job's candidate ran without it or a chosen check could not do its work "
+        "where the job ran (a race check on a CPU)",
     )
     add_ci_options(corpus)
     corpus.add_argument(
@@ -151,6 +153,9 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
             "pass SOURCE, a corpus directory or a manifest; or --summary-only to summarise "
             "the database"
         )
+    if not args.ray:  # the slots' devices are this machine's: what cannot run here is refused
+        places = _places(args.device, args.workers)
+        refuse_unavailable(checks, [p.device for p in places], PROFILES[args.profile])
     here = isolation()
     if args.strict and not args.ray and not here.confined:
         raise UsageError(f"--strict: candidates cannot run in their sandbox here: {here.reason}")
@@ -176,12 +181,16 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
         if args.rerun or args.rerun_errors or args.rerun_unrunnable:
             store.abandon([key for key, _ in pending])
         pending = _crash_stale(pending, store, args, checks, console)
-        unconfined: list[str] = []
+        audited: list[AuditReport] = []
         if pending:
             reports.mkdir(parents=True, exist_ok=True)
-            unconfined = _audit(pending, args, checks, store, reports, console)
+            audited = _audit(pending, args, checks, store, reports, console)
             console.print(f"reports: {escape(str(reports))}")
         code = _summarise(console, store, jobs, args)
+    unconfined = [report.isolation for report in audited if not report.confined]
+    # what the jobs audited now could not verify where they ran; --strict counts it
+    if not covered(audited, args.strict, console):
+        code = 1
     if unconfined:
         console.print(
             f"[yellow]{len(unconfined)} job(s) ran their candidate without a sandbox: "
@@ -303,9 +312,9 @@ def _audit(
     store: Store,
     reports: Path,
     console: Console,
-) -> list[str]:
-    """Audit the pending jobs; returns how each job that ran unconfined was run."""
-    unconfined: list[str] = []
+) -> list[AuditReport]:
+    """Audit the pending jobs; returns the reports of those that gave one."""
+    audited: list[AuditReport] = []
     with progress(console, len(pending)) as advance:
 
         def finished(result: JobResult) -> None:
@@ -313,8 +322,7 @@ def _audit(
             # ever lacks its reports
             if result.report is not None:
                 report = AuditReport.from_json(result.report)
-                if not report.confined:
-                    unconfined.append(report.isolation)
+                audited.append(report)
                 name = reports / result.key[:12]
                 write_reports([report], name.with_suffix(".json"))
                 write_html([report], name.with_suffix(".html"))
@@ -333,7 +341,7 @@ def _audit(
                 args.job_timeout,
                 args.workers,
             )
-            return unconfined
+            return audited
         places = _places(args.device, args.workers)
         console.print(
             f"auditing on {len(places)} slot(s): "
@@ -344,7 +352,7 @@ def _audit(
                 console.print(f"[yellow]warning: {escape(defect)}.[/]")
         logs = reports / "slot-logs"
         run_local(pending, places, args.profile, checks, logs, finished, store, args.job_timeout)
-    return unconfined
+    return audited
 
 
 def _index(
