@@ -109,3 +109,22 @@ def test_an_assumption_that_cannot_hold_is_refused_before_any_work(
     assert main(argv) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("candidate", "assumption", "failing_draws"),
+    [
+        ("max_of_magnitudes", "positive", {"normal", "offset", "heavy_tailed"}),
+        ("max_in_half_precision_range", "range:-65504.0:65504.0", {"large", "nonfinite"}),
+    ],
+)
+def test_a_kernel_right_only_inside_a_stated_range_passes_once_it_is_stated(
+    candidate: str, assumption: str, failing_draws: set[str]
+) -> None:
+    loose = _audit("row_max", candidate)
+    assert loose.verdict == "FAIL"
+    failing = {dict(r.case.values).get("x") for r in loose.records if r.failures}
+    assert failing & failing_draws, failing
+    stated = _audit("row_max", candidate, (("x", assumption),))
+    assert stated.verdict == "PASS", [f.title for f in stated.failures]
+    assert stated.assumed == (("x", assumption),)
