@@ -359,3 +359,22 @@ def test_a_saved_reciprocal_standard_deviation_is_never_drawn_where_no_forward_s
         assert saved.shape == (case.size_map()["tokens"], 1)
         # 1/rms of unit-scale activations: positive, finite, near 1
         assert bool(torch.isfinite(saved).all()) and 0.25 < saved.min() <= saved.max() < 4.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("languages", "verdict"), [(["triton"], "FAIL"), (["pytorch"], "PASS")])
+def test_a_solution_declared_triton_with_no_triton_kernel_fails_on_a_cpu(
+    tmp_path: Path, languages: list[str], verdict: str
+) -> None:
+    # the fixture's solution computes with torch operations: what it declares decides
+    from kernelaudit.engine.audit import audit
+
+    problem, candidate = read_candidate(
+        str(_solution(tmp_path, languages=languages)), read_problem(FIXTURE)
+    )
+    assert candidate.languages == tuple(languages)
+    report = audit(problem, candidate, PROFILES["quick"], "cpu", ["kernels"])
+    assert report.verdict == verdict, [f.title for f in report.findings]
+    if verdict == "FAIL":
+        assert [f.key for f in report.failures] == ["no-triton-kernel"]
+        assert "declared a Triton solution (spec.languages)" in report.failures[0].title

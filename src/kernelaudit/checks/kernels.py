@@ -41,14 +41,18 @@ class Kernels:
             "kernels is seen"
         )
 
+    def __init__(self) -> None:
+        self._languages: tuple[str, ...] = ()
+
     def plan(self, ctx: PlanContext) -> list[Probe]:
+        self._languages = ctx.candidate.languages if ctx.candidate is not None else ()
         # the timing check's probe: profiled once, judged by both
         return [timing_probe(ctx)] if ctx.device.startswith("cuda") else []
 
     def judge(self, observation: Observation) -> list[Failure]:
         if observation.result.error:
             return []
-        interpreted = _launched_none(observation)
+        interpreted = _launched_none(observation, "triton" in self._languages)
         if interpreted is not None:
             return [interpreted]
         reference = observation.measurements.get("reference kernels")
@@ -100,17 +104,30 @@ class Kernels:
         return []
 
 
-def _launched_none(observation: Observation) -> Failure | None:
+def _launched_none(observation: Observation, declared: bool) -> Failure | None:
     """A call that launched none of the Triton kernels within the candidate's reach, counted
     through Triton's interpreter (on a CPU), judged where the GPU's profile is: at the first
     workload's sizes, in the plain layout (a kernel may hand a tiny boundary case, or a strided
-    one, to torch)."""
+    one, to torch). With `declared` (its format says it is written in Triton), a candidate with
+    no Triton kernel within reach at all fails too."""
+    if observation.device != "cpu":
+        return None
     first = dict(observation.problem.workloads[0].sizes)
     steps = observation.probe.plan.sequence()
     for call, outcome in enumerate(observation.result.calls):
         case = (steps[call].case if call < len(steps) else None) or observation.probe.case
         if case.size_map() != first or case.layouts:
             continue
+        if declared and outcome.interpreted_launches < 0:
+            return Failure(
+                key="no-triton-kernel",
+                title="is declared a Triton solution (spec.languages) but has no Triton kernel "
+                "within reach (named by its function, or defined in its file): the results "
+                "come from something else (torch operations, the host)",
+                evidence=(("call", call), ("languages", "triton")),
+                severity="warn" if observation.problem.contract.library_calls else "fail",
+                shrinks=False,
+            )
         if outcome.interpreted_launches == 0:
             library = observation.problem.contract.library_calls
             return Failure(

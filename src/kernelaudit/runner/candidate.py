@@ -38,6 +38,9 @@ class CandidateRef:
     SOL-ExecBench solution.json, a KernelBench ModelNew file); "" otherwise."""
     name: str = ""
     """The candidate's own name, where its format gives one."""
+    languages: tuple[str, ...] = ()
+    """The languages its format declares it is written in (a SOL-ExecBench solution's
+    `spec.languages`); empty where the format declares none."""
 
     @property
     def label(self) -> str:

@@ -83,6 +83,8 @@ class Unpacked:
     name: str
     definition: str
     """The problem it names ("" when it names none)."""
+    languages: tuple[str, ...] = ()
+    """`spec.languages`, as the harness knows them."""
 
 
 def read_solution(path: str | Path, problem: Problem) -> tuple[Problem, CandidateRef]:
@@ -104,6 +106,7 @@ def read_solution(path: str | Path, problem: Problem) -> tuple[Problem, Candidat
         function=unpacked.function,
         source=str(unpacked.file),
         name=unpacked.name,
+        languages=unpacked.languages,
     )
     return replace(problem, contract=replace(problem.contract, style=style)), ref
 
@@ -194,7 +197,7 @@ def unpack_solution(path: str | Path) -> Unpacked:
         raise _fail(file, "spec.destination_passing_style", "not true or false", "write a bool")
     name = str(data.get("name") or file.stem)
     named = definition if isinstance(definition, str) else ""
-    return Unpacked(file, entry_path, function, destination, name, named)
+    return Unpacked(file, entry_path, function, destination, name, named, tuple(languages))
 
 
 def _sources(file: Path, sources: object) -> dict[str, str]:
