@@ -50,7 +50,7 @@ class LargeTensors(ConcludingOnly):
     name: ClassVar[str] = "large-tensors"
     summary: ClassVar[str] = (
         "a case whose largest tensor holds more than 2^31 elements matches the truth in the "
-        "rows past the 2^31st element (thorough profile, on a GPU)"
+        "rows past the 2^31st element (default and thorough profiles, on a GPU)"
     )
 
     def __init__(self) -> None:
