@@ -30,6 +30,7 @@ from kernelaudit.demo import find_examples, load_examples
 from kernelaudit.engine.audit import audit_in_turn, resolve_device, sm_count
 from kernelaudit.engine.budget import expected_seconds, time_left
 from kernelaudit.engine.lanes import Job, audit_in_lanes, lane_count, most_lanes
+from kernelaudit.engine.pace import at_this_pace, record_pace
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, with_files_changed
@@ -233,9 +234,10 @@ def _audit_all(
         estimates = [expected_seconds(p, c, profile, device, sms) for p, c in jobs]
     if announce:
         across = f" in {lanes} lanes" if lanes > 1 else ""
+        seconds, how = at_this_pace(sum(estimates) / lanes, device)
         console.print(
             f"auditing {len(jobs)} candidates with the {profile.name} profile on {device}"
-            f"{across}: about {_duration(sum(estimates) / lanes)} on this machine"
+            f"{across}: about {_duration(seconds)} {how}"
         )
 
     def done(report: AuditReport) -> None:
@@ -272,6 +274,8 @@ def _audit_all(
                     report = _as_read(report, read[len(reports)])
                 reports.append(report)
                 done(report)
+    if announce:  # this machine's pace, for the next run's announcement
+        record_pace(device, sum(estimates), sum(report.seconds for report in reports))
     return reports
 
 

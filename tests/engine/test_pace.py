@@ -1,0 +1,49 @@
+"""The demo's up-front estimate at this machine's own pace (`engine.pace`): unknown before its
+first run, kept per machine and device after each run, the median of the last few."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelaudit.engine.pace import KEPT, at_this_pace, pace_path, record_pace, recorded_pace
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELAUDIT_CACHE", str(tmp_path))
+
+
+def test_before_a_first_run_the_estimate_says_whose_pace_it_is() -> None:
+    assert recorded_pace("cpu") is None
+    seconds, how = at_this_pace(420.0, "cpu")
+    assert seconds == 420.0 and how.startswith("at the pace of the hosts the estimate was fitted")
+
+
+def test_a_faster_machine_is_estimated_at_its_own_pace_after_a_run() -> None:
+    # estimated at 7 minutes, done in 3
+    record_pace("cpu", 420.0, 180.0)
+    seconds, how = at_this_pace(420.0, "cpu")
+    assert seconds == pytest.approx(180.0)
+    assert how == "on this machine, at the pace of its last runs"
+    # a GPU's pace is its own
+    assert recorded_pace("cuda:0") is None
+
+
+def test_the_median_of_the_last_runs_is_kept() -> None:
+    for pace in (0.1, 0.5, 3.0, 0.45, 0.5, 0.42):
+        record_pace("cpu", 100.0, 100.0 * pace)
+    # the first run (0.1) is forgotten, the slow one (a busy host, 3.0) moves nothing
+    assert recorded_pace("cpu") == pytest.approx(0.5)
+    assert KEPT == 5
+
+
+def test_a_damaged_file_or_a_meaningless_run_is_no_pace() -> None:
+    pace_path().parent.mkdir(parents=True, exist_ok=True)
+    pace_path().write_text("{not json")
+    assert recorded_pace("cpu") is None
+    record_pace("cpu", 0.0, 10.0)
+    assert recorded_pace("cpu") is None
+    record_pace("cpu", 10.0, 5.0)  # written over the damaged file
+    assert recorded_pace("cpu") == pytest.approx(0.5)
