@@ -9,8 +9,11 @@ kernels there: a candidate that can reach Triton kernels (its function names the
 of its own that it calls do; failing that, its own module defines them) and launches none of
 them in a call at the first workload computes that call with something else (torch, the host),
 which fails the same way (`runner.watch.InterpretedLaunches` counts them in the worker). The
-calls judged are those of any probe at the first workload's sizes in the plain layout (the
-timing probe's, or the numerics sweep's when the check is chosen alone)."""
+calls judged are those of any probe on the timing probe's case (the first workload at default
+values, first dtype configuration and plain layout): the timing probe's, or the numerics
+sweep's when the check is chosen alone. A candidate whose format declares it Triton (a
+SOL-ExecBench solution's `spec.languages`) with no Triton kernel within reach at all fails the
+same way."""
 
 from __future__ import annotations
 
@@ -107,16 +110,17 @@ class Kernels:
 def _launched_none(observation: Observation, declared: bool) -> Failure | None:
     """A call that launched none of the Triton kernels within the candidate's reach, counted
     through Triton's interpreter (on a CPU), judged where the GPU's profile is: at the first
-    workload's sizes, in the plain layout (a kernel may hand a tiny boundary case, or a strided
-    one, to torch). With `declared` (its format says it is written in Triton), a candidate with
-    no Triton kernel within reach at all fails too."""
-    if observation.device != "cpu":
+    workload's sizes, default values, first dtype configuration and plain layout, the timing
+    probe's case (a kernel may hand a tiny boundary case, a strided one or a dtype it has no
+    kernel for to torch). With `declared` (its format says it is written in Triton), a
+    candidate with no Triton kernel within reach at all fails too."""
+    if observation.device.startswith("cuda"):
         return None
     first = dict(observation.problem.workloads[0].sizes)
     steps = observation.probe.plan.sequence()
     for call, outcome in enumerate(observation.result.calls):
         case = (steps[call].case if call < len(steps) else None) or observation.probe.case
-        if case.size_map() != first or case.layouts:
+        if case.size_map() != first or case.layouts or case.values or case.dtype_config:
             continue
         if declared and outcome.interpreted_launches < 0:
             return Failure(

@@ -221,11 +221,11 @@ def _clock_failures(observation: Observation, place: Any) -> list[Failure]:
         )
     if clocked.disagrees(observation.device):
         reported = ", ".join(format_seconds(s) for s in dict.fromkeys(clocked.reported_s))
-        again = " (timed again next to each measurement)" if clocked.retimed else ""
+        each = " (timed again next to each measurement)" if clocked.retimed else ""
         failures.append(
             Failure(
                 key="clock-disagrees",
-                title=f"timed at {reported} per call in the candidate's process{again}, but "
+                title=f"timed at {reported} per call in the candidate's process{each}, but "
                 f"the auditor's own clock took at least {format_seconds(clocked.per_call_s)} "
                 f"per call over {clocked.repeats} calls back to back: the candidate's process "
                 "did not time its calls honestly",
