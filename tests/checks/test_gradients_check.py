@@ -133,6 +133,18 @@ def test_an_autograd_backward_that_writes_into_its_upstream_gradient_fails_mutat
     assert good.verdict == "PASS"
 
 
+def test_an_autograd_backward_that_writes_past_its_upstream_gradient_fails_bounds(
+    tiny_audit: Callable[..., AuditReport],
+) -> None:
+    # what the backward does besides its gradients is judged too: a write past a tensor
+    checks = ["gradients", "bounds"]
+    report = tiny_audit(LINEAR, "backward_candidates.py::linear_writing_past_its_upstream", checks)
+    assert report.verdict == "FAIL", [f.title for f in report.findings]
+    found = [f for f in report.failures if f.check == "bounds"]
+    assert found and all("grad" in f.title for f in found), [f.title for f in found]
+    assert not [f for f in report.failures if f.check == "gradients"]  # its gradients are right
+
+
 def test_autograd_op_without_a_backward_fails(tiny_audit: Callable[..., AuditReport]) -> None:
     report = tiny_audit(LINEAR, "backward_candidates.py::linear_without_backward", ["gradients"])
     assert report.verdict == "FAIL"
