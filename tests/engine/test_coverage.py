@@ -69,3 +69,20 @@ def test_a_plain_run_that_cannot_start_is_a_check_that_did_not_run(monkeypatch):
     )
     # listed with what this run could not verify, which --strict turns into exit code 1
     assert "plain run could not start" in dict(report.unverified)["unwatched"]
+
+
+def test_a_check_whose_optional_cases_the_budget_left_out_ran_in_part():
+    # a problem with optional cases (value variants past the covering set, at two dtypes)
+    problem = ROOT.parent / "examples" / "layernorm" / "problem.py"
+    candidate = ROOT / "oracle" / "fixtures" / "single_pass_layernorms.py"
+    tight = replace(PROFILES["default"], budget_s=1.0, layouts=())
+    report = audit(problem, f"{candidate}::single_pass", tight, "cpu", ["numerics"])
+    left = sum(count for where, count in report.untried if where.startswith("numerics @"))
+    assert left > 0, report.untried  # the budget's doing, listed case by case
+    said = dict(report.coverage)["numerics"]
+    assert said == (
+        f"ran in part: the time budget left {left} optional case{'s' * (left != 1)} untried "
+        "(--budget SECONDS gives it more)"
+    )
+    # the user's budget, not the machine's limit: nothing unverified for --strict
+    assert "numerics" not in dict(report.unverified)

@@ -7,6 +7,7 @@ import contextlib
 import platform
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -283,7 +284,7 @@ def _audit(
         environment=environment(device),
         isolation=_confinement(device),
         unverified=missing,
-        coverage=tuple((check.name, coverage(check, ctx)) for check in checks),
+        coverage=_covered(checks, ctx, fitted.untried + (backward.untried if backward else ())),
         assumed=problem.assumed,
         phases=tuple((name, round(t, 3)) for name, t in phases.items()),
         interpretation=problem.notes,
@@ -338,6 +339,25 @@ def _backward_pass(
     return _Backward(
         findings, probing.records, time.perf_counter() - began, fitted.untried, unavailable
     )
+
+
+def _covered(
+    checks: list[Check], ctx: PlanContext, untried: tuple[Probe, ...]
+) -> tuple[tuple[str, str], ...]:
+    """What each check did (`checks.base.coverage`); a check that ran while the time budget
+    left some of its optional cases untried ran in part, and says how many."""
+    left = Counter(probe.check for probe in untried)
+    said = []
+    for check in checks:
+        what = coverage(check, ctx)
+        if what == "ran" and left[check.name]:
+            count = left[check.name]
+            what = (
+                f"ran in part: the time budget left {count} optional case{'s' * (count != 1)} "
+                "untried (--budget SECONDS gives it more)"
+            )
+        said.append((check.name, what))
+    return tuple(said)
 
 
 _BACKWARD_JUDGES = ("execution", Gradients.name, "bounds", "mutation")
