@@ -1,6 +1,7 @@
 """The numerics sweep's row draws, end to end: each wrong kernel passes independent N(0, 1)
 draws and fails on the rows a model's real inputs have (all-zero rows, rows of -inf, confident
-logits with the labels at their argmax); each twin passes the same audit."""
+logits, with the labels at their argmax or without labels); each twin passes the same
+audit."""
 
 from __future__ import annotations
 
@@ -80,6 +81,18 @@ def test_rounding_the_log_sum_exp_fails_only_on_confident_labels():
 
 def test_a_cross_entropy_computed_in_float32_passes_confident_labels():
     assert _audit("row_cross_entropy", "cross_entropy_fp32").verdict == "PASS"
+
+
+def test_a_rounded_row_statistic_fails_only_on_peaked_rows():
+    # no labels: the log of a row's most likely class, near zero only where the row is
+    # confident, and there a half-precision log-sum-exp is all of the error
+    report = _audit("row_top_logprob", "top_logprob_from_a_rounded_lse")
+    assert report.verdict == "FAIL"
+    assert _failing_draws(report) == {"x~peaked"}
+
+
+def test_the_same_statistic_kept_in_float32_passes_peaked_rows():
+    assert _audit("row_top_logprob", "top_logprob_in_float32").verdict == "PASS"
 
 
 @pytest.mark.parametrize("profile", ["quick", "default"])
