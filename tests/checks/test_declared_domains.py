@@ -128,3 +128,24 @@ def test_a_kernel_right_only_inside_a_stated_range_passes_once_it_is_stated(
     stated = _audit("row_max", candidate, (("x", assumption),))
     assert stated.verdict == "PASS", [f.title for f in stated.failures]
     assert stated.assumed == (("x", assumption),)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "assumption"),
+    [("segment_sum_of_sorted_ids", "sorted"), ("scatter_of_unique_ids", "unique")],
+)
+def test_a_scatter_that_needs_its_ids_sorted_or_unique_passes_once_it_is_stated(
+    candidate: str, assumption: str
+) -> None:
+    assert _audit("scatter_add_rows", candidate).verdict == "FAIL"
+    stated = _audit("scatter_add_rows", candidate, (("ids", assumption),))
+    assert stated.verdict == "PASS", [f.title for f in stated.failures]
+    assert stated.assumed == (("ids", assumption),)
+    drawn = {dict(r.case.values).get("ids") for r in stated.records}
+    laid_out = {dict(r.case.layouts).get("ids") for r in stated.records}
+    if assumption == "unique":
+        # neither the draws made to repeat ids nor the stride-0 views that repeat them
+        assert not drawn & {"zipf", "hot"} and not laid_out & {"expanded", "broadcast"}
+        # sorted ids still repeat: not what this scatter needs
+        sorted_only = _audit("scatter_add_rows", candidate, (("ids", "sorted"),))
+        assert sorted_only.verdict == "FAIL"

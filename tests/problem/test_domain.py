@@ -5,12 +5,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelaudit.errors import ProblemError
+from kernelaudit.errors import CaseUnavailable, ProblemError, UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.problem.domain import Domain, assuming, parse_assumption
 from kernelaudit.problem.load import load_problem
-from kernelaudit.problem.spec import MaskInput, Output, Problem, TensorInput
+from kernelaudit.problem.spec import IndexInput, MaskInput, Output, Problem, TensorInput
 
 SIZES = (("rows", 64), ("cols", 48))
 
@@ -73,3 +73,33 @@ def test_a_problem_file_with_a_domain_that_cannot_hold_names_the_field(tmp_path:
     with pytest.raises(ProblemError) as raised:
         load_problem(file)
     assert "domain" in str(raised.value) and "low 2.0 is above high 1.0" in str(raised.value)
+
+
+@pytest.mark.parametrize("draw", ["uniform", "sorted", "boundary"])
+def test_ids_declared_sorted_and_unique_are_drawn_so(draw):
+    problem = _problem(
+        TensorInput("x", ("rows", "cols")),
+        IndexInput("ids", ("rows",), bound="cols", domain=Domain(unique_ids=True)),
+        IndexInput("seg", ("rows",), bound="cols", domain=Domain(sorted_ids=True)),
+    )
+    sizes = (("rows", 40), ("cols", 48))
+    values = materialize(problem, Case(sizes, values=(("ids", draw), ("seg", draw))))
+    ids, seg = values["ids"], values["seg"]
+    assert ids.unique().numel() == ids.numel() and bool(((ids >= 0) & (ids < 48)).all())
+    assert bool((seg[1:] >= seg[:-1]).all())
+    if draw == "boundary":  # the draw's own character kept: the first and last rows named
+        assert {0, 47} <= set(ids.tolist())
+    # more ids than rows cannot be unique: no such case, and the report says why
+    with pytest.raises(CaseUnavailable, match="40 ids declared unique cannot index 8 rows"):
+        materialize(problem, Case((("rows", 40), ("cols", 8))))
+    # the draws made to repeat ids are refused for unique ones
+    with pytest.raises(UsageError, match="declared unique, and distribution 'zipf'"):
+        materialize(problem, Case(sizes, values=(("ids", "zipf"),)))
+
+
+def test_index_guarantees_read_back_and_belong_to_index_inputs():
+    stated = Domain(sorted_ids=True, unique_ids=True)
+    assert stated.describe() == "sorted,unique"
+    assert parse_assumption("ids=sorted,unique") == ("ids", stated)
+    with pytest.raises(UsageError, match="sorted_ids describes index inputs"):
+        assuming(_problem(TensorInput("x", ("rows", "cols"))), [("x", "sorted")])

@@ -36,7 +36,7 @@ def _profile_names(ctx: PlanContext, inp: TensorInput | IndexInput | MaskInput) 
         if inp.role != "activation":
             wanted = tuple(name for name in wanted if name not in ACTIVATIONS_ONLY)
     elif isinstance(inp, IndexInput):
-        wanted = ctx.profile.index_distributions
+        wanted = tuple(d for d in ctx.profile.index_distributions if inp.domain.admits(d))
     else:
         wanted = ctx.profile.mask_distributions
         if inp.domain.min_kept:  # its callers never mask a whole row
@@ -325,6 +325,8 @@ def numerics_cases(ctx: PlanContext) -> list[tuple[Case, int]]:
                 continue  # a stride-0 view cannot be written element by element
             if layout in ("expanded", "broadcast") and getattr(inp, "role", "") == "saved":
                 continue  # computed by the forward, a saved tensor varies along every axis
+            if layout in ("expanded", "broadcast") and problem.domain(inp.name).unique_ids:
+                continue  # a stride-0 view repeats its ids, which its callers never do
             if geometry(layout, shape) is None:
                 continue
             for config in range(len(problem.dtype_configs())):

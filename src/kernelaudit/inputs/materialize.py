@@ -19,7 +19,7 @@ from kernelaudit.inputs.layouts import expand_dim
 from kernelaudit.inputs.masks import MASK_DISTRIBUTIONS, draw_mask
 from kernelaudit.inputs.recorded import is_recorded, recorded_tensor
 from kernelaudit.inputs.reuse import DRAWS
-from kernelaudit.problem.domain import within
+from kernelaudit.problem.domain import arranged, within
 from kernelaudit.problem.spec import (
     LAYOUTS,
     GeneratedInput,
@@ -129,7 +129,9 @@ def _draw(
     if isinstance(inp, TensorInput):
         return within(draw_float(distribution, shape, dtype, generator), inp.domain)
     if isinstance(inp, IndexInput):
-        return draw_index(distribution, shape, bound, dtype, generator)
+        return arranged(
+            draw_index(distribution, shape, bound, dtype, generator), bound, inp.domain, generator
+        )
     return draw_mask(distribution, shape, inp.kind, dtype, generator, inp.domain.min_kept)
 
 
@@ -169,10 +171,10 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
                 f"input {inp.name!r} cannot take distribution {distribution!r}; "
                 f"choose one of: {', '.join(valid)}"
             )
-        if isinstance(inp, TensorInput) and not inp.domain.admits(distribution):
+        if isinstance(inp, TensorInput | IndexInput) and not inp.domain.admits(distribution):
             raise UsageError(
                 f"input {inp.name!r} is declared {inp.domain.describe()}, and distribution "
-                f"{distribution!r} draws NaN or infinities; choose another one"
+                f"{distribution!r} draws values outside it; choose another one"
             )
         shape = _shape(inp, sizes, case)
         dtype = config[inp.name]

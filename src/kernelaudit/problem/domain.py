@@ -17,13 +17,19 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kernelaudit.errors import UsageError
+from kernelaudit.errors import CaseUnavailable, UsageError
 
 if TYPE_CHECKING:
     from kernelaudit.problem.spec import Problem
 
 NONFINITE_DRAWS = frozenset({"nonfinite", "neg_inf_rows"})
 """Float draws that put NaN or infinities in an input: not made for a finite one."""
+REPEATING_DRAWS = frozenset({"zipf", "hot", "argmax"})
+"""Index draws made to repeat ids (or taken from another input's values): not made for ids
+declared unique."""
+UNORDERED_DRAWS = frozenset({"argmax"})
+"""Index draws whose order carries their meaning (labels at another input's argmax): not made
+for ids declared sorted."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,11 @@ class Domain:
         the range's ends are tried too.
     contiguous: the input always arrives contiguous: no other layout is tried for it.
     min_kept: masks: every row keeps at least this many elements (1: no fully masked row).
+    sorted_ids: index inputs: the ids arrive in ascending order (a segmented reduction's
+        segment ids, a CSR matrix's row ids): every draw is sorted.
+    unique_ids: index inputs: no id appears twice (a scatter that writes without
+        accumulating): draws made to repeat ids are skipped, the others' repeats replaced by
+        ids they left unused, and a case with more ids than rows cannot be made.
     """
 
     finite: bool = False
@@ -45,6 +56,8 @@ class Domain:
     high: float | None = None
     contiguous: bool = False
     min_kept: int = 0
+    sorted_ids: bool = False
+    unique_ids: bool = False
 
     @property
     def promises(self) -> bool:
@@ -62,11 +75,18 @@ class Domain:
             said.append("contiguous")
         if self.min_kept:
             said.append(f"min_kept:{self.min_kept}")
+        said += [
+            word for word, on in (("sorted", self.sorted_ids), ("unique", self.unique_ids)) if on
+        ]
         return ",".join(said)
 
     def admits(self, draw: str) -> bool:
-        """Whether a float draw of that name can lie inside this domain."""
-        return not (self.finite and draw in NONFINITE_DRAWS)
+        """Whether a float or index draw of that name can lie inside this domain."""
+        return not (
+            (self.finite and draw in NONFINITE_DRAWS)
+            or (self.unique_ids and draw in REPEATING_DRAWS)
+            or (self.sorted_ids and draw in UNORDERED_DRAWS)
+        )
 
 
 _KINDS = {"TensorInput": "float", "IndexInput": "index", "MaskInput": "mask"}
@@ -90,6 +110,11 @@ def domain_errors(domain: object, inp: object) -> list[tuple[str, str, str]]:
         )
     if domain.min_kept and kind != "mask":
         errors.append(("domain.min_kept", "min_kept describes masks", "state it on a MaskInput"))
+    for name in ("sorted_ids", "unique_ids"):
+        if getattr(domain, name) and kind != "index":
+            errors.append(
+                (f"domain.{name}", f"{name} describes index inputs", "state it on an IndexInput")
+            )
     if domain.min_kept < 0:
         errors.append(("domain.min_kept", f"{domain.min_kept} is negative", "give 0 or more"))
     for name in ("low", "high"):
@@ -145,9 +170,41 @@ def keep_at_least(keep: torch.Tensor, count: int) -> torch.Tensor:
     return rows.view(keep.shape)
 
 
+def arranged(
+    ids: torch.Tensor, bound: int, domain: Domain, generator: torch.Generator
+) -> torch.Tensor:
+    """Drawn ids moved inside `domain`: repeats replaced by ids the draw left unused (in an
+    order `generator` draws) for unique ids, then sorted for sorted ones."""
+    if domain.unique_ids:
+        ids = _distinct(ids, bound, generator)
+    if domain.sorted_ids:
+        ids = ids.reshape(-1).sort().values.view(ids.shape)
+    return ids
+
+
+def _distinct(ids: torch.Tensor, bound: int, generator: torch.Generator) -> torch.Tensor:
+    flat = ids.reshape(-1)
+    if flat.numel() > bound:
+        raise CaseUnavailable(
+            f"{flat.numel()} ids declared unique cannot index {bound} rows",
+            "more ids than rows, for ids declared unique",
+        )
+    order = torch.argsort(flat, stable=True)
+    ranked = flat[order]
+    repeats = torch.zeros(flat.numel(), dtype=torch.bool)
+    repeats[order[1:][ranked[1:] == ranked[:-1]]] = True  # every occurrence after the first
+    present = torch.zeros(bound, dtype=torch.bool)
+    present[flat] = True
+    unused = (~present).nonzero().view(-1)
+    unused = unused[torch.randperm(unused.numel(), generator=generator)]
+    flat = flat.clone()
+    flat[repeats] = unused[: int(repeats.sum())].to(flat.dtype)
+    return flat.view(ids.shape)
+
+
 def parse_assumption(text: str) -> tuple[str, Domain]:
     """`--assume NAME=PROPERTY[,PROPERTY...]`: "logits=finite", "x=positive,contiguous",
-    "scale=range:0:1", "mask=min_kept:1"."""
+    "scale=range:0:1", "mask=min_kept:1", "ids=sorted,unique"."""
     name, equals, said = text.partition("=")
     if not equals or not name.strip() or not said.strip():
         raise UsageError(
@@ -161,6 +218,8 @@ def parse_assumption(text: str) -> tuple[str, Domain]:
         try:
             if word in ("finite", "positive", "contiguous") and not rest:
                 settings[word] = True
+            elif word in ("sorted", "unique") and not rest:
+                settings[f"{word}_ids"] = True
             elif word == "range":
                 low, _, high = rest.partition(":")
                 settings["low"] = float(low) if low.strip() else None
@@ -172,7 +231,8 @@ def parse_assumption(text: str) -> tuple[str, Domain]:
         except ValueError:
             raise UsageError(
                 f"--assume {text!r}: {item.strip()!r} is not a property; use finite, positive, "
-                "contiguous, range:LOW:HIGH (either end may be empty) or min_kept:N"
+                "contiguous, range:LOW:HIGH (either end may be empty), min_kept:N, sorted or "
+                "unique"
             ) from None
     assert set(settings) <= known
     return name.strip(), Domain(**settings)  # type: ignore[arg-type]
