@@ -95,7 +95,8 @@ def test_assume_on_the_command_line_reaches_the_report_and_the_reproducer(tmp_pa
     ("assume", "message"),
     [
         ("x", "INPUT=PROPERTY"),
-        ("x=sorted", "'sorted' is not a property"),
+        ("x=ascending", "'ascending' is not a property"),
+        ("x=sorted", "sorted_ids describes index inputs"),
         ("nothing=finite", "has no tensor input 'nothing'"),
         ("x=min_kept:1", "min_kept describes masks"),
         ("x=range:2:1", "low 2.0 is above high 1.0"),
