@@ -26,7 +26,7 @@ from kernelaudit.checks.base import (
 )
 from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
-from kernelaudit.engine.clocked import FACTOR, beats_floor, margin_s
+from kernelaudit.engine.clocked import beats_floor, disagrees
 from kernelaudit.inputs.case import Case
 from kernelaudit.runner.watch import changed
 from kernelaudit.timing import measure
@@ -205,7 +205,7 @@ def _clock_failures(observation: Observation, place: Any) -> list[Failure]:
         )
     figures = clocked.reported_s or (0.0,)  # the worker's, one per pair measured
     first, again = figures[0], max(figures)
-    if again > FACTOR * first + margin_s(observation.device):
+    if disagrees(first, again, observation.device):
         failures.append(
             Failure(
                 key="clock-timed-again-slower",

@@ -153,9 +153,9 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
             "pass SOURCE, a corpus directory or a manifest; or --summary-only to summarise "
             "the database"
         )
-    if not args.ray:  # the slots' devices are this machine's: what cannot run here is refused
-        places = _places(args.device, args.workers)
-        refuse_unavailable(checks, [p.device for p in places], PROFILES[args.profile])
+    # the local slots' devices are this machine's: what cannot run here is refused
+    places = [] if args.ray else _places(args.device, args.workers)
+    refuse_unavailable(checks, [p.device for p in places], PROFILES[args.profile])
     here = isolation()
     if args.strict and not args.ray and not here.confined:
         raise UsageError(f"--strict: candidates cannot run in their sandbox here: {here.reason}")
@@ -184,7 +184,7 @@ def run_corpus(args: argparse.Namespace, console: Console) -> int:
         audited: list[AuditReport] = []
         if pending:
             reports.mkdir(parents=True, exist_ok=True)
-            audited = _audit(pending, args, checks, store, reports, console)
+            audited = _audit(pending, args, checks, store, reports, console, places)
             console.print(f"reports: {escape(str(reports))}")
         code = _summarise(console, store, jobs, args)
     unconfined = [report.isolation for report in audited if not report.confined]
@@ -312,8 +312,10 @@ def _audit(
     store: Store,
     reports: Path,
     console: Console,
+    places: list[Place],
 ) -> list[AuditReport]:
-    """Audit the pending jobs; returns the reports of those that gave one."""
+    """Audit the pending jobs (in `places`, or on Ray); returns the reports of those that gave
+    one."""
     audited: list[AuditReport] = []
     with progress(console, len(pending)) as advance:
 
@@ -342,7 +344,6 @@ def _audit(
                 args.workers,
             )
             return audited
-        places = _places(args.device, args.workers)
         console.print(
             f"auditing on {len(places)} slot(s): "
             + ", ".join(dict.fromkeys(p.label for p in places))

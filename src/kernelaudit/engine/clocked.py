@@ -154,7 +154,7 @@ class Clocked:
 
     def net_s(self) -> tuple[float, ...]:
         """Each pair's figure with the auditor's copies taken off."""
-        return tuple(max(s - self.copy_s, 0.0) for s in self.samples_s)
+        return _net(self.samples_s, self.copy_s)
 
     def disagrees(self, device: str) -> bool:
         """Whether every pair found the call too far above the worker's figure next to it to
@@ -255,7 +255,7 @@ def clock(
         if first.error or not first.calls:
             return failure(first)
     slow = False
-    net: list[float] = []
+    net: tuple[float, ...] = ()
     for number in range(PAIRS + CONFIRMING_PAIRS):
         figure = reported[-1] if reported else reported_s
         if slow and retime is not None:
@@ -269,7 +269,7 @@ def clock(
         failed = pair()
         if failed is not None:
             return failure(failed)
-        net = [max(s - copy_s, 0.0) for s in samples]
+        net = _net(samples, copy_s)
         slow = all(too_slow(r, s) for r, s in zip(reported, net, strict=True))
         if number + 1 >= PAIRS and not (slow or too_fast(max(net))):
             break
@@ -286,6 +286,10 @@ def clock(
         outputs=outputs,
         retimed=tuple(retimed),
     )
+
+
+def _net(samples: Sequence[float], copy_s: float) -> tuple[float, ...]:
+    return tuple(max(s - copy_s, 0.0) for s in samples)
 
 
 def copy_seconds(slots: Sequence[OutputSlot], device: str, times: int = 5) -> float:

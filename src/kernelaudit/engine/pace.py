@@ -8,11 +8,14 @@ An estimate only: nothing here weighs on a verdict, on what an audit plans or on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import statistics
 from pathlib import Path
+
+from kernelaudit.formats.cache import cache_root, write_if_changed
 
 PACE_FORMAT = 1
 KEPT = 5
@@ -20,9 +23,8 @@ KEPT = 5
 
 
 def pace_path() -> Path:
-    """`$KERNELAUDIT_CACHE/pace.json` (else ~/.cache/kernelaudit/pace.json)."""
-    root = Path(os.environ.get("KERNELAUDIT_CACHE", Path.home() / ".cache" / "kernelaudit"))
-    return root / "pace.json"
+    """pace.json in the cache (`formats.cache.cache_root`)."""
+    return cache_root() / "pace.json"
 
 
 def _machine(device: str) -> str:
@@ -64,13 +66,9 @@ def record_pace(device: str, estimated_s: float, actual_s: float) -> None:
     key = _machine(device)
     paces[key] = [*paces.get(key, []), actual_s / estimated_s][-KEPT:]
     path = pace_path()
-    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
+    with contextlib.suppress(OSError, ValueError):  # unwritable, or not text
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(json.dumps({"format": PACE_FORMAT, "paces": paces}, indent=1))
-        os.replace(partial, path)
-    except OSError:
-        partial.unlink(missing_ok=True)
+        write_if_changed(path, json.dumps({"format": PACE_FORMAT, "paces": paces}, indent=1))
 
 
 def at_this_pace(estimated_s: float, device: str) -> tuple[float, str]:

@@ -9,11 +9,15 @@ import os
 from pathlib import Path
 
 
+def cache_root() -> Path:
+    """`$KERNELAUDIT_CACHE`, else ~/.cache/kernelaudit."""
+    return Path(os.environ.get("KERNELAUDIT_CACHE", Path.home() / ".cache" / "kernelaudit"))
+
+
 def cache_folder(kind: str, *keys: str | bytes) -> Path:
-    """A folder under the cache (`$KERNELAUDIT_CACHE`, else ~/.cache/kernelaudit) named by a
-    digest of `keys`, so the same inputs always land in the same place and changed ones never
-    reuse stale files."""
-    root = Path(os.environ.get("KERNELAUDIT_CACHE", Path.home() / ".cache" / "kernelaudit"))
+    """A folder under the cache (`cache_root`) named by a digest of `keys`, so the same inputs
+    always land in the same place and changed ones never reuse stale files."""
+    root = cache_root()
     digest = hashlib.sha256()
     for key in keys:
         digest.update(key if isinstance(key, bytes) else key.encode())

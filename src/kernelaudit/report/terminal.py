@@ -99,7 +99,8 @@ def verdict_table(reports: list[AuditReport]) -> Table:
             f"[{_STYLE[report.verdict]}]{report.verdict}[/]"
             + (
                 f" [yellow](unconfirmed on {escape(report.device)}: {unconfirmed})[/]"
-                * bool(unconfirmed)
+                if unconfirmed
+                else ""
             ),
             ", ".join(sorted({f.check for f in report.failures if f.id not in folded})) or "-",
             str(len(report.records)),
