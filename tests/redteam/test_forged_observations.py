@@ -53,6 +53,9 @@ def _timed(candidate: str, device: str) -> AuditReport:
         ("forges_its_timing_crudely", "clock-tampered"),
         ("wrong_back_to_back", "clock-repeats-differ"),
         ("raises_after_many_calls", "clock-failed"),
+        # reads the worker's frames to slow the clock's base alone: the decision to repeat
+        # reaches the worker only once the call is made
+        ("delays_the_clocks_base", "clock-disagrees"),
     ],
 )
 def test_a_forged_timing_fails_on_the_auditors_clock(candidate: str, key: str, device: str) -> None:

@@ -201,6 +201,26 @@ def test_a_reply_cannot_claim_what_only_the_auditor_reads(device: str) -> None:
     assert outcome.repeats_read and outcome.repeats_unlike == (0, 1, 2)
 
 
+@pytest.mark.parametrize("made", [True, False], ids=["repeats", "base"])
+def test_the_worker_learns_whether_to_repeat_only_after_the_call(made: bool, device: str) -> None:
+    # the auditor's clock differences an invocation that repeats the call with one that does
+    # not: a candidate that could tell them apart during its call could slow the base alone
+    call = Call(
+        args=(TensorArg(X),), slots=(OutputSlot((8,), torch.float32),), repeat=3, repeat_calls=made
+    )
+    ref = parse_candidate(f"{FIXTURE}::peeks_at_its_repeats")
+    with Worker(ref, device, timeout_s=60.0) as worker:
+        timed = worker.run(Invocation(calls=(call,), return_inputs=(0,)))
+        after = worker.run(Invocation(calls=(replace(call, repeat=0),), return_inputs=(0,)))
+    assert timed.error == "" and after.error == ""
+    seen = timed.calls[0].outputs[0]
+    assert seen[0].item() == 1.0
+    assert seen[1].item() == 1.0  # told "repeat" either way: the decision was not yet sent
+    # the call itself, its three repetitions if asked for, then the next invocation's call
+    assert after.calls[0].outputs[0][0].item() == (5.0 if made else 2.0)
+    assert timed.calls[0].repeats_read is made
+
+
 def test_without_an_arena_no_repetition_counts_as_read() -> None:
     # where no arena was set aside (it would not fit), the auditor reads nothing: a reply's
     # claim to the contrary is dropped

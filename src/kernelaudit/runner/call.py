@@ -93,9 +93,12 @@ def run_invocation(
     device: torch.device,
     watch: Watch | None = None,
     arena: Arena | None = None,
+    ask: Callable[[int], bool] | None = None,
 ) -> InvocationResult:
     """Run the calls in order; stop at the first that fails, keeping what came before. The
-    calls' fresh buffers are taken from `arena` where there is one."""
+    calls' fresh buffers are taken from `arena` where there is one. `ask(index)`: whether a
+    call with repetitions (`Call.repeat`) makes them, asked of the auditor once the call is
+    made (default: the call's `repeat_calls`)."""
     watch = watch or Watch()
     outcomes: list[CallOutcome] = []
     breaches: list[GuardBreach] = []
@@ -137,6 +140,7 @@ def run_invocation(
                     holding=holding,
                     always_return=invocation.always_return,
                     arena=arena,
+                    ask=ask,
                 )
         except NotOffered as error:
             return result(changed_later=changed_later(held, outcomes), not_run=str(error))
@@ -183,6 +187,7 @@ def run_call(
     holding: Sequence[torch.Tensor] = (),
     always_return: Collection[int] = (),
     arena: Arena | None = None,
+    ask: Callable[[int], bool] | None = None,
 ) -> tuple[CallOutcome, tuple[torch.Tensor, ...], Placed]:
     """One call on fresh guarded inputs (or on an earlier call's buffers, rewritten). Appends
     the guard breaches it sees to `breaches`.
@@ -194,6 +199,8 @@ def run_call(
     always_return: of `return_inputs`, those sent back even when the call left them as they
         were (`Invocation.always_return`).
     arena: where the call's fresh buffers are taken from (`runner.arena`), if anywhere.
+    ask: whether the call's repetitions are made, asked with the call's index once the call
+        is made (`run_invocation`).
 
     Returns what goes back to the auditor, the outputs as they live on the device (held until
     the invocation ends, to see whether later calls change them) and the buffers used.
@@ -298,7 +305,8 @@ def run_call(
             outcome, device_bytes_held=held, device_bytes_unseen=unseen, device_peak_bytes=peak
         )
     if call.repeat:
-        _repeated(candidate, args, call, device, buffers, arena)
+        made = ask(index) if ask is not None else call.repeat_calls
+        _repeated(candidate, args, call, device, buffers, arena, made)
     if (call.noise or call.threads or call.queued) and alone:
         outcome = replace(outcome, mismatches=tuple(bit_mismatches(outputs, alone, -1)))
     if call.threads:
@@ -324,18 +332,19 @@ def _repeated(
     device: torch.device,
     buffers: Placed,
     arena: Arena | None,
+    made: bool,
 ) -> None:
     """`call.repeat` more calls on the call's inputs, back to back: nothing of the harness
     runs between them, and the device is waited for once, at the end. Each repetition leaves
     its results in buffers of its own (`buffers.repeats`, in the arena where there is one):
     the slots it fills, or copies of what it returns. The auditor times the invocation and
-    reads those buffers (`engine.clocked`); nothing here is measured. Without
-    `call.repeat_calls`, the buffers are laid out and no call made."""
+    reads those buffers (`engine.clocked`); nothing here is measured. Unless `made`, the
+    buffers are laid out and no call made."""
     shapes = repeated_slots(call)
     for j in range(call.repeat):
         buffers.repeats.append(output_buffers(call, shapes, f"repeat {j} output", device, arena))
     try:
-        for targets in buffers.repeats if call.repeat_calls else ():
+        for targets in buffers.repeats if made else ():
             views = [g.view for g in targets]
             if call.slots:
                 candidate(*args, *views)

@@ -7,7 +7,7 @@ observed around the call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -126,7 +126,16 @@ class Call:
     a destination-style call's repetitions fill copies of its `slots`)."""
     repeat_calls: bool = True
     """False: the repetitions' buffers are laid out as for `repeat`, and no call is made (the
-    invocation the auditor's clock takes as its base pays for the same layout)."""
+    invocation the auditor's clock takes as its base pays for the same layout). The auditor's
+    decision, never sent: every call leaves for the worker with True, and the worker asks for
+    the decision once the call is made (`REPEAT_ASKED`), so a candidate that reads the
+    worker's memory during its call cannot tell the clock's base from its repetitions and slow
+    the base alone."""
+
+
+REPEAT_ASKED = "repeat?"
+"""The worker's question, after a call with `Call.repeat` is made: ("repeat?", call index).
+The auditor answers ("repeat", `Call.repeat_calls`)."""
 
 
 @dataclass(frozen=True)
@@ -297,3 +306,13 @@ class InvocationResult:
     is no failure of the candidate."""
     placements: tuple[Placement, ...] = ()
     """Where each fresh input and output buffer went in the invocation's arena."""
+
+
+def withheld(invocation: Invocation) -> tuple[Invocation, dict[int, bool]]:
+    """The invocation as the worker is told it, every call's `repeat_calls` left at True,
+    and the decisions withheld, by call index, for the worker's `REPEAT_ASKED` questions."""
+    answers = {i: call.repeat_calls for i, call in enumerate(invocation.calls) if call.repeat}
+    if all(answers.values()):
+        return invocation, answers
+    calls = tuple(replace(call, repeat_calls=True) for call in invocation.calls)
+    return replace(invocation, calls=calls), answers

@@ -42,7 +42,14 @@ from kernelaudit.runner.limits import (
     region_most_bytes,
     resident_bytes,
 )
-from kernelaudit.runner.messages import Invocation, InvocationResult, Load, TensorArg
+from kernelaudit.runner.messages import (
+    REPEAT_ASKED,
+    Invocation,
+    InvocationResult,
+    Load,
+    TensorArg,
+    withheld,
+)
 from kernelaudit.runner.observed import observe
 from kernelaudit.runner.shared import Region, room
 from kernelaudit.runner.wire import REGION_LEAST_BYTES, TooLarge, decode, encode
@@ -191,9 +198,19 @@ class Worker:
         try:
             bound = reply_bytes or self.limits.host_memory_bytes or None
             invocation = self._size_regions(invocation, bound)
+            told, answers = withheld(invocation)
             sent = time.perf_counter()
-            self._send(invocation, began + limit, self._arguments)
+            self._send(told, began + limit, self._arguments)
             reply = self._receive(began + limit, bound, self._results)
+            while isinstance(reply, tuple) and reply[:1] == (REPEAT_ASKED,):
+                # a question asked twice, or of a call without repetitions, is garbage
+                index = reply[1] if len(reply) == 2 else None
+                answer = answers.pop(index, None) if type(index) is int else None
+                if answer is None:
+                    reply = ValueError(f"{reply!r} asked of calls {sorted(answers)}")
+                    break
+                self._send(("repeat", answer), began + limit)
+                reply = self._receive(began + limit, bound, self._results)
             self.round_trip_s = time.perf_counter() - sent
         except _Timeout:
             text = (

@@ -39,7 +39,7 @@ from kernelaudit.runner.failures import describe
 from kernelaudit.runner.guard import prepare, use_canary
 from kernelaudit.runner.lent import KEPT_BYTES, Lent, receive
 from kernelaudit.runner.memory import read_memory
-from kernelaudit.runner.messages import Invocation, InvocationResult, Load
+from kernelaudit.runner.messages import REPEAT_ASKED, Invocation, InvocationResult, Load
 from kernelaudit.runner.shared import Region
 from kernelaudit.runner.state import snapshot
 from kernelaudit.runner.wire import decode, encode
@@ -170,7 +170,14 @@ def main(argv: Sequence[str]) -> int:
             else:
                 lent = _lent_for(invocation, lending, device, lent)
                 arena = _arena(lent, invocation) if invocation.lent else None
-            result = run_invocation(candidate, invocation, device, watch, arena)
+            result = run_invocation(
+                candidate,
+                invocation,
+                device,
+                watch,
+                arena,
+                ask=lambda index: _ask(reader, writer, index),
+            )
         except BaseException:
             result = InvocationResult(
                 calls=(),
@@ -191,6 +198,16 @@ def main(argv: Sequence[str]) -> int:
         gc.collect(1)
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _ask(reader: int, writer: int, index: int) -> bool:
+    """The auditor's answer to whether call `index` makes its repetitions: asked only once the
+    call is made, so nothing in this process said so while the candidate ran."""
+    _send(writer, (REPEAT_ASKED, index))
+    answer = _receive(reader)
+    if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "repeat"):
+        raise RuntimeError(f"the auditor answered {answer!r} to whether to repeat call {index}")
+    return bool(answer[1])
 
 
 def _arena(memory: Memory | None, invocation: Invocation) -> Arena | None:
