@@ -21,7 +21,8 @@ from kernelaudit.formats import read_problem, unrunnable
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle.truth import expected
-from kernelaudit.problem.spec import Problem, Workload, resolve_shape
+from kernelaudit.problem.dims import resolve_shape
+from kernelaudit.problem.spec import Problem, Workload
 
 GIB = 1 << 30
 

@@ -17,6 +17,7 @@ from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.structure import POSITION_LIMIT
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import GENERATOR, distributions_for, materialize
+from kernelaudit.problem.dims import resolve_shape
 from kernelaudit.problem.spec import (
     GeneratedInput,
     IndexInput,
@@ -24,7 +25,6 @@ from kernelaudit.problem.spec import (
     Problem,
     ScalarInput,
     TensorInput,
-    resolve_shape,
 )
 from kernelaudit.profiles import PROFILES
 

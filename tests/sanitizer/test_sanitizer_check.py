@@ -17,7 +17,7 @@ import pytest
 from kernelaudit import Output, Problem, TensorInput
 from kernelaudit.checks import sanitizer as sanitizer_check
 from kernelaudit.checks.base import PlanContext
-from kernelaudit.checks.sanitizer import judged
+from kernelaudit.checks.sanitizer_findings import judged
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
 from kernelaudit.problem.spec import Axis

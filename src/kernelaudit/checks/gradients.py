@@ -27,14 +27,8 @@ from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import case_elements
 from kernelaudit.inputs.layouts import geometry
 from kernelaudit.problem.backward import has_upstream
-from kernelaudit.problem.spec import (
-    Axis,
-    IndexInput,
-    Problem,
-    ScalarInput,
-    TensorInput,
-    resolve_shape,
-)
+from kernelaudit.problem.dims import resolve_shape
+from kernelaudit.problem.spec import Axis, IndexInput, Problem, ScalarInput, TensorInput
 
 UPSTREAM_LAYOUTS = ("transposed", "strided", "expanded", "broadcast")
 """How autograd hands a backward its upstream gradient besides contiguous: the gradient of a

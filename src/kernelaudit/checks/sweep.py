@@ -19,6 +19,7 @@ from kernelaudit.inputs.materialize import (
     distributions_for,
 )
 from kernelaudit.inputs.shapes import shape_cases
+from kernelaudit.problem.dims import resolve_shape
 from kernelaudit.problem.spec import (
     GeneratedInput,
     IndexInput,
@@ -26,7 +27,6 @@ from kernelaudit.problem.spec import (
     Problem,
     ScalarInput,
     TensorInput,
-    resolve_shape,
 )
 
 

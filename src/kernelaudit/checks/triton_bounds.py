@@ -35,7 +35,8 @@ from kernelaudit.inputs.cost import case_elements, cost_model
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, materialize
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
-from kernelaudit.problem.spec import IndexInput, Problem, resolve_shape
+from kernelaudit.problem.dims import resolve_shape
+from kernelaudit.problem.spec import IndexInput, Problem
 
 _VERBS = {"load": "reads", "store": "writes", "atomic": "updates atomically"}
 

@@ -9,7 +9,8 @@ import math
 import torch
 
 from kernelaudit.formats import unrunnable
-from kernelaudit.problem.spec import Problem, ScalarInput, resolve_shape
+from kernelaudit.problem.dims import resolve_shape
+from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.runner.limits import machine_memory
 
 _TRUTH_BYTES = torch.finfo(torch.float64).bits // 8

@@ -9,7 +9,8 @@ import torch
 
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import tensor_elements
-from kernelaudit.problem.spec import Problem, resolve_shape
+from kernelaudit.problem.dims import resolve_shape
+from kernelaudit.problem.spec import Problem
 from kernelaudit.runner.messages import Call, OutputSlot, TensorArg
 from kernelaudit.runner.poison import AUDIT_SENTINEL
 

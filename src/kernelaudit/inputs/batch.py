@@ -25,16 +25,8 @@ from kernelaudit.errors import CaseUnavailable, ProblemError, UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import case_elements
 from kernelaudit.inputs.materialize import materialize, uncuttable
-from kernelaudit.problem.spec import (
-    Axis,
-    Dim,
-    GeneratedInput,
-    IndexInput,
-    Problem,
-    ScalarInput,
-    dim_axes,
-    resolve_shape,
-)
+from kernelaudit.problem.dims import dim_axes, resolve_shape
+from kernelaudit.problem.spec import Axis, Dim, GeneratedInput, IndexInput, Problem, ScalarInput
 
 _TRIAL_SIZE = 4
 """Each axis's size in the small case the inference runs: a last row distinct from a middle

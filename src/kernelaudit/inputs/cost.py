@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from kernelaudit.inputs.case import Case
-from kernelaudit.problem.spec import Problem, resolve_shape
+from kernelaudit.problem.dims import resolve_shape
+from kernelaudit.problem.spec import Problem
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from kernelaudit.inputs.layouts import expand_dim
 from kernelaudit.inputs.masks import MASK_DISTRIBUTIONS, draw_mask
 from kernelaudit.inputs.recorded import is_recorded, recorded_tensor
 from kernelaudit.inputs.reuse import DRAWS
+from kernelaudit.problem.dims import dim_axes, dim_size, resolve_shape
 from kernelaudit.problem.domain import arranged, within
 from kernelaudit.problem.spec import (
     LAYOUTS,
@@ -29,9 +30,6 @@ from kernelaudit.problem.spec import (
     Problem,
     ScalarInput,
     TensorInput,
-    dim_axes,
-    dim_size,
-    resolve_shape,
 )
 
 

@@ -20,15 +20,8 @@ import torch
 from kernelaudit.inputs.batch import axis_position
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.large.sizing import LargeCase
-from kernelaudit.problem.spec import (
-    IndexInput,
-    MaskInput,
-    Problem,
-    ScalarInput,
-    TensorInput,
-    dim_size,
-    resolve_shape,
-)
+from kernelaudit.problem.dims import dim_size, resolve_shape
+from kernelaudit.problem.spec import IndexInput, MaskInput, Problem, ScalarInput, TensorInput
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import run_python
 

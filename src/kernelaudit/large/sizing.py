@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from kernelaudit.inputs.batch import axis_position
-from kernelaudit.problem.spec import Dim, GeneratedInput, Problem, ScalarInput, resolve_shape
+from kernelaudit.problem.dims import resolve_shape
+from kernelaudit.problem.spec import Dim, GeneratedInput, Problem, ScalarInput
 
 ELEMENTS = 1 << 31
 """The element count past which a signed 32-bit offset wraps."""

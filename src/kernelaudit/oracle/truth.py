@@ -21,7 +21,8 @@ from kernelaudit.oracle.promote import (
 )
 from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.oracle.selection import held, matched, recording, selections
-from kernelaudit.problem.spec import Dim, Problem, ScalarInput, dim_axes, dim_size
+from kernelaudit.problem.dims import dim_axes, dim_size
+from kernelaudit.problem.spec import Dim, Problem, ScalarInput
 
 _TRUTH_RUN = "with every floating tensor and dtype promoted to float64, to compute the truth"
 _BASELINE_RUN = "at the inputs' own dtypes, to compute the baseline"

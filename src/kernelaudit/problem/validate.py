@@ -13,6 +13,7 @@ from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.batch import structural_reason
 from kernelaudit.problem import spec
 from kernelaudit.problem.backward import ROLES, validate_backward, validate_scalar
+from kernelaudit.problem.dims import dim_axes
 from kernelaudit.problem.domain import domain_errors
 from kernelaudit.problem.spec import (
     LAYOUTS,
@@ -27,7 +28,6 @@ from kernelaudit.problem.spec import (
     ScalarInput,
     TensorInput,
     Workload,
-    dim_axes,
 )
 
 

@@ -3,20 +3,19 @@
 The candidate runs in a child Python process (`kernelaudit.runner.worker`) in a session and
 process group of its own, so a hang is ended by killing the whole group and a crash takes
 only the child down. The two sides exchange messages over two private pipes in the format of
-`kernelaudit.runner.wire`; large tensors cross in two memory regions both map (`runner.shared`),
-the invocation's in one and the reply's in the other. The auditor sizes both before each
-invocation, the reply's to what the calls' declared inputs and outputs can fill, and reads the
-reply's tensors only inside the size it chose. The calls' buffers are laid out in an arena
-(`runner.arena`) that the auditor reads itself after the reply (`runner.observed`): on a CPU
-in the invocation's region, on a GPU in device memory the auditor lends the worker
-(`runner.lent`).
+`kernelaudit.runner.wire`, every read and write held to a deadline (`runner.channel`); large
+tensors cross in two memory regions both map (`runner.shared`), the invocation's in one and
+the reply's in the other. The auditor sizes both before each invocation, the reply's to what
+the calls' declared inputs and outputs can fill, and reads the reply's tensors only inside the
+size it chose. The calls' buffers are laid out in an arena (`runner.arena`) that the auditor
+reads itself after the reply (`runner.observed`): on a CPU in the invocation's region, on a
+GPU in device memory the auditor lends the worker (`runner.lent`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -32,8 +31,9 @@ from kernelaudit.errors import UsageError
 from kernelaudit.runner import prestart
 from kernelaudit.runner.arena import set_aside
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.runner.channel import Channel, Died, OverLimit, Timeout
 from kernelaudit.runner.guard import draw_canary
-from kernelaudit.runner.launch import PIPE_BYTES, exit_description, written_since
+from kernelaudit.runner.launch import exit_description, written_since
 from kernelaudit.runner.lent import Lender
 from kernelaudit.runner.limits import (
     MEMORY_POLL_S,
@@ -52,24 +52,11 @@ from kernelaudit.runner.messages import (
 )
 from kernelaudit.runner.observed import observe
 from kernelaudit.runner.shared import Region, room
-from kernelaudit.runner.wire import REGION_LEAST_BYTES, TooLarge, decode, encode
+from kernelaudit.runner.wire import REGION_LEAST_BYTES, TooLarge
 
-_POLL_S = 0.05
 _CLOSE_GRACE_S = 2.0
 _LOAD_REPLY_BYTES = 1 << 20
 """The most a worker's answer to loading the candidate may take: "ready", or why it failed."""
-
-
-class _Timeout(Exception):
-    pass
-
-
-class _Died(Exception):
-    pass
-
-
-class _OverLimit(Exception):
-    pass
 
 
 class Worker:
@@ -100,8 +87,7 @@ class Worker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._namespaces: set[str] = set()
         """The process-id namespaces the worker's processes were seen in (`resident_bytes`)."""
-        self._to_child = -1
-        self._from_child = -1
+        self._channel: Channel | None = None
         self._stderr: IO[bytes] | None = None
         self._load_failure: InvocationResult | None = None
         self._ready = False
@@ -149,16 +135,16 @@ class Worker:
             return
         try:
             reply = self._receive(time.monotonic() + self.load_timeout_s, _LOAD_REPLY_BYTES)
-        except _Timeout:
+        except Timeout:
             kind = "timeout"
             text = (
                 f"loading {self.candidate.label} took longer than {self.load_timeout_s:g} s; "
                 "the worker was stopped."
             )
-        except _Died:
+        except Died:
             kind = "crash"
             text = f"the worker {self._exit_description()} while importing {self.candidate.label}."
-        except _OverLimit as over:
+        except OverLimit as over:
             kind = "memory"
             text = f"while importing {self.candidate.label}, {over}"
         else:
@@ -212,7 +198,7 @@ class Worker:
                 self._send(("repeat", answer), began + limit)
                 reply = self._receive(began + limit, bound, self._results)
             self.round_trip_s = time.perf_counter() - sent
-        except _Timeout:
+        except Timeout:
             text = (
                 f"the candidate was still running after {time.monotonic() - began:.1f} s "
                 f"(limit: {len(invocation.calls)} call(s) x {self.timeout_s:g} s); "
@@ -220,12 +206,12 @@ class Worker:
             )
             self._kill()
             return InvocationResult(calls=(), error=text, error_kind="timeout")
-        except _Died:
+        except Died:
             text = f"the worker process {self._exit_description()} while running the candidate."
             text += self._stderr_tail(mark)
             self._kill()
             return InvocationResult(calls=(), error=text, error_kind="crash")
-        except _OverLimit as over:
+        except OverLimit as over:
             self._kill()
             return InvocationResult(calls=(), error=str(over), error_kind="memory")
         if isinstance(reply, TooLarge):
@@ -296,7 +282,9 @@ class Worker:
         child, self._stderr = prestart.worker_for(self.candidate.path, self.device)
         self._proc = child.process
         self._namespaces = set()
-        self._to_child, self._from_child = child.to_child, child.from_child
+        self._channel = Channel(
+            child.process, child.to_child, child.from_child, self._watch_host_memory
+        )
         if child.regions:
             self._arguments, self._results = (Region(fd) for fd in child.regions)
         if child.lending >= 0:
@@ -315,7 +303,7 @@ class Worker:
         )
         # a few hundred bytes into an empty pipe; a child already gone is seen when the
         # worker's answer to loading is awaited
-        with contextlib.suppress(_Died, _Timeout, _OverLimit):
+        with contextlib.suppress(Died, Timeout, OverLimit):
             self._send(load, time.monotonic() + self.load_timeout_s)
 
     def _kill(self) -> None:
@@ -341,18 +329,24 @@ class Worker:
             self._stderr = None
 
     def _close_fds(self, only_to_child: bool = False) -> None:
-        if self._to_child >= 0:
-            os.close(self._to_child)
-            self._to_child = -1
-        if not only_to_child and self._from_child >= 0:
-            os.close(self._from_child)
-            self._from_child = -1
+        if self._channel is not None:
+            self._channel.close(only_to_child)
 
     def _exit_description(self) -> str:
         assert self._proc is not None
         return exit_description(self._proc, _CLOSE_GRACE_S)
 
-    # --- I/O with deadlines ---
+    # --- the channel ---
+
+    def _send(self, message: object, deadline: float, region: Region | None = None) -> None:
+        assert self._channel is not None
+        self._channel.send(message, deadline, region)
+
+    def _receive(
+        self, deadline: float, most_bytes: int | None, region: Region | None = None
+    ) -> object:
+        assert self._channel is not None
+        return self._channel.receive(deadline, most_bytes, region)
 
     def _size_regions(self, invocation: Invocation, reply_bytes: int | None) -> Invocation:
         """Grow the arguments' region to the invocation's large tensors and the results' to
@@ -376,63 +370,6 @@ class Worker:
         self._results.grow(min(most, reply_bytes or most), most)
         return invocation
 
-    def _send(self, message: object, deadline: float, region: Region | None = None) -> None:
-        for view in encode(message, region):
-            while view:
-                self._wait_for(self._to_child, deadline, writing=True)
-                try:
-                    written = os.write(self._to_child, view[:PIPE_BYTES])
-                except BlockingIOError:
-                    continue
-                except OSError as error:
-                    raise _Died() from error
-                view = view[written:]
-
-    def _receive(
-        self, deadline: float, most_bytes: int | None, region: Region | None = None
-    ) -> object:
-        try:
-            return decode(lambda count: self._read(count, deadline), most_bytes, region=region)
-        except (_Died, _Timeout, _OverLimit):
-            raise
-        except Exception as error:  # whatever garbage on the channel made decoding fail
-            return error
-
-    def _read(self, count: int, deadline: float) -> bytearray:
-        try:
-            data = bytearray(count)
-        except MemoryError:
-            raise _Died() from None  # a length no real result has: the channel is garbage
-        view = memoryview(data)
-        done = 0
-        while done < count:
-            self._wait_for(self._from_child, deadline, writing=False)
-            got = os.readv(self._from_child, [view[done:]])
-            if not got:
-                raise _Died()
-            done += got
-        return data
-
-    def _wait_for(self, fd: int, deadline: float, writing: bool) -> None:
-        """Wait until `fd` is ready, the child dies (_Died), the deadline passes (_Timeout) or
-        the child's process group uses more host memory than allowed (_OverLimit).
-
-        The child's death is watched for itself: a process the candidate started may hold
-        the pipe open after the child is gone.
-        """
-        assert self._proc is not None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _Timeout()
-            self._watch_host_memory()
-            if _ready(fd, writing, min(remaining, _POLL_S)):
-                return
-            if self._proc.poll() is not None:
-                if _ready(fd, writing, 0.0):
-                    return
-                raise _Died()
-
     # --- memory ---
 
     def _watch_host_memory(self) -> None:
@@ -442,7 +379,7 @@ class Worker:
         self._next_memory_poll = time.monotonic() + MEMORY_POLL_S
         used = resident_bytes(self._proc.pid, self._namespaces)
         if used > limit:
-            raise _OverLimit(over_memory(used, limit))
+            raise OverLimit(over_memory(used, limit))
 
     def _device_used(self) -> int:
         """Device memory in use by every process, less what this process's allocator holds."""
@@ -463,9 +400,3 @@ class Worker:
     def _stderr_tail(self, since: int) -> str:
         """The end of what the child wrote to stderr since byte `since`, for a message."""
         return "" if self._stderr is None else written_since(self._stderr, since)
-
-
-def _ready(fd: int, writing: bool, wait: float) -> bool:
-    if writing:
-        return bool(select.select([], [fd], [], wait)[1])
-    return bool(select.select([fd], [], [], wait)[0])

@@ -15,7 +15,8 @@ import torch
 
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
-from kernelaudit.problem.spec import Axis, Problem, resolve_shape
+from kernelaudit.problem.dims import resolve_shape
+from kernelaudit.problem.spec import Axis, Problem
 
 TAIL_CAP = 4096
 """The tail-sizes case keeps every axis below this size: a workload's axis of 32768 runs at

@@ -21,6 +21,7 @@ from kernelaudit.formats.solexecbench.structure import (
     generator_structure,
     named_structure,
 )
+from kernelaudit.problem.dims import dim_size
 from kernelaudit.problem.spec import (
     Axis,
     Dim,
@@ -30,7 +31,6 @@ from kernelaudit.problem.spec import (
     MaskInput,
     ScalarInput,
     TensorInput,
-    dim_size,
 )
 
 DEFINITION = "definition.json"

@@ -20,7 +20,7 @@ from kernelaudit.formats.solexecbench.tensor_files import (
     workload_at,
 )
 from kernelaudit.inputs import draws
-from kernelaudit.problem.spec import dim_size
+from kernelaudit.problem.dims import dim_size
 from kernelaudit.sourcefile import import_source
 
 if TYPE_CHECKING:
