@@ -105,3 +105,27 @@ def test_the_replay_check_confirms_it_and_the_warning_becomes_a_failure(
     cache = next(f for f in report.findings if f.key.startswith("address-keyed-cache:"))
     assert cache.severity == "fail"
     assert "confirmed by the replay check" in cache.title
+
+
+def test_a_write_into_the_auditors_own_code_fails_on_its_own(
+    tiny_audit: Callable[..., AuditReport], tmp_path: Path
+) -> None:
+    # right, and its timing untouched: the write alone is the finding (no kernel has a reason
+    # to rebind the harness that runs in its process)
+    path = tmp_path / "rebinding_scale.py"
+    path.write_text(
+        "import sys\n\n"
+        "import torch\n\n"
+        '_harness = sys.modules.get("kernelaudit.runner.call")\n\n\n'
+        "def scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:\n"
+        "    if _harness is not None:\n"
+        "        _harness.check_guards = _harness.check_guards\n"
+        "    return x * w\n"
+    )
+    report = tiny_audit("row_scale", f"{path}::scale", ["numerics", "tripwires"])
+    assert report.verdict == "FAIL"
+    (wire,) = [f for f in report.failures if f.check == "tripwires"]
+    assert wire.key.startswith("harness-tampering:")
+    assert dict(wire.evidence)["line"] == 10
+    assert "a failure on its own" in wire.title
+    assert not [f for f in report.failures if f.check != "tripwires"]

@@ -194,6 +194,35 @@ def test_a_candidate_sees_the_hosts_name_as_a_plain_program_does() -> None:
     assert shown == socket.gethostname()
 
 
+@confined
+def test_a_candidate_runs_as_its_user_would_run_it_with_no_capability() -> None:
+    """The sandbox's uid and gid are the auditor's own, as a plain program of this user sees
+    them (a fixed uid would tell a candidate it runs confined), and it holds no capability,
+    even where the auditor is root."""
+    shown = subprocess.run(
+        sandbox.confine(
+            [
+                sys.executable,
+                "-c",
+                "import os; print(os.getuid(), os.getgid()); "
+                "print(open('/proc/self/status').read())",
+            ]
+        ),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    ids, _, status = shown.partition("\n")
+    assert ids.split() == [str(os.getuid()), str(os.getgid())]
+    held = {
+        line.split(":")[0]: int(line.split()[1], 16)
+        for line in status.splitlines()
+        if line.startswith(("CapEff", "CapPrm", "CapBnd"))
+    }
+    assert held == {"CapEff": 0, "CapPrm": 0, "CapBnd": 0}
+
+
 _SIZES = (
     "import os\n"
     "for folder in ('/tmp', '/dev/shm'):\n"

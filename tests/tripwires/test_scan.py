@@ -51,6 +51,34 @@ CASES = {
             ("timer-patching", 'mock.patch("time.time"'),
         ],
     ),
+    "harness-tampering": (
+        """
+        import importlib
+        import sys
+
+        import kernelaudit.timing.measure as measure
+
+        _call = sys.modules["kernelaudit.runner.call"]
+
+
+        def candidate(x):
+            worker = importlib.import_module("kernelaudit.runner.worker")
+            _call._clock = lambda: 0.0
+            measure._ELAPSED_MS = None
+            setattr(worker, "run_invocation", None)
+            sys.modules["kernelaudit.runner.observed"].observe = None
+            return x * 2
+        """,
+        [
+            ("harness-tampering", "_call._clock = "),
+            ("harness-tampering", "measure._ELAPSED_MS = "),
+            ("harness-tampering", 'setattr(worker, "run_invocation"'),
+            ("harness-tampering", "].observe = "),
+            ("environment", 'sys.modules["kernelaudit.runner.call"]'),
+            ("environment", "import kernelaudit.timing.measure"),
+            ("environment", 'sys.modules["kernelaudit.runner.observed"]'),
+        ],
+    ),
     "torch-patching": (
         """
         import os
@@ -559,6 +587,8 @@ def test_the_confirming_checks_are_those_of_the_rule_table() -> None:
     assert RULES["environment"].confirmed_by == ("timing", "specialisation")
     assert RULES["dynamic-code"].confirmed_by == ("global-state",)
     assert RULES["package-install"].confirmed_by == ()
+    assert RULES["harness-tampering"].confirmed_by == ()
+    assert [name for name, rule in RULES.items() if rule.fails_alone] == ["harness-tampering"]
     assert RULES["process-control"].confirmed_by == ("execution",)
     assert RULES["call-count-trigger"].confirmed_by == ("replay", "timing")
     assert RULES["clock-trigger"].confirmed_by == ("timing", "determinism")

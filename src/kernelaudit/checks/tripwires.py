@@ -2,7 +2,8 @@
 its strings) read before it runs, for constructs that game a benchmark: patched timers,
 frame or `gc` walking, `ctypes`, caches keyed on addresses, module-level state, threads and
 streams, environment sniffing, dynamic code, package installs. Each is a warning with its
-line; it becomes a failure only when a runtime check that can confirm it failed too."""
+line; it becomes a failure only when a runtime check that can confirm it failed too, or, for
+a write into kernelaudit's own modules, on its own."""
 
 from __future__ import annotations
 
@@ -52,10 +53,13 @@ class Tripwires(ConcludingOnly):
         concluded = []
         for wire in self.found:
             confirmed = sorted(failing.intersection(wire.confirmed_by))
+            alone = RULES[wire.rule].fails_alone
             where = f"{Path(wire.path).name}:{wire.line}"
             title = f"{wire.rule} at {where}: {wire.text}"
             if confirmed:
                 title += f" (confirmed by the {', '.join(confirmed)} check)"
+            elif alone:
+                title += " (no kernel has a reason for it: a failure on its own)"
             concluded.append(
                 Failure(
                     key=f"{wire.rule}:{wire.path}:{wire.line}",
@@ -69,7 +73,7 @@ class Tripwires(ConcludingOnly):
                         ("confirmed by", confirmed),
                         ("checks that could confirm it", list(wire.confirmed_by)),
                     ),
-                    severity="fail" if confirmed else "warn",
+                    severity="fail" if confirmed or alone else "warn",
                 )
             )
         return concluded

@@ -7,7 +7,8 @@ folder of its own (Triton's compiled kernels), read-write; a private /tmp. It se
 else the auditor reads or writes: problem files, other candidates, reports, result databases,
 other candidates' caches, the auditor's working directory. It runs in namespaces of its own:
 process ids (everything it starts dies with it, and it can signal no process outside), user
-(another uid), network (none), IPC and hostname. GPU device nodes are passed through.
+(the auditor's own uid, with no capability), network (none), IPC and hostname. GPU device
+nodes are passed through.
 
 Where bubblewrap is missing or cannot start (no user namespaces, a container without the
 rights to mount), candidates run as plain processes, and every report says so (`Isolation`):
@@ -121,10 +122,15 @@ def confine(
         wrapper,
         "--unshare-all",  # user, process ids, network, IPC, hostname, cgroup
         "--die-with-parent",
+        # the auditor's own ids, as a plain program of this user has them: a fixed uid
+        # (nobody's) would tell a candidate it runs confined; every capability dropped, which
+        # bubblewrap otherwise keeps for a uid-0 sandbox started by root
         "--uid",
-        "65534",
+        str(os.getuid()),
         "--gid",
-        "65534",
+        str(os.getgid()),
+        "--cap-drop",
+        "ALL",
         "--hostname",  # the host's own: a plain program sees it, so it tells nothing
         socket.gethostname() or "localhost",
         "--proc",

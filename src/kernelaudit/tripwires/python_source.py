@@ -184,7 +184,7 @@ def flow(nodes: list[ast.AST], carries: Callable[[ast.AST], bool], found: set[st
 
 _BUILTINS = frozenset(dir(builtins))
 # Expressions that evaluate to a module named by a literal.
-_MODULE_LOOKUPS = frozenset({"importlib.import_module", "__import__"})
+_MODULE_LOOKUPS = frozenset({"importlib.import_module", "__import__", "sys.modules.get"})
 _NAMED_BINDINGS = (
     ast.FunctionDef,
     ast.AsyncFunctionDef,

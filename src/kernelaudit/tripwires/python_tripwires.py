@@ -240,7 +240,26 @@ class PythonReader(ModuleWalk):
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             self._write(target, node.value, node)
+        self._note_module_alias(node)
         self.generic_visit(node)
+
+    def _note_module_alias(self, node: ast.Assign) -> None:
+        """`name = sys.modules["m"]` (or `importlib.import_module("m")`) binds `name` to module
+        `m` as an import would: writes through it are writes into `m`."""
+        value = node.value
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            return
+        if not isinstance(value, (ast.Subscript, ast.Call)):
+            return
+        module = self.qualname(value)
+        if module is None:
+            return
+        name = node.targets[0].id
+        if self.in_function():
+            self.frames[-1].imported[name] = module
+        else:
+            self.names.aliases[name] = module
+            self.names.module_names.discard(name)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:

@@ -60,13 +60,15 @@ LIBRARY_TARGETS = frozenset(
         "triton.testing.*",
         "numpy",
         "numpy.*",
-        "kernelaudit",
-        "kernelaudit.*",
         "math.*",
         "operator.*",
         "builtins.*",
     }
 )
+
+# Writing any of these is harness-tampering: the auditor's own code, which the worker runs in
+# the candidate's process.
+HARNESS_TARGETS = frozenset({"kernelaudit", "kernelaudit.*"})
 
 # Compiler settings, not replaced functions: writing them is how torch.compile is tuned.
 LIBRARY_SETTINGS = frozenset(
@@ -208,6 +210,8 @@ CODE_METHODS = frozenset({"get_function", "get_kernel"})
 def write_rule(target: str) -> str | None:
     """The rule of replacing a dotted name: a timer, a library's function or flag, or a hook
     of the process; None for anything else."""
+    if matches(HARNESS_TARGETS, target):
+        return "harness-tampering"
     if matches(TIMER_TARGETS, target):
         return "timer-patching"
     if matches(LIBRARY_TARGETS, target) and not matches(LIBRARY_SETTINGS, target):

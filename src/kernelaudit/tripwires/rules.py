@@ -18,7 +18,7 @@ class Rule:
     """One kind of suspicious construct.
 
     confirmed_by: the runtime checks whose failure confirms a tripwire of this rule; with none,
-    a tripwire of the rule always stays a warning.
+    a tripwire of the rule always stays a warning, unless it `fails_alone`.
     gpu_only: whether the construct does anything only on a GPU (a side stream, a CUDA graph):
     an audit on a CPU can neither confirm nor rule it out, and says so.
     """
@@ -28,6 +28,9 @@ class Rule:
     why: str
     confirmed_by: tuple[str, ...]
     gpu_only: bool = False
+    fails_alone: bool = False
+    """A construct no kernel has a reason for: a tripwire of the rule fails without a runtime
+    check to confirm it."""
 
 
 _TABLE = (
@@ -48,6 +51,15 @@ _TABLE = (
         "global RNG changes what the reference and the correctness comparison compute in the "
         "same process.",
         ("global-state",),
+    ),
+    Rule(
+        "harness-tampering",
+        "replacing or deleting anything in kernelaudit's own modules (by assignment, setattr, "
+        "a patch, or through sys.modules)",
+        "No kernel has a reason to change the auditor's code: one that does rewrites how its "
+        "own calls are observed or timed, in the process it runs in.",
+        (),
+        fails_alone=True,
     ),
     Rule(
         "frame-walking",

@@ -8,7 +8,8 @@ each Python file, `c_source` each C, C++ or CUDA text; this module follows the c
 function into the code it can reach.
 
 Every tripwire is a warning: the scan engine turns one into a failure only when a runtime
-check of `Tripwire.confirmed_by` fails too.
+check of `Tripwire.confirmed_by` fails too, or when its rule `fails_alone` (a write into
+kernelaudit's own modules).
 """
 
 from __future__ import annotations
