@@ -134,7 +134,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="INPUT=PROPERTIES",
         help="what the kernel's callers guarantee about one input, so the audit draws nothing "
         "outside it (repeatable): finite, positive, range:LOW:HIGH, contiguous, min_kept:N "
-        "(masks), sorted, unique (ids), comma-separated, e.g. --assume logits=finite,contiguous. "
+        "(masks), sorted, unique, below:INPUT (ids), comma-separated, e.g. --assume "
+        "logits=finite,contiguous. "
         "Reports list it",
     )
     check.add_argument(

@@ -131,6 +131,16 @@ def test_a_kernel_right_only_inside_a_stated_range_passes_once_it_is_stated(
     assert stated.assumed == (("x", assumption),)
 
 
+def test_a_gather_right_only_within_each_rows_length_passes_once_it_is_stated() -> None:
+    assert _audit("gather_within_lengths", "gather_treating_past_length_as_padding").verdict == (
+        "FAIL"
+    )
+    said = (("positions", "below:lengths"),)
+    stated = _audit("gather_within_lengths", "gather_treating_past_length_as_padding", said)
+    assert stated.verdict == "PASS", [f.title for f in stated.failures]
+    assert stated.assumed == said
+
+
 @pytest.mark.parametrize(
     ("candidate", "assumption"),
     [("segment_sum_of_sorted_ids", "sorted"), ("scatter_of_unique_ids", "unique")],

@@ -26,6 +26,7 @@ from kernelaudit.checks.large_tensors import HEADROOM_BYTES, LargeTensors, exami
 from kernelaudit.checks.numerics import compare_expected
 from kernelaudit.engine.audit import audit
 from kernelaudit.findings import AuditReport, Finding
+from kernelaudit.large.draws import drawn_all
 from kernelaudit.large.sizing import CannotGrow, plan_large_case
 from kernelaudit.oracle.truth import expected
 from kernelaudit.profiles import PROFILES
@@ -294,3 +295,25 @@ def test_rows_of_a_case_that_cancels_to_rounding_residue_are_judged_by_its_sensi
     assert compare_expected(expect, 0, reordered, cpu, rows=rows).passed
     wrong = compare_expected(expect, 0, reordered + 1e-3 * y, cpu, rows=rows)
     assert not wrong.passed and wrong.failure == "error"
+
+
+def test_the_large_cases_ids_keep_what_their_callers_guarantee() -> None:
+    # drawn on the device from plain values, the large case's ids are sorted, distinct or
+    # below another input's values where the problem says its callers pass them so
+    def index(name: str, shape: list[int], bound: int, **said: object) -> dict[str, object]:
+        spec = {"name": name, "kind": "index", "shape": shape, "dtype": "int64", "dim": 0}
+        return {**spec, "bound": bound, **said}
+
+    specs = [
+        index("lengths", [64], 40),
+        index("positions", [64, 16], 40, below="lengths"),
+        index("segments", [300], 20, sorted=True),
+        index("slots", [30], 50, unique=True),
+    ]
+    lengths, positions, segments, slots = drawn_all(specs, torch.device("cpu"), seed=3)
+    assert int(lengths.min()) >= 1
+    assert bool((positions < lengths[:, None]).all()) and bool((positions >= 0).all())
+    assert bool((segments[1:] >= segments[:-1]).all())
+    assert slots.unique().numel() == 30 and int(slots.max()) < 50
+    with pytest.raises(ValueError, match="declared unique, cannot index 20 rows"):
+        drawn_all([index("slots", [30], 20, unique=True)], torch.device("cpu"), seed=3)

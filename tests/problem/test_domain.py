@@ -7,6 +7,7 @@ import torch
 
 from kernelaudit.errors import CaseUnavailable, ProblemError, UsageError
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.layouts import expand_dim
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.problem.domain import Domain, assuming, parse_assumption
 from kernelaudit.problem.load import load_problem
@@ -103,3 +104,62 @@ def test_index_guarantees_read_back_and_belong_to_index_inputs():
     assert parse_assumption("ids=sorted,unique") == ("ids", stated)
     with pytest.raises(UsageError, match="sorted_ids describes index inputs"):
         assuming(_problem(TensorInput("x", ("rows", "cols"))), [("x", "sorted")])
+
+
+def _lengths_problem(positions: Domain, lengths_shape=("rows",)) -> Problem:
+    return _problem(
+        TensorInput("x", ("rows", "cols")),
+        IndexInput("lengths", lengths_shape, bound="cols"),
+        IndexInput("positions", ("rows", "cols"), bound="cols", domain=positions),
+    )
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "expanded", "broadcast"])
+@pytest.mark.parametrize("draw", ["uniform", "zipf", "hot", "boundary", "sorted"])
+def test_ids_held_below_another_input_stay_below_it_in_every_row(draw, layout):
+    problem = _lengths_problem(Domain(below="lengths"))
+    case = Case(SIZES, values=(("positions", draw), ("lengths", "boundary")))
+    case = Case(SIZES, values=case.values, layouts=(("positions", layout),))
+    values = materialize(problem, case)
+    lengths, positions = values["lengths"], values["positions"]
+    # the boundary draw of the lengths names 0 for some rows: raised to 1, as a row with
+    # positions has at least one its callers can pass
+    assert int(lengths.min()) >= 1
+    assert bool((positions >= 0).all()) and bool((positions < lengths[:, None]).all())
+    # what a stride-0 view shows is what was drawn: the values repeat along it
+    if layout == "broadcast":
+        assert bool((positions == positions.reshape(-1)[0]).all())
+    d = expand_dim(tuple(positions.shape)) if layout == "expanded" else None
+    if d is not None:
+        assert torch.equal(positions, positions.narrow(d, 0, 1).expand_as(positions))
+    unheld = materialize(_lengths_problem(Domain()), case)["positions"]
+    assert bool((unheld >= lengths[:, None]).any())  # without the guarantee, past the length
+    if draw == "boundary" and layout == "contiguous":
+        # a row's last id is still its last valid one
+        long = lengths >= 2
+        assert bool((positions[long] == (lengths[long, None] - 1)).any(dim=-1).all())
+
+
+def test_a_limit_names_an_earlier_index_input_over_the_leading_axes():
+    stated = Domain(below="lengths")
+    assert stated.describe() == "below:lengths"
+    assert parse_assumption("positions=below:lengths") == ("positions", stated)
+    problem = assuming(_lengths_problem(Domain()), [("positions", "below:lengths")])
+    assert problem.domain("positions") == stated
+    with pytest.raises(UsageError, match="no index input 'lengths' is declared before"):
+        assuming(
+            _problem(
+                TensorInput("x", ("rows", "cols")),
+                IndexInput("positions", ("rows", "cols"), bound="cols"),
+                IndexInput("lengths", ("rows",), bound="cols"),
+            ),
+            [("positions", "below:lengths")],
+        )
+    with pytest.raises(UsageError, match="does not start the shape"):
+        assuming(_lengths_problem(Domain(), ("cols",)), [("positions", "below:lengths")])
+    with pytest.raises(UsageError, match="keeps neither a global order nor distinct ids"):
+        assuming(_lengths_problem(Domain()), [("positions", "below:lengths,sorted")])
+    with pytest.raises(UsageError, match="below describes index inputs"):
+        assuming(_lengths_problem(Domain()), [("x", "below:lengths")])
+    # labels taken at another input's argmax are not made for ids held below a third
+    assert not stated.admits("argmax") and stated.admits("zipf")

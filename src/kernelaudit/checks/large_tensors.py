@@ -24,7 +24,7 @@ from kernelaudit.checks.numerics import compare_expected, comparison_evidence
 from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.batch import axis_position, batch_axes, inference_skipped, result_shapes
 from kernelaudit.inputs.case import dtype_name
-from kernelaudit.large.draws import drawn
+from kernelaudit.large.draws import drawn_all
 from kernelaudit.large.run import SEED, LargeRun, input_specs, run_large, scalar_value
 from kernelaudit.large.sizing import ELEMENTS, CannotGrow, LargeCase, limit_name, plan_large_case
 from kernelaudit.oracle.kept_results import KEPT_RESULTS
@@ -159,7 +159,7 @@ def _reference_failure(problem: Problem, case: LargeCase, device: str) -> str:
     specs = input_specs(problem, case)
     args: list[object] = []
     try:
-        args.extend(drawn(spec, where, SEED) for spec in specs)
+        args.extend(drawn_all(specs, where, SEED))
         with torch.no_grad(), full_precision_accumulation():
             problem.reference(*args)
         synchronize(where)

@@ -18,6 +18,7 @@ from kernelaudit.inputs.indices import ARGMAX, INDEX_DISTRIBUTIONS, draw_index
 from kernelaudit.inputs.layouts import expand_dim
 from kernelaudit.inputs.masks import MASK_DISTRIBUTIONS, draw_mask
 from kernelaudit.inputs.recorded import is_recorded, recorded_tensor
+from kernelaudit.inputs.relations import held_below
 from kernelaudit.inputs.reuse import DRAWS
 from kernelaudit.problem.dims import dim_axes, dim_size, resolve_shape
 from kernelaudit.problem.domain import arranged, within
@@ -205,6 +206,15 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
         values[inp.name] = drawn.expand(shape).contiguous()
     for inp in at_argmax:
         values[inp.name] = _at_argmax(problem, inp, values, config[inp.name], case)
+    for inp in problem.inputs:
+        limit = inp.domain.below if isinstance(inp, IndexInput) else ""
+        if limit and not any(is_recorded(case.value_of(n, "")) for n in (inp.name, limit)):
+            assert isinstance(inp, IndexInput)
+            ids, limits = values[inp.name], values[limit]
+            assert isinstance(ids, torch.Tensor) and isinstance(limits, torch.Tensor)
+            bound = _bound(inp, sizes, case)
+            layout = case.layout_of(inp.name)
+            values[inp.name], values[limit] = held_below(ids, limits, bound, layout)
     if problem.forward is not None:
         try:
             values.update(forward_values(problem, values))

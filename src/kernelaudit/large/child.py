@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from kernelaudit.large.draws import drawn
+from kernelaudit.large.draws import drawn_all
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.runner.failures import describe
 from kernelaudit.timing.measure import synchronize
@@ -37,7 +37,7 @@ def main(argv: Sequence[str]) -> int:
     except BaseException as error:
         return _failed(result_path, "load", error)
     try:
-        args = [drawn(spec, device, int(request["seed"])) for spec in request["inputs"]]
+        args = drawn_all(request["inputs"], device, int(request["seed"]))
         slots = [_slot(spec, device) for spec in request["outputs"]] if request["slots"] else []
         index = torch.tensor(request["rows"], dtype=torch.int64, device=device)
         before = {

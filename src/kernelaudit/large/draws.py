@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from kernelaudit.inputs.relations import held_below
+
 
 def drawn(spec: dict[str, Any], device: torch.device, seed: int) -> object:
     """One input on the device: normal values for floats, ids in [0, bound) for indices, a
@@ -38,3 +40,35 @@ def drawn(spec: dict[str, Any], device: torch.device, seed: int) -> object:
         # tensor of this size
         tensor.neg_().add_(1).log_()
     return tensor
+
+
+def drawn_all(specs: list[dict[str, Any]], device: torch.device, seed: int) -> list[object]:
+    """Every input of the large case (`drawn`), then held to what its callers guarantee of
+    ids: sorted, distinct (a random choice of rows; a ValueError where there are fewer rows than
+    ids), or below another input's values at the same leading positions (`Domain.below`)."""
+    args = [drawn(spec, device, seed) for spec in specs]
+    named = {spec["name"]: i for i, spec in enumerate(specs)}
+    for i, spec in enumerate(specs):
+        ids = args[i]
+        if spec["kind"] != "index" or not isinstance(ids, torch.Tensor):
+            continue
+        bound = max(int(spec["bound"]), 1)
+        if spec.get("unique"):
+            if ids.numel() > bound:
+                raise ValueError(
+                    f"{ids.numel()} ids of {spec['name']!r}, declared unique, cannot index "
+                    f"{bound} rows"
+                )
+            generator = torch.Generator(device=device)
+            generator.manual_seed(zlib.crc32(f"{seed}\0{spec['name']}\0unique".encode()))
+            rows = torch.randperm(bound, generator=generator, device=device)[: ids.numel()]
+            ids = rows.to(ids.dtype).view(ids.shape)
+        if spec.get("sorted"):
+            ids = ids.reshape(-1).sort().values.view(ids.shape)
+        limit = named.get(spec.get("below") or "")
+        if limit is not None:
+            limits = args[limit]
+            assert isinstance(limits, torch.Tensor)
+            ids, args[limit] = held_below(ids, limits, bound)
+        args[i] = ids
+    return args

@@ -82,6 +82,8 @@ def input_specs(problem: Problem, case: LargeCase) -> list[dict[str, Any]]:
         elif isinstance(inp, IndexInput):
             spec["kind"] = "index"
             spec["bound"] = dim_size(inp.bound, sizes)
+            domain = inp.domain
+            spec.update(sorted=domain.sorted_ids, unique=domain.unique_ids, below=domain.below)
         elif isinstance(inp, MaskInput):
             spec["kind"] = "additive" if inp.kind == "additive" else "mask"
             spec["min_kept"] = inp.domain.min_kept

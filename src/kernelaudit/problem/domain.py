@@ -11,7 +11,7 @@ from the command line (`--assume logits=finite`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,8 @@ REPEATING_DRAWS = frozenset({"zipf", "hot", "argmax"})
 """Index draws made to repeat ids (or taken from another input's values): not made for ids
 declared unique."""
 UNORDERED_DRAWS = frozenset({"argmax"})
+TAKEN_DRAWS = frozenset({"argmax"})
+"""Index draws taken from another input's values: not made for ids held below a third input."""
 """Index draws whose order carries their meaning (labels at another input's argmax): not made
 for ids declared sorted."""
 
@@ -48,6 +50,11 @@ class Domain:
     unique_ids: index inputs: no id appears twice (a scatter that writes without
         accumulating): draws made to repeat ids are skipped, the others' repeats replaced by
         ids they left unused, and a case with more ids than rows cannot be made.
+    below: index inputs: every id is below the value of the index input of that name at the
+        same leading positions (its shape is the start of this input's): positions within
+        each sequence's length, slots within each row's count. Each drawn id is scaled from
+        its bound onto that limit, so a row's first and last ids stay first and last; a limit
+        of 0, which would leave a row no id to pass, is raised to 1.
     """
 
     finite: bool = False
@@ -58,6 +65,7 @@ class Domain:
     min_kept: int = 0
     sorted_ids: bool = False
     unique_ids: bool = False
+    below: str = ""
 
     @property
     def promises(self) -> bool:
@@ -78,6 +86,8 @@ class Domain:
         said += [
             word for word, on in (("sorted", self.sorted_ids), ("unique", self.unique_ids)) if on
         ]
+        if self.below:
+            said.append(f"below:{self.below}")
         return ",".join(said)
 
     def admits(self, draw: str) -> bool:
@@ -86,6 +96,7 @@ class Domain:
             (self.finite and draw in NONFINITE_DRAWS)
             or (self.unique_ids and draw in REPEATING_DRAWS)
             or (self.sorted_ids and draw in UNORDERED_DRAWS)
+            or (bool(self.below) and draw in TAKEN_DRAWS)
         )
 
 
@@ -110,11 +121,22 @@ def domain_errors(domain: object, inp: object) -> list[tuple[str, str, str]]:
         )
     if domain.min_kept and kind != "mask":
         errors.append(("domain.min_kept", "min_kept describes masks", "state it on a MaskInput"))
-    for name in ("sorted_ids", "unique_ids"):
+    for name in ("sorted_ids", "unique_ids", "below"):
         if getattr(domain, name) and kind != "index":
             errors.append(
                 (f"domain.{name}", f"{name} describes index inputs", "state it on an IndexInput")
             )
+    if domain.below and (domain.sorted_ids or domain.unique_ids):
+        errors.append(
+            (
+                "domain.below",
+                "ids held below another input are scaled row by row, which keeps neither a "
+                "global order nor distinct ids",
+                "state below alone, or sorted/unique alone",
+            )
+        )
+    if not isinstance(domain.below, str):
+        errors.append(("domain.below", f"{domain.below!r} is not a name", "name an index input"))
     if domain.min_kept < 0:
         errors.append(("domain.min_kept", f"{domain.min_kept} is negative", "give 0 or more"))
     for name in ("low", "high"):
@@ -204,7 +226,7 @@ def _distinct(ids: torch.Tensor, bound: int, generator: torch.Generator) -> torc
 
 def parse_assumption(text: str) -> tuple[str, Domain]:
     """`--assume NAME=PROPERTY[,PROPERTY...]`: "logits=finite", "x=positive,contiguous",
-    "scale=range:0:1", "mask=min_kept:1", "ids=sorted,unique"."""
+    "scale=range:0:1", "mask=min_kept:1", "ids=sorted,unique", "positions=below:lengths"."""
     name, equals, said = text.partition("=")
     if not equals or not name.strip() or not said.strip():
         raise UsageError(
@@ -226,13 +248,15 @@ def parse_assumption(text: str) -> tuple[str, Domain]:
                 settings["high"] = float(high) if high.strip() else None
             elif word == "min_kept":
                 settings["min_kept"] = int(rest)
+            elif word == "below" and rest.strip():
+                settings["below"] = rest.strip()
             else:
                 raise ValueError(word)
         except ValueError:
             raise UsageError(
                 f"--assume {text!r}: {item.strip()!r} is not a property; use finite, positive, "
-                "contiguous, range:LOW:HIGH (either end may be empty), min_kept:N, sorted or "
-                "unique"
+                "contiguous, range:LOW:HIGH (either end may be empty), min_kept:N, sorted, "
+                "unique or below:INPUT"
             ) from None
     assert set(settings) <= known
     return name.strip(), Domain(**settings)  # type: ignore[arg-type]
@@ -259,9 +283,42 @@ def assuming(problem: Problem, assumptions: Iterable[tuple[str, str]]) -> Proble
             inputs.append(inp)
             continue
         _, domain = parse_assumption(f"{inp.name}={stated[inp.name]}")
-        errors = domain_errors(domain, inp)
+        earlier = {i.name: i for i in inputs}
+        errors = domain_errors(domain, inp) + relation_errors(domain, inp, earlier)
         if errors:
             _, message, fix = errors[0]
             raise UsageError(f"--assume {inp.name}={stated[inp.name]}: {message}; {fix}")
         inputs.append(replace(inp, domain=domain))
     return replace(problem, inputs=tuple(inputs))
+
+
+def relation_errors(
+    domain: Domain, inp: object, earlier: Mapping[str, object]
+) -> list[tuple[str, str, str]]:
+    """(field, what is wrong, how to fix it) for the input `domain.below` names, among the
+    inputs declared before `inp` (`earlier`, by name)."""
+    if not domain.below or not isinstance(domain.below, str):
+        return []
+    limit = earlier.get(domain.below)
+    if limit is None:
+        return [
+            (
+                "domain.below",
+                f"no index input {domain.below!r} is declared before {getattr(inp, 'name', '')!r}",
+                "name an index input declared earlier (its values are drawn first)",
+            )
+        ]
+    if type(limit).__name__ != "IndexInput":
+        return [("domain.below", f"{domain.below!r} is not an index input", "name one")]
+    lead = tuple(getattr(limit, "shape", ()))
+    shape = tuple(getattr(inp, "shape", ()))
+    if shape[: len(lead)] != lead:
+        return [
+            (
+                "domain.below",
+                f"the shape of {domain.below!r} {lead} does not start the shape {shape}",
+                "hold ids below an input over their leading axes (lengths of shape (batch,) "
+                "for positions of shape (batch, n))",
+            )
+        ]
+    return []

@@ -14,7 +14,7 @@ from kernelaudit.inputs.batch import structural_reason
 from kernelaudit.problem import spec
 from kernelaudit.problem.backward import ROLES, validate_backward, validate_scalar
 from kernelaudit.problem.dims import dim_axes
-from kernelaudit.problem.domain import domain_errors
+from kernelaudit.problem.domain import domain_errors, relation_errors
 from kernelaudit.problem.spec import (
     LAYOUTS,
     Axis,
@@ -179,7 +179,9 @@ def _validate_inputs(v: _Validator, axes: list[str]) -> dict[str, spec.Input]:
             if len(inp.dtypes) > 1:
                 multi.add(len(inp.dtypes))
         if isinstance(inp, (TensorInput, IndexInput, MaskInput)):
-            for field_name, message, fix in domain_errors(inp.domain, inp):
+            earlier = {name: e for name, e in inputs.items() if e is not inp}
+            found = domain_errors(inp.domain, inp) + relation_errors(inp.domain, inp, earlier)
+            for field_name, message, fix in found:
                 v.fail(f"{where}.{field_name}", message, fix, inp.name)
         if isinstance(inp, GeneratedInput) and v.problem.sampler is None:
             v.fail(
