@@ -28,10 +28,10 @@ REPEATING_DRAWS = frozenset({"zipf", "hot", "argmax"})
 """Index draws made to repeat ids (or taken from another input's values): not made for ids
 declared unique."""
 UNORDERED_DRAWS = frozenset({"argmax"})
-TAKEN_DRAWS = frozenset({"argmax"})
-"""Index draws taken from another input's values: not made for ids held below a third input."""
 """Index draws whose order carries their meaning (labels at another input's argmax): not made
 for ids declared sorted."""
+TAKEN_DRAWS = frozenset({"argmax"})
+"""Index draws taken from another input's values: not made for ids held below a third input."""
 
 
 @dataclass(frozen=True)
