@@ -368,3 +368,31 @@ def test_the_calls_tensors_are_let_go_once_written_for_the_child() -> None:
         assert held() is None
     finally:
         started.finish()
+
+
+@pytest.mark.slow
+def test_an_autograd_ops_backward_kernels_are_watched_too() -> None:
+    # the forward is right in both: only the run differentiated through autograd reaches the
+    # backward's unmasked store
+    ops = FIXTURES / "scale_columns_autograd.py"
+    report = audit(
+        FIXTURES / "scale_columns.py",
+        f"{ops}::unmasked_backward",
+        "quick",
+        "cpu",
+        ["triton-bounds"],
+    )
+    assert report.verdict == "FAIL"
+    (finding,) = [f for f in report.failures if f.check == "triton-bounds"]
+    evidence = dict(finding.evidence)
+    assert (evidence["kernel"], evidence["argument"], evidence["access"]) == (
+        "_scale_by_columns",
+        "y_ptr",
+        "store",
+    )
+    assert evidence["tensor"] == "output grad_x"
+    right = audit(
+        FIXTURES / "scale_columns.py", f"{ops}::scale_columns", "quick", "cpu", ["triton-bounds"]
+    )
+    assert right.verdict == "PASS", [f.title for f in right.findings]
+    assert dict(right.coverage)["triton-bounds"] == "ran"

@@ -11,6 +11,9 @@ The guard bands of the bounds check see only writes that land next to a tensor a
 byte; this check sees reads too, writes of the value already there, and accesses that land
 anywhere. The run starts in the background while the audit plans, and is collected once the
 probes are judged. A candidate that launches no Triton kernel gets nothing from this check.
+An autograd-enabled candidate (`Contract(gradients=...)`) runs differentiated, as the audit of
+its backward runs it: its forward, then autograd's backward with upstream gradients, so the
+kernels of both are watched.
 
 A case the interpreter cannot be expected to get through within a call's time limit (its
 estimate on a CPU, `kernelaudit.inputs.cost`, past `profile.timeout_s`) is left out before its
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from kernelaudit.checks.base import ConcludingOnly, Failure, PlanContext, Probe, note
@@ -35,6 +38,7 @@ from kernelaudit.inputs.cost import case_elements, cost_model
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, materialize
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
 from kernelaudit.interpret.run import InterpretedRun
+from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.dims import resolve_shape
 from kernelaudit.problem.spec import IndexInput, Problem
 
@@ -68,8 +72,6 @@ class TritonBounds(ConcludingOnly):
         self._too_long: tuple[_TooLong, ...] = ()
 
     def not_applicable(self, ctx: PlanContext) -> str:
-        if ctx.candidate is not None and ctx.candidate.autograd is not None:
-            return "an autograd op's kernels are not run under the interpreter"
         return self._idle
 
     def not_run(self, ctx: PlanContext) -> str:
@@ -79,9 +81,12 @@ class TritonBounds(ConcludingOnly):
         return self._unwatched
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
-        candidate = ctx.candidate
-        if candidate is None or candidate.autograd is not None:
+        if ctx.candidate is None:
             return []
+        if ctx.problem.contract.gradients and ctx.candidate.autograd is None:
+            ctx = differentiated(ctx)
+        candidate = ctx.candidate
+        assert candidate is not None
         self._cases, calls = [], []
         chosen = interpreted_cases(ctx)
         estimates = (_TooLong.of(ctx, case) for case in chosen)
@@ -315,3 +320,11 @@ def _stopped(seen: Interpretation, found: Sequence[tuple[str, Failure]]) -> Fail
         ),
         severity="note",
     )
+
+
+def differentiated(ctx: PlanContext) -> PlanContext:
+    """`ctx` for the candidate's backward: the problem of its gradients (`backward_problem`)
+    and the candidate differentiated through autograd, which runs its forward first."""
+    assert ctx.candidate is not None
+    candidate = replace(ctx.candidate, autograd=autograd_signature(ctx.problem))
+    return replace(ctx, problem=backward_problem(ctx.problem), candidate=candidate)

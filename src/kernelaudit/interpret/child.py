@@ -62,7 +62,8 @@ def main(argv: Sequence[str]) -> int:
         cause = "no-triton" if isinstance(error, TritonMissing) else "unsupported"
         write(Interpretation(error=str(error), cause=cause))
         return 0
-    ref = CandidateRef(request["path"], request["function"])
+    autograd = CandidateRef.parse_autograd(str(request.get("autograd", "-")))
+    ref = CandidateRef(request["path"], request["function"], autograd)
     try:
         candidate = load_candidate(ref)
     except BaseException as error:

@@ -71,6 +71,7 @@ class InterpretedRun:
         self._request: dict[str, object] | None = {
             "path": candidate.path,
             "function": candidate.function,
+            "autograd": candidate.autograd_argument(),
             "inputs": list(inputs),
             "outputs": list(outputs),
             "calls": list(calls),  # nothing else holds these tensors: no one writes them
