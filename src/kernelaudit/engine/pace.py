@@ -17,7 +17,9 @@ from pathlib import Path
 
 from kernelaudit.formats.cache import cache_root, write_if_changed
 
-PACE_FORMAT = 1
+PACE_FORMAT = 2
+"""2: a pace is the wall time of a run's audits against the estimate announced for them (1
+summed the audits' seconds, which lanes that end unevenly left short of the wall time)."""
 KEPT = 5
 """The paces of this many recent runs are kept per machine and device; their median is used."""
 
@@ -57,9 +59,9 @@ def recorded_pace(device: str) -> float | None:
 
 
 def record_pace(device: str, estimated_s: float, actual_s: float) -> None:
-    """Keep one run's pace: `actual_s` its audits took, summed, against `estimated_s` they
-    were estimated at. A cache that cannot be written only costs the next estimate its
-    calibration."""
+    """Keep one run's pace: the `actual_s` of wall time its audits took against the
+    `estimated_s` announced for them. A cache that cannot be written only costs the next
+    estimate its calibration."""
     if not (estimated_s > 0 and actual_s > 0):
         return
     paces = _read()
