@@ -26,10 +26,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kernelaudit.runner.call import Watch, run_invocation
+from kernelaudit.runner.call import run_invocation
 from kernelaudit.runner.guard import prepare
 from kernelaudit.runner.memory import read_memory
 from kernelaudit.runner.messages import Call, Invocation, TensorArg
+from kernelaudit.runner.watch import Watch
 
 MiB = 1 << 20
 

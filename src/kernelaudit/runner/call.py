@@ -9,7 +9,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -26,7 +26,7 @@ from kernelaudit.runner.autotuners import describe as describe_autotuners
 from kernelaudit.runner.contention import Noise, bit_mismatches
 from kernelaudit.runner.failures import NOT_RUN, CandidateFailure, classify
 from kernelaudit.runner.guard import GuardedTensor, holds, prepare
-from kernelaudit.runner.memory import DeviceMemory, kept_since, peak_since, read_memory, start_peak
+from kernelaudit.runner.memory import kept_since, peak_since, read_memory, start_peak
 from kernelaudit.runner.messages import (
     Call,
     CallOutcome,
@@ -34,7 +34,6 @@ from kernelaudit.runner.messages import (
     Invocation,
     InvocationResult,
     Placement,
-    StateChange,
     TensorArg,
 )
 from kernelaudit.runner.overlap import aliases
@@ -51,8 +50,7 @@ from kernelaudit.runner.poison import PoisonMode, fill_poison
 from kernelaudit.runner.state import snapshot
 from kernelaudit.runner.threaded import concurrent_calls
 from kernelaudit.runner.watch import (
-    InterpretedLaunches,
-    StreamCount,
+    Watch,
     changed,
     describe_output,
     fingerprint,
@@ -66,25 +64,6 @@ from kernelaudit.timing.measure import synchronize, time_calls
 # Captured before the candidate is imported: a candidate may replace the module attributes.
 _clock = time.perf_counter
 _sleep = time.sleep
-
-
-@dataclass
-class Watch:
-    """What the worker keeps across invocations: what importing the candidate changed, the
-    count of streams created, and what measuring under contention and memory needs."""
-
-    import_changes: tuple[StateChange, ...] = ()
-    streams: StreamCount = field(default_factory=StreamCount)
-    launches: InterpretedLaunches = field(default_factory=InterpretedLaunches)
-    folder: str = ""
-    """The candidate's folder: autotuners are looked for in the modules loaded from it."""
-    memory_at_load: DeviceMemory | None = None
-    """The device's memory once the candidate was imported, before any call (CUDA): what a
-    call leaves allocated is counted from here."""
-    noise: Noise | None = None
-    """The side stream and scratch of the noise kernels, made on first use and kept."""
-    callers: list[torch.cuda.Stream] = field(default_factory=list)
-    """The streams concurrent threads call the candidate on, made on first use and kept."""
 
 
 def run_invocation(

@@ -20,7 +20,7 @@ from kernelaudit.timing.measure import synchronize
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kernelaudit.runner.call import Watch
+    from kernelaudit.runner.watch import Watch
 
 
 def concurrent_calls(

@@ -10,11 +10,14 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from kernelaudit.runner.messages import OutputObject
+from kernelaudit.runner.contention import Noise
+from kernelaudit.runner.memory import DeviceMemory
+from kernelaudit.runner.messages import OutputObject, StateChange
 
 _CHUNK = 1 << 24
 """Words hashed per step: bounds the scratch a fingerprint needs to 16 Mi int64s."""
@@ -260,3 +263,22 @@ def fingerprints(outputs: Sequence[object]) -> tuple[str, ...]:
 
 def changed(early: Sequence[str], late: Sequence[str]) -> tuple[int, ...]:
     return tuple(i for i, (a, b) in enumerate(zip(early, late, strict=False)) if a != b)
+
+
+@dataclass
+class Watch:
+    """What the worker keeps across invocations: what importing the candidate changed, the
+    count of streams created, and what measuring under contention and memory needs."""
+
+    import_changes: tuple[StateChange, ...] = ()
+    streams: StreamCount = field(default_factory=StreamCount)
+    launches: InterpretedLaunches = field(default_factory=InterpretedLaunches)
+    folder: str = ""
+    """The candidate's folder: autotuners are looked for in the modules loaded from it."""
+    memory_at_load: DeviceMemory | None = None
+    """The device's memory once the candidate was imported, before any call (CUDA): what a
+    call leaves allocated is counted from here."""
+    noise: Noise | None = None
+    """The side stream and scratch of the noise kernels, made on first use and kept."""
+    callers: list[torch.cuda.Stream] = field(default_factory=list)
+    """The streams concurrent threads call the candidate on, made on first use and kept."""

@@ -33,7 +33,7 @@ import torch
 
 from kernelaudit.errors import UsageError
 from kernelaudit.runner.arena import Arena, Memory
-from kernelaudit.runner.call import Watch, run_invocation
+from kernelaudit.runner.call import run_invocation
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.runner.failures import describe
 from kernelaudit.runner.guard import prepare, use_canary
@@ -42,6 +42,7 @@ from kernelaudit.runner.memory import read_memory
 from kernelaudit.runner.messages import REPEAT_ASKED, Invocation, InvocationResult, Load
 from kernelaudit.runner.shared import Region
 from kernelaudit.runner.state import snapshot
+from kernelaudit.runner.watch import Watch
 from kernelaudit.runner.wire import decode, encode
 
 _CLOSE_GRACE_S = 1.0
