@@ -25,6 +25,7 @@ from kernelaudit.checks.base import PlanContext, coverage
 from kernelaudit.checks.large_tensors import HEADROOM_BYTES, LargeTensors, examine
 from kernelaudit.checks.numerics import compare_expected
 from kernelaudit.engine.audit import audit
+from kernelaudit.errors import CaseUnavailable
 from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.large.draws import drawn_all
 from kernelaudit.large.sizing import CannotGrow, plan_large_case
@@ -315,5 +316,5 @@ def test_the_large_cases_ids_keep_what_their_callers_guarantee() -> None:
     assert bool((positions < lengths[:, None]).all()) and bool((positions >= 0).all())
     assert bool((segments[1:] >= segments[:-1]).all())
     assert slots.unique().numel() == 30 and int(slots.max()) < 50
-    with pytest.raises(ValueError, match="declared unique, cannot index 20 rows"):
+    with pytest.raises(CaseUnavailable, match="30 ids declared unique cannot index 20 rows"):
         drawn_all([index("slots", [30], 20, unique=True)], torch.device("cpu"), seed=3)

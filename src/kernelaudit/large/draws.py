@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from kernelaudit.inputs.relations import held_below
+from kernelaudit.problem.domain import Domain, arranged
 
 
 def drawn(spec: dict[str, Any], device: torch.device, seed: int) -> object:
@@ -44,8 +45,9 @@ def drawn(spec: dict[str, Any], device: torch.device, seed: int) -> object:
 
 def drawn_all(specs: list[dict[str, Any]], device: torch.device, seed: int) -> list[object]:
     """Every input of the large case (`drawn`), then held to what its callers guarantee of
-    ids: sorted, distinct (a random choice of rows; a ValueError where there are fewer rows than
-    ids), or below another input's values at the same leading positions (`Domain.below`)."""
+    ids: distinct or sorted (`problem.domain.arranged`, as the audit's own draws are; a
+    `CaseUnavailable` where there are more ids than rows), or below another input's values at
+    the same leading positions (`Domain.below`)."""
     args = [drawn(spec, device, seed) for spec in specs]
     named = {spec["name"]: i for i, spec in enumerate(specs)}
     for i, spec in enumerate(specs):
@@ -53,18 +55,11 @@ def drawn_all(specs: list[dict[str, Any]], device: torch.device, seed: int) -> l
         if spec["kind"] != "index" or not isinstance(ids, torch.Tensor):
             continue
         bound = max(int(spec["bound"]), 1)
-        if spec.get("unique"):
-            if ids.numel() > bound:
-                raise ValueError(
-                    f"{ids.numel()} ids of {spec['name']!r}, declared unique, cannot index "
-                    f"{bound} rows"
-                )
+        domain = Domain(sorted_ids=bool(spec.get("sorted")), unique_ids=bool(spec.get("unique")))
+        if domain.promises:
             generator = torch.Generator(device=device)
-            generator.manual_seed(zlib.crc32(f"{seed}\0{spec['name']}\0unique".encode()))
-            rows = torch.randperm(bound, generator=generator, device=device)[: ids.numel()]
-            ids = rows.to(ids.dtype).view(ids.shape)
-        if spec.get("sorted"):
-            ids = ids.reshape(-1).sort().values.view(ids.shape)
+            generator.manual_seed(zlib.crc32(f"{seed}\0{spec['name']}\0arranged".encode()))
+            ids = arranged(ids, bound, domain, generator)
         limit = named.get(spec.get("below") or "")
         if limit is not None:
             limits = args[limit]

@@ -196,7 +196,8 @@ def arranged(
     ids: torch.Tensor, bound: int, domain: Domain, generator: torch.Generator
 ) -> torch.Tensor:
     """Drawn ids moved inside `domain`: repeats replaced by ids the draw left unused (in an
-    order `generator` draws) for unique ids, then sorted for sorted ones."""
+    order `generator`, on the ids' device, draws) for unique ids, then sorted for sorted
+    ones."""
     if domain.unique_ids:
         ids = _distinct(ids, bound, generator)
     if domain.sorted_ids:
@@ -213,12 +214,13 @@ def _distinct(ids: torch.Tensor, bound: int, generator: torch.Generator) -> torc
         )
     order = torch.argsort(flat, stable=True)
     ranked = flat[order]
-    repeats = torch.zeros(flat.numel(), dtype=torch.bool)
+    repeats = torch.zeros(flat.numel(), dtype=torch.bool, device=flat.device)
     repeats[order[1:][ranked[1:] == ranked[:-1]]] = True  # every occurrence after the first
-    present = torch.zeros(bound, dtype=torch.bool)
+    present = torch.zeros(bound, dtype=torch.bool, device=flat.device)
     present[flat] = True
     unused = (~present).nonzero().view(-1)
-    unused = unused[torch.randperm(unused.numel(), generator=generator)]
+    shuffled = torch.randperm(unused.numel(), generator=generator, device=flat.device)
+    unused = unused[shuffled]
     flat = flat.clone()
     flat[repeats] = unused[: int(repeats.sum())].to(flat.dtype)
     return flat.view(ids.shape)
