@@ -13,14 +13,14 @@ import sys
 import tempfile
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from kernelaudit import __version__
 from kernelaudit.checks import REGISTRY, refuse_unavailable
@@ -37,7 +37,7 @@ from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, with_files_changed
 from kernelaudit.formats import read_candidate, read_problem, unrunnable
 from kernelaudit.formats.solexecbench.trace import write_traces
-from kernelaudit.guarding.demonstration import show_demonstration
+from kernelaudit.guarding.demonstration import GuardRun, demonstrate, show_demonstration
 from kernelaudit.inputs.recorded import with_recorded
 from kernelaudit.interpret.versions import interpreter_defects
 from kernelaudit.outputs import add_output_options, check_outputs, write_outputs, written
@@ -47,6 +47,7 @@ from kernelaudit.profiles import PROFILES, profile_named, profile_with_budget
 from kernelaudit.report.caveats import covered, isolated
 from kernelaudit.report.terminal import (
     cpu_timings_left_out,
+    expectations_table,
     print_findings,
     progress_bar,
     verdict_table,
@@ -215,11 +216,14 @@ def _audit_all(
     announce: bool = False,
     named: list[Job] | None = None,
     read: tuple[ReadJob, ...] = (),
+    idle: Callable[[], None] | None = None,
+    sections: dict[int, str] | None = None,
 ) -> list[AuditReport]:
     """Audit every job, in lanes of their own when `named` gives the jobs as the command line
     named them and more than one lane suits (`--lanes`). `read`: each job's files as they were
     read before any candidate ran; a job whose files changed by the end of its audit fails
-    (`with_files_changed`)."""
+    (`with_files_changed`). In lanes, `idle` is called once a lane has nothing left to take,
+    and `sections` gets each report's HTML section, by position, drawn in its lane."""
     profile = profile_with_budget(args.profile, args.budget)
     device = resolve_device(args.device)
     lanes = 1 if named is None else (args.lanes or lane_count(device, named))
@@ -266,7 +270,18 @@ def _audit_all(
 
             log = not console.is_terminal
             bar(f"{lanes} lanes", ProgressEvent("check", 0, len(jobs), "candidates audited"))
-            reports = audit_in_lanes(named, profile, device, lanes, checks, log, arrived)
+            reports = audit_in_lanes(
+                named,
+                profile,
+                device,
+                lanes,
+                checks,
+                log,
+                arrived,
+                estimates=estimates,
+                idle=idle,
+                drawn=None if sections is None else sections.__setitem__,
+            )
         else:
 
             def progress(event: ProgressEvent) -> None:
@@ -328,36 +343,39 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
     problems = {path: read_problem(path) for path in dict.fromkeys(e.problem for e in examples)}
     jobs = [read_candidate(e.candidate, problems[e.problem]) for e in examples]
     named = [Job(str(e.problem), e.candidate) for e in examples]
-    reports = _audit_all(jobs, args, console, announce=True, named=named)
-    # the reports are written (the HTML's plots take seconds) while the guard's demonstration
-    # runs in a child process of its own
-    writing = ThreadPoolExecutor(1, thread_name_prefix="reports")
-    written_out = writing.submit(write_outputs, reports, args, "kernelaudit demo")
-    table = Table(title=f"kernelaudit demo ({args.profile} profile)", title_justify="left")
-    for column in ("problem", "candidate", "expected", "verdict", "finding that names the bug"):
-        table.add_column(column)
-    all_met = True
-    for example, report in zip(examples, reports, strict=True):
-        met = example.met_by(report)
-        all_met &= met
-        expected = example.verdict + (f" ({', '.join(example.checks)})" if example.checks else "")
-        top = next((f for f in report.failures if f.check in example.checks), None)
-        top = top or (report.failures[0] if report.failures else None)
-        table.add_row(
-            escape(report.problem),
-            escape(report.candidate.split("::")[-1]),
-            expected,
-            f"[{'green' if met else 'red'}]{report.verdict}{'' if met else ' (unexpected)'}[/]",
-            escape(f"{top.id} [{top.check}] {_clip(top.title, 90)}") if top else "-",
+    # the guard's demonstration (child processes of its own) starts as soon as a lane is idle,
+    # and each report's HTML section is drawn in its lane: neither waits for the last audit
+    background = ThreadPoolExecutor(2, thread_name_prefix="demo")
+    demonstration: list[Future[list[GuardRun]]] = []
+
+    def demonstrate_guard() -> None:
+        if not demonstration:
+            where = find_examples(args.examples)
+            demonstration.append(background.submit(demonstrate, where, resolve_device(args.device)))
+
+    sections: dict[int, str] = {}
+    try:
+        reports = _audit_all(
+            jobs,
+            args,
+            console,
+            announce=True,
+            named=named,
+            idle=demonstrate_guard,
+            sections=sections,
         )
-    console.print(table)
-    for report in reports:
-        print_findings(console, report, str(args.json), limit=1)
-    cpu_timings_left_out(console, reports)
-    device = reports[0].device if reports else resolve_device(args.device)
-    all_met &= show_demonstration(find_examples(args.examples), device, console)
-    written_out.result()
-    writing.shutdown()
+        demonstrate_guard()
+        drawn = [sections.get(k) for k in range(len(reports))]
+        written_out = background.submit(write_outputs, reports, args, "kernelaudit demo", drawn)
+        console.print(expectations_table(examples, reports, args.profile))
+        for report in reports:
+            print_findings(console, report, str(args.json), limit=1)
+        cpu_timings_left_out(console, reports)
+        all_met = all(e.met_by(r) for e, r in zip(examples, reports, strict=True))
+        all_met &= show_demonstration(demonstration[0].result(), console)
+        written_out.result()
+    finally:
+        background.shutdown(cancel_futures=True)
     console.print("\n" + written(args))
     console.print(
         "every example behaved as expected"
@@ -383,10 +401,6 @@ def _positive(text: str) -> int:
 def _duration(seconds: float) -> str:
     minutes = round(seconds / 60)
     return f"{minutes} minute{'s' if minutes != 1 else ''}" if minutes else f"{seconds:.0f} s"
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _QUICK_EXIT = frozenset({"check", "demo"})

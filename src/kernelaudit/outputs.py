@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from kernelaudit.errors import UsageError
@@ -82,11 +83,17 @@ def writable(path: Path | None, option: str) -> None:
         raise UsageError(f"{flag} {path}: the file exists and this user may not write it")
 
 
-def write_outputs(reports: list[AuditReport], args: argparse.Namespace, suite: str) -> None:
+def write_outputs(
+    reports: list[AuditReport],
+    args: argparse.Namespace,
+    suite: str,
+    sections: Sequence[str | None] = (),
+) -> None:
     """Write the reports where the command line says: JSON and HTML always, JUnit XML and
-    SARIF where asked for (`suite`: what the JUnit test suite is called)."""
+    SARIF where asked for (`suite`: what the JUnit test suite is called; `sections`: the
+    reports' HTML sections already drawn, `report.html.write_html`)."""
     write_reports(reports, args.json)
-    write_html(reports, html_path(args))
+    write_html(reports, html_path(args), sections)
     if getattr(args, "junit", None):
         write_junit(reports, args.junit, suite, report_path=args.json)
     if getattr(args, "sarif", None):

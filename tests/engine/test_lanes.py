@@ -7,13 +7,16 @@ import pytest
 
 from kernelaudit.engine.lanes import Job, audit_in_lanes, deal, lane_count
 from kernelaudit.profiles import profile_named
+from kernelaudit.report import html
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def test_whole_problems_go_to_lanes_the_largest_first():
+def test_whole_problems_go_to_lanes_the_longest_first():
     jobs = [Job("b", "1"), Job("a", "1"), Job("a", "2"), Job("c", "1"), Job("a", "3")]
     assert deal(jobs) == [[1, 2, 4], [0], [3]]
+    # with each job's expected seconds, the problem expected to take longest starts first
+    assert deal(jobs, [5.0, 1.0, 1.0, 60.0, 1.0]) == [[3], [0], [1, 2, 4]]
     assert lane_count("cpu", jobs[1:3]) == 1  # never more lanes than problems
 
 
@@ -27,8 +30,16 @@ def test_lanes_keep_the_order_the_verdicts_and_unique_finding_ids():
         Job(add, f"{add}::summed"),
         Job(scale, f"{scale}::tripled"),
     ]
+    idle: list[int] = []
+    drawn: dict[int, str] = {}
     reports = audit_in_lanes(
-        jobs, profile_named("quick"), "cpu", 2, checks=["execution", "numerics"]
+        jobs,
+        profile_named("quick"),
+        "cpu",
+        2,
+        checks=["execution", "numerics"],
+        idle=lambda: idle.append(len(drawn)),
+        drawn=drawn.__setitem__,
     )
     assert [r.candidate.split("::")[-1] for r in reports] == [
         "subtracted",
@@ -40,3 +51,7 @@ def test_lanes_keep_the_order_the_verdicts_and_unique_finding_ids():
     ids = [f.id for r in reports for f in r.findings]
     assert len(ids) == len(set(ids))
     assert all(f.id.startswith(f"C{k + 1}.") for k, r in enumerate(reports) for f in r.findings)
+    # a lane went idle once the first problem's two reports were in, and each report's HTML
+    # section came back drawn in its lane, as the page would draw it
+    assert idle == [2]
+    assert [html.section(r, k) for k, r in enumerate(reports)] == [drawn[k] for k in range(4)]

@@ -14,6 +14,7 @@ from kernelaudit.checks.base import Probe, RunPlan
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
 from kernelaudit.inputs.case import Case
 from kernelaudit.report.case_grid import finding_grid, report_grid
+from kernelaudit.report import html
 from kernelaudit.report.html import page, write_html
 from kernelaudit.training.envelope import DRIFT_SLACK, LOSS_SLACK
 
@@ -184,6 +185,24 @@ def test_failing_candidates_come_first_whatever_the_order_given() -> None:
     )
     summary = document[: document.index("<h2")]
     assert summary.index("low_precision") < summary.index("wide_accumulator")
+
+
+def test_sections_drawn_apart_make_the_page_drawn_whole(tmp_path: Path) -> None:
+    # lanes draw each report's section (its figures) as the report is made: the page they make
+    # must be the page drawn at the end, links and figure ids included
+    passing = report("wide_accumulator", "PASS")
+    failing = report("low_precision", "FAIL", (numerics_failure(),), numerics_records())
+    reports = [passing, failing]
+    whole = page(reports)
+    assert "href='#candidate-2'" in whole  # the failing one, listed first, keeps its position
+    assert 'id="candidate-2-F1-cases-case-grid"' in whole
+    apart = [html.section(r, k) for k, r in enumerate(reports)]
+    assert page(reports, apart) == whole
+    # a section not drawn apart is drawn with the page
+    assert page(reports, [apart[0], None]) == whole
+    path = tmp_path / "report.html"
+    write_html(reports, path, apart)
+    assert path.read_text() == whole
 
 
 def test_the_verdict_says_what_it_does_not_cover() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,17 +69,17 @@ class GuardRun:
 
 
 def demonstrate(examples: Path, device: str) -> list[GuardRun]:
-    """Both runs, on `device`; none where the examples hold no guard script."""
+    """Both runs, at once, on `device`; none where the examples hold no guard script."""
     script = (examples / SCRIPT).resolve()
     if not script.is_file():
         return []
-    return [_run(script, kernel, must_fail, device) for kernel, must_fail in RUNS]
+    with ThreadPoolExecutor(len(RUNS), thread_name_prefix="guard-run") as runs:
+        return list(runs.map(lambda run: _run(script, *run, device), RUNS))
 
 
-def show_demonstration(examples: Path, device: str, console: Console) -> bool:
-    """Run both on `device` and say how each went; whether the guard caught the kernel that
+def show_demonstration(runs: list[GuardRun], console: Console) -> bool:
+    """Say how each of `runs` (`demonstrate`) went; whether the guard caught the kernel that
     sums in fp16 and passed the other (True where the examples hold no guard script)."""
-    runs = demonstrate(examples, device)
     if runs:
         console.print(
             f"\nkernelaudit.guard inside a training job (AdamW, Zipf tokens, {STEPS} steps, "

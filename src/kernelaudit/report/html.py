@@ -8,7 +8,7 @@ against the reference and the roofline, and the training check's curves and depa
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,24 +34,39 @@ _CASE_WORDS = {"fail": "smallest failing case", "warn": "case warned on", "note"
 _VERBS = {"fail": "failed", "warn": "warned on", "note": "noted on"}
 
 
-def write_html(reports: list[AuditReport], path: Path) -> None:
-    """Write every report to one HTML file at `path`, failing candidates first."""
-    path.write_text(page(reports))
+def write_html(reports: list[AuditReport], path: Path, sections: Sequence[str | None] = ()) -> None:
+    """Write every report to one HTML file at `path`, failing candidates first. `sections`:
+    any report's section already drawn (`section`, by the report's position; None or "" where
+    not)."""
+    path.write_text(page(reports, sections))
 
 
-def page(reports: list[AuditReport]) -> str:
-    """The HTML of the report page for `reports`."""
-    ordered = sorted(reports, key=lambda r: r.verdict != "FAIL")
-    anchors = [f"candidate-{k + 1}" for k in range(len(ordered))]
+def page(reports: list[AuditReport], sections: Sequence[str | None] = ()) -> str:
+    """The HTML of the report page for `reports` (`sections` as for `write_html`)."""
+    order = sorted(range(len(reports)), key=lambda k: reports[k].verdict != "FAIL")
+    ordered = [reports[k] for k in order]
+    anchors = [_anchor(k) for k in order]
+    drawn = [sections[k] if k < len(sections) else None for k in order]
     failing = sum(r.verdict == "FAIL" for r in ordered)
     body = [
         "<h1>kernelaudit report</h1>",
         f"<p>{len(ordered)} candidate(s): {failing} FAIL, {len(ordered) - failing} PASS.</p>",
         _summary(ordered, anchors),
-        *(_report(r, a) for r, a in zip(ordered, anchors, strict=True)),
+        *(d or _report(r, a) for r, a, d in zip(ordered, anchors, drawn, strict=True)),
     ]
     title = "kernelaudit: " + ", ".join(f"{r.candidate} {r.verdict}" for r in ordered[:3])
     return document(title, "".join(body))
+
+
+def section(report: AuditReport, position: int) -> str:
+    """The part of the page that `report` takes as the report at `position` (0 for the first)
+    among those `page` is given: drawn on its own, where the report is made, it saves the page
+    its figures."""
+    return _report(report, _anchor(position))
+
+
+def _anchor(position: int) -> str:
+    return f"candidate-{position + 1}"
 
 
 def _summary(reports: list[AuditReport], anchors: list[str]) -> str:

@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -25,6 +25,9 @@ from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.report.causes import follow_ons
 from kernelaudit.report.caveats import cpu_timing
+
+if TYPE_CHECKING:
+    from kernelaudit.demo import ExampleCandidate
 
 _STYLE = {"PASS": "bold green", "FAIL": "bold red"}
 _WHOLE = ("error",)
@@ -105,6 +108,29 @@ def verdict_table(reports: list[AuditReport]) -> Table:
             ", ".join(sorted({f.check for f in report.failures if f.id not in folded})) or "-",
             str(len(report.records)),
             f"{report.seconds:.1f}",
+        )
+    return table
+
+
+def expectations_table(
+    examples: list[ExampleCandidate], reports: list[AuditReport], profile: str
+) -> Table:
+    """Each bundled example's verdict against the one it expects, and the finding that names
+    its bug (`kernelaudit demo`)."""
+    table = Table(title=f"kernelaudit demo ({profile} profile)", title_justify="left")
+    for column in ("problem", "candidate", "expected", "verdict", "finding that names the bug"):
+        table.add_column(column)
+    for example, report in zip(examples, reports, strict=True):
+        met = example.met_by(report)
+        expected = example.verdict + (f" ({', '.join(example.checks)})" if example.checks else "")
+        top = next((f for f in report.failures if f.check in example.checks), None)
+        top = top or (report.failures[0] if report.failures else None)
+        table.add_row(
+            escape(report.problem),
+            escape(report.candidate.split("::")[-1]),
+            expected,
+            f"[{'green' if met else 'red'}]{report.verdict}{'' if met else ' (unexpected)'}[/]",
+            escape(f"{top.id} [{top.check}] {short(top.title, 90)}") if top else "-",
         )
     return table
 
