@@ -114,7 +114,7 @@ def test_a_busy_host_does_not_lower_the_measured_peak(monkeypatch):
     unchanged, so a quiet candidate is never judged against a floor measured while busy."""
     quiet = [1e-3] * 5
     busy = [1e-3, 4e-3, 5e-3, 3e-3, 6e-3]
-    rates = []
+    measured = []
     for samples in (quiet, busy):
         timing = roofline_module.Timing(
             median_s=sorted(samples)[2],
@@ -127,8 +127,17 @@ def test_a_busy_host_does_not_lower_the_measured_peak(monkeypatch):
             samples_s=tuple(samples),
         )
         monkeypatch.setattr(roofline_module, "time_calls", lambda *a, _t=timing, **k: _t)
-        rates.append(roofline_module._measure(torch.device("cpu"), "CPU").bandwidth_bytes_per_s)
-    assert rates[0] == rates[1]
+        measured.append(roofline_module._measure(torch.device("cpu"), "CPU"))
+    quiet_peak, busy_peak = measured
+    assert quiet_peak.bandwidth_bytes_per_s == busy_peak.bandwidth_bytes_per_s
+    # but how steady each was is kept: the busy samples' median is four times their fastest,
+    # so a time below that floor is not one to fail on
+    assert quiet_peak.spread["bandwidth"] == 1.0 and busy_peak.spread["bandwidth"] == 4.0
+    assert set(busy_peak.spread) == {"bandwidth", *busy_peak.flops_per_s}
+    below = position(1e-9, None, 2**30, torch.float32, busy_peak)
+    assert (below.beats_floor, below.below_unsteady) == (False, True)
+    assert "median 4.00x its fastest sample" in below.text
+    assert position(1e-9, None, 2**30, torch.float32, quiet_peak).beats_floor
 
 
 def test_bad_arguments_are_refused():

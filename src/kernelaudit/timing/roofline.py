@@ -59,7 +59,15 @@ CPU_MATMUL_SIZES = {"float32": 512, "float64": 512, "bfloat16": 512, "float16": 
 """Small enough that the whole CPU measurement takes well under a second (float16 matmul has
 no fast path on most CPUs), large enough to leave the caches and use every thread."""
 
-CACHE_FORMAT = "kernelaudit-roofline/2"
+STEADY_SPREAD = 1.5
+"""How far a measurement's median sample may sit above its fastest for its floor to fail a
+kernel. Whatever else runs on the device only slows a sample, so the fastest is the peak; but
+where most samples ran far slower, the device was disturbed throughout, the fastest may have
+been slowed too, and a floor resting on it could stand above what the device reaches. A time
+below such a floor is a note. On an idle H100 or H200 the medians sit within a few percent of
+the fastest."""
+
+CACHE_FORMAT = "kernelaudit-roofline/3"
 
 UNKNOWN_CPU_CACHE_BYTES = 1 << 30
 """Assumed size of a CPU's largest cache when the system does not say: larger than any cache
@@ -82,6 +90,9 @@ class Roofline:
     warm_cache_bytes: bytes a timed call may find in cache, left there by the call before it:
     none on CUDA (the L2 is flushed before every timed call), the largest cache on a CPU. Work
     up to this size has no memory floor.
+    spread: each measurement's median sample over its fastest ("bandwidth", and each key of
+    flops_per_s): how steady the device was while it was measured (`STEADY_SPREAD`); a
+    measurement not listed is taken as steady.
     """
 
     device: str
@@ -89,6 +100,12 @@ class Roofline:
     flops_per_s: dict[str, float] = field(hash=False)
     method: str
     warm_cache_bytes: int = 0
+    spread: dict[str, float] = field(default_factory=dict, hash=False)
+
+    def unsteady(self, measurements: Iterable[str]) -> dict[str, float]:
+        """Those of `measurements` whose spread is past `STEADY_SPREAD`, with their spread."""
+        spread = {m: self.spread.get(m, 1.0) for m in measurements}
+        return {m: s for m, s in spread.items() if not s <= STEADY_SPREAD}
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -103,6 +120,7 @@ class Roofline:
             flops_per_s={str(k): float(v) for k, v in data["flops_per_s"].items()},
             method=str(data["method"]),
             warm_cache_bytes=int(data.get("warm_cache_bytes", 0)),
+            spread={str(k): float(v) for k, v in data.get("spread", {}).items()},
         )
 
 
@@ -114,7 +132,9 @@ class RooflinePosition:
     fraction: floor_s / seconds (1.0 = at the measured roofline; inf for a zero time).
     bound: "memory" or "compute", whichever floor is higher.
     beats_floor: the time is under FLOOR_SLACK times the floor at the fastest rate the dtype
-    can be computed at: no real kernel is that fast.
+    can be computed at, measured steadily: no real kernel is that fast.
+    below_unsteady: the time is under it, but a measurement the floor rests on was unsteady
+    (`STEADY_SPREAD`): not a floor to fail a kernel on.
     """
 
     floor_s: float
@@ -124,6 +144,7 @@ class RooflinePosition:
     bound: str
     beats_floor: bool
     text: str
+    below_unsteady: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -252,7 +273,13 @@ def position(
     # a zero time (all of it under the calibrated overhead) is infinitely fast unless no work
     fraction = floor / seconds if seconds > 0 else (math.inf if floor > 0 else 0.0)
     bound = "compute" if compute_floor > memory_floor else "memory"
-    beats = seconds < slack * least
+    # the measurements the floor rests on, and how steadily each was measured
+    resting = ["bandwidth"] if memory_floor > 0 else []
+    if flops and fastest:
+        resting += [k for k in (key, *FASTER_PATHS.get(key, ())) if k in roofline.flops_per_s]
+    unsteady = roofline.unsteady(resting)
+    below = seconds < slack * least
+    beats = below and not unsteady
 
     work = f"{_si(bytes_, 'B')} at {_si(roofline.bandwidth_bytes_per_s, 'B/s')}"
     if flops and rate:
@@ -261,12 +288,21 @@ def position(
     elif flops:
         work += f"; no measured {key} rate, so its {_si(flops, 'FLOP')} are judged on bytes alone"
     where = f"the {bound}-bound floor of {format_seconds(floor)} on {roofline.device} ({work})"
+    via = f", judged at the faster {FASTER_PATHS[key][0]} rate" if least < floor else ""
     if beats:
-        via = f", judged at the faster {FASTER_PATHS[key][0]} rate" if least < floor else ""
+        steadiest = max((roofline.spread.get(m, 1.0) for m in resting), default=1.0)
         text = (
             f"{format_seconds(seconds)} beats {where}{via} by more than {1 / slack:.3g}x: no "
             "kernel does this work that fast on this device, so outputs were cached or work "
-            "was skipped."
+            f"was skipped (the floor rests on the fastest samples of measurements whose "
+            f"medians were within {steadiest:.2f}x of them)."
+        )
+    elif below:
+        said = ", ".join(f"{m} (median {s:.2f}x its fastest sample)" for m, s in unsteady.items())
+        text = (
+            f"{format_seconds(seconds)} is below {where}{via} by more than {1 / slack:.3g}x, "
+            f"but the device was unsteady while its {said} was measured, past "
+            f"{STEADY_SPREAD:g}x: a floor measured so may stand above what the device reaches."
         )
     elif least < floor and seconds < slack * floor:
         text = (
@@ -283,6 +319,7 @@ def position(
         bound=bound,
         beats_floor=beats,
         text=text,
+        below_unsteady=below and not beats,
     )
 
 
@@ -300,11 +337,14 @@ def _measure(device: torch.device, name: str) -> Roofline:
         sizes = dict(CPU_MATMUL_SIZES)
         budget = {"warmup": 1, "min_repetitions": 3, "max_repetitions": 20, "target_seconds": 0.02}
     try:
-        bandwidth = 2 * copy_bytes / _copy_seconds(copy_bytes, device, budget)
+        copied = _copy_timing(copy_bytes, device, budget)
+        bandwidth = 2 * copy_bytes / _fastest(copied)
+        spread = {"bandwidth": _spread(copied)}
         rates = {}
         for key, n in sizes.items():
-            seconds = _matmul_seconds(key, n, device, budget)
-            rates[key] = 2 * n**3 / seconds
+            multiplied = _matmul_timing(key, n, device, budget)
+            rates[key] = 2 * n**3 / _fastest(multiplied)
+            spread[key] = _spread(multiplied)
     finally:
         if on_cuda:
             torch.cuda.empty_cache()
@@ -315,7 +355,9 @@ def _measure(device: torch.device, name: str) -> Roofline:
         f"counting bytes read and written; compute: fastest time of a square torch.mm per dtype "
         f"({listed}; float32 with TF32 off), at 2n^3 FLOP each; timed with {clock}"
         + ("" if on_cuda else "; a CPU measurement with small sizes, a rough guide only")
-        + "; the fastest time is the peak: a busy host only ever slows a measurement down"
+        + "; the fastest time is the peak: a busy host only ever slows a measurement down; "
+        f"each measurement's median over its fastest time is kept, and a floor resting on one "
+        f"past {STEADY_SPREAD:g}x fails no kernel"
     )
     return Roofline(
         device=name,
@@ -323,6 +365,7 @@ def _measure(device: torch.device, name: str) -> Roofline:
         flops_per_s=rates,
         method=method,
         warm_cache_bytes=0 if on_cuda else cpu_cache_bytes(),
+        spread=spread,
     )
 
 
@@ -338,11 +381,11 @@ def cpu_cache_bytes() -> int:
     return max(sizes, default=UNKNOWN_CPU_CACHE_BYTES)
 
 
-def _copy_seconds(copy_bytes: int, device: torch.device, budget: dict[str, Any]) -> float:
+def _copy_timing(copy_bytes: int, device: torch.device, budget: dict[str, Any]) -> Timing:
     words = copy_bytes // 4
     source = torch.randint(-(2**31), 2**31 - 1, (words,), dtype=torch.int32, device=device)
     target = torch.empty_like(source)
-    return _fastest(time_calls(lambda: target.copy_(source), device, **budget))
+    return time_calls(lambda: target.copy_(source), device, **budget)
 
 
 def _fastest(timing: Timing) -> float:
@@ -355,7 +398,20 @@ def _fastest(timing: Timing) -> float:
     return min(sample + timing.overhead_s for sample in timing.samples_s) or math.ulp(1.0)
 
 
-def _matmul_seconds(key: str, n: int, device: torch.device, budget: dict[str, Any]) -> float:
+def _spread(timing: Timing) -> float:
+    """The median sample over the fastest (`_fastest`, the protocol's cost left in where it
+    left the samples at zero): 1.0 for a device that ran every sample alike."""
+    fastest = _fastest(timing)
+    samples = (
+        timing.samples_s
+        if min(timing.samples_s) > 0.0
+        else [s + timing.overhead_s for s in timing.samples_s]
+    )
+    ordered = sorted(samples)
+    return max(1.0, ordered[len(ordered) // 2] / fastest)
+
+
+def _matmul_timing(key: str, n: int, device: torch.device, budget: dict[str, Any]) -> Timing:
     dtype = torch.float32 if key == "tf32" else getattr(torch, key)
     a = torch.randn(n, n, dtype=dtype, device=device)
     b = torch.randn(n, n, dtype=dtype, device=device)
@@ -364,7 +420,7 @@ def _matmul_seconds(key: str, n: int, device: torch.device, budget: dict[str, An
     # the flag is process-wide: restored even on failure, as the audit depends on it
     torch.set_float32_matmul_precision("high" if key == "tf32" else "highest")
     try:
-        return _fastest(time_calls(lambda: torch.mm(a, b, out=out), device, **budget))
+        return time_calls(lambda: torch.mm(a, b, out=out), device, **budget)
     finally:
         torch.set_float32_matmul_precision(before)
 
