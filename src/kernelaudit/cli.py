@@ -30,8 +30,8 @@ from kernelaudit.corpus.jobs import changed_files
 from kernelaudit.demo import find_examples, load_examples
 from kernelaudit.engine.audit import audit_in_turn, resolve_device, sm_count
 from kernelaudit.engine.budget import expected_seconds, time_left
-from kernelaudit.engine.lanes import Job, audit_in_lanes, lane_count, most_lanes
-from kernelaudit.engine.pace import at_this_pace, record_pace
+from kernelaudit.engine.lanes import Job, audit_in_lanes, deal, lane_count, most_lanes
+from kernelaudit.engine.pace import at_this_pace, record_pace, recorded_pace
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, with_files_changed
@@ -258,14 +258,25 @@ def _audit_all(
     with progress_bar(console) as bar:
         if named is not None and lanes > 1:
             arrivals: dict[int, float] = {}
+            dealt = deal(named, estimates)  # as the lanes take them
+            ended: dict[str, float] = {}  # when each problem's audits ended
 
             def arrived(position: int, report: AuditReport) -> None:
                 arrivals[position] = report.seconds
+                spent = time.perf_counter() - began
+                ended.setdefault(named[position].problem, spent)
                 done(report)
                 what = f"{len(arrivals)} of {len(jobs)} candidates audited"
                 if len(arrivals) < len(jobs):
-                    left = time_left(estimates, arrivals, lanes)
-                    what += f", about {_duration(left)} left at this machine's pace"
+                    pace = recorded_pace(device)
+                    left = time_left(
+                        estimates, arrivals, lanes, spent, pace, dealt, list(ended.values())
+                    )
+                    what += (
+                        f", about {_duration(left)} left at this machine's pace"
+                        if left >= 1.0
+                        else ", the rest past the time expected of it"
+                    )
                 bar(f"{lanes} lanes", ProgressEvent("check", len(arrivals), len(jobs), what))
 
             log = not console.is_terminal

@@ -245,3 +245,26 @@ def test_time_left_follows_the_pace_this_machine_kept() -> None:
     assert time_left(estimates, {0: 40.0}, 1) == 200.0 * 0.4
     # slower than the model: the rest take longer too
     assert time_left(estimates, {2: 100.0, 3: 100.0}, 2) == 200.0 * 2.0 / 2
+    # what a lane already spent on the problem it audits is not waited for again: 60 s in, at
+    # four tenths of the estimates, the second (40 s, started at 0) and the third (20 s,
+    # started at 40, when the first ended) should be done; the fourth's 20 s are left
+    assert time_left(estimates, {0: 40.0}, 2, elapsed_s=60.0, ended_s=[40.0]) == 20.0
+    # fewer problems left than lanes: the longest is what is waited for
+    assert time_left(estimates, {}, 2, dealt=[[0, 1], [2], [3]]) == 200.0
+    # never less than nothing, however long the last audit runs past its estimate
+    finished = {0: 40.0, 2: 20.0, 3: 20.0}
+    assert time_left(estimates, finished, 2, elapsed_s=600.0, ended_s=[40.0, 45.0, 50.0]) == 0.0
+
+
+def test_time_left_leans_on_the_pace_this_machine_kept_until_the_audits_say_otherwise() -> None:
+    from kernelaudit.engine.budget import time_left
+
+    estimates = [100.0, 100.0, 50.0, 50.0]
+    # a kept pace of 0.5 and nothing finished: the estimates at that pace
+    assert time_left(estimates, {}, 2, pace=0.5) == 300.0 * 0.5 / 2
+    # the first audit ran at 1.0, off the model: the rest are not all taken at its pace, the
+    # kept one weighs as one lane's share of the estimates (150 s): 0.7. At 100 s the second
+    # (70 s) should be done, the third started as the first ended: its 35 s are left
+    rate = (100.0 + 0.5 * 150.0) / (100.0 + 150.0)
+    left = time_left(estimates, {0: 100.0}, 2, elapsed_s=100.0, pace=0.5, ended_s=[100.0])
+    assert left == pytest.approx(50.0 * rate) == 35.0

@@ -13,8 +13,8 @@ import pytest
 from kernelaudit.checks.base import Probe, RunPlan
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
 from kernelaudit.inputs.case import Case
-from kernelaudit.report.case_grid import finding_grid, report_grid
 from kernelaudit.report import html
+from kernelaudit.report.case_grid import finding_grid, report_grid
 from kernelaudit.report.html import page, write_html
 from kernelaudit.training.envelope import DRIFT_SLACK, LOSS_SLACK
 

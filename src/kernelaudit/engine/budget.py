@@ -121,15 +121,48 @@ def expected_seconds(
     return fit_ahead(ctx).estimate_s / PROBING_SHARE_OF_AUDIT
 
 
-def time_left(estimates: Sequence[float], finished: Mapping[int, float], lanes: int) -> float:
-    """Seconds the audits not yet finished should take here, in `lanes` lanes: their
-    `expected_seconds`, scaled by the pace this machine kept on those finished so far
-    (`finished`: position -> seconds it took; actual over estimated), so that a host faster or
-    slower than the cost model's shows in the estimate as soon as one audit is done."""
+def time_left(
+    estimates: Sequence[float],
+    finished: Mapping[int, float],
+    lanes: int,
+    elapsed_s: float = 0.0,
+    pace: float | None = None,
+    dealt: Sequence[Sequence[int]] = (),
+    ended_s: Sequence[float] = (),
+) -> float:
+    """Seconds until the audits not yet finished should be done, in `lanes` lanes that take
+    the problems `dealt` (the jobs' positions by problem, in the order they are handed out, as
+    `engine.lanes.deal` gives them; each job its own problem, in order, when not given) each
+    as a lane comes free. `finished`: position -> seconds its audit took; `ended_s`: when each
+    problem finished, in seconds since the lanes started (`elapsed_s` now), which is when the
+    next problem in line started.
+
+    Each problem left takes its jobs' `expected_seconds` at this machine's pace, less what its
+    lane has already spent on it: actual over estimated seconds, `pace` (the one this machine
+    kept on its last runs, `engine.pace`) weighed as one lane's share of the estimates together
+    with the audits finished so far; without a kept pace, the finished audits' alone (1.0
+    before any). One problem's audits can run well off the model's estimate, and the longest
+    go first, so the first to finish alone would say little of the rest."""
+    lanes = max(1, lanes)
     planned = sum(estimates[i] for i in finished)
-    pace = sum(finished.values()) / planned if planned > 0 else 1.0
-    waiting = sum(e for i, e in enumerate(estimates) if i not in finished)
-    return waiting * pace / max(1, lanes)
+    taken = sum(finished.values())
+    prior = sum(estimates) / lanes if pace is not None else 0.0
+    weighed = planned + prior
+    rate = (taken + (pace or 0.0) * prior) / weighed if weighed > 0 else 1.0
+    problems = [list(p) for p in dealt] or [[i] for i in range(len(estimates))]
+    starts = [0.0] * lanes + sorted(ended_s)
+    free: list[float] = []  # when each lane is free of what it has now
+    for k, positions in enumerate(problems):
+        if all(p in finished for p in positions):
+            continue
+        work = rate * sum(estimates[p] for p in positions)
+        if k < len(starts):  # started, as its lane came free
+            free.append(elapsed_s + max(0.0, work - (elapsed_s - starts[k])))
+            continue
+        free += [elapsed_s] * (lanes - len(free))  # lanes with nothing left to finish
+        earliest = min(range(len(free)), key=free.__getitem__)
+        free[earliest] += work
+    return max(free, default=elapsed_s) - elapsed_s
 
 
 def fit_ahead(ctx: PlanContext) -> FittedPlan:
