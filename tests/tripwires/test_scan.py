@@ -79,6 +79,41 @@ CASES = {
             ("environment", 'sys.modules["kernelaudit.runner.observed"]'),
         ],
     ),
+    "harness-tampering through a module named at run time": (
+        """
+        import importlib
+        import sys
+
+        _name = "kernel" + "audit.runner.call"
+        _call = sys.modules[_name]
+        this = sys.modules[__name__]
+        this.cache = {}
+
+
+        def candidate(x):
+            worker = importlib.import_module(".".join(["kernelaudit", "runner", "worker"]))
+            _call._clock = lambda: 0.0
+            setattr(worker, "run_invocation", None)
+            for module in list(sys.modules.values()):
+                module.observe = None
+            for name, found in sys.modules.items():
+                version = getattr(found, "__version__", name)
+                setattr(found, "observe", None)
+            sys.modules[_name] = None
+            return x * 2
+        """,
+        [
+            ("environment", "_call = sys.modules[_name]"),
+            ("dynamic-code", "worker = importlib.import_module("),
+            ("harness-tampering", "_call._clock = "),
+            ("harness-tampering", 'setattr(worker, "run_invocation"'),
+            ("environment", "for module in list(sys.modules.values())"),
+            ("harness-tampering", "module.observe = "),
+            ("environment", "for name, found in sys.modules.items()"),
+            ("harness-tampering", 'setattr(found, "observe"'),
+            ("harness-tampering", "sys.modules[_name] = None"),
+        ],
+    ),
     "torch-patching": (
         """
         import os

@@ -185,6 +185,13 @@ def flow(nodes: list[ast.AST], carries: Callable[[ast.AST], bool], found: set[st
 _BUILTINS = frozenset(dir(builtins))
 # Expressions that evaluate to a module named by a literal.
 _MODULE_LOOKUPS = frozenset({"importlib.import_module", "__import__", "sys.modules.get"})
+RUNTIME_MODULE = "<a module named at run time>"
+"""What a module looked up by a name made at run time is called (`sys.modules[name]`,
+`importlib.import_module(prefix + name)`, a loop over `sys.modules.values()`): the scan cannot
+tell which it is, and it may be kernelaudit's own."""
+_OWN_NAMES = frozenset({"__name__", "__package__", "__spec__"})
+"""Names a module uses for itself and its package: a lookup built from them is of the
+candidate's own modules, not one named at run time."""
 _NAMED_BINDINGS = (
     ast.FunctionDef,
     ast.AsyncFunctionDef,
@@ -193,6 +200,19 @@ _NAMED_BINDINGS = (
     ast.MatchAs,
     ast.MatchStar,
 )
+
+
+def module_named(name: ast.AST | None) -> str | None:
+    """The module a lookup by `name` gives: the literal's, `RUNTIME_MODULE` for a name made at
+    run time, None for none or for one made from the module's own name."""
+    if name is None:
+        return None
+    literal = string(name)
+    if literal is not None:
+        return literal
+    if any(isinstance(n, ast.Name) and n.id in _OWN_NAMES for n in ast.walk(name)):
+        return None
+    return RUNTIME_MODULE
 
 
 @dataclass(frozen=True)
@@ -303,9 +323,9 @@ class Names:
         if isinstance(node, ast.Name):
             base = self.origin(node.id)
         elif isinstance(node, ast.Call) and self.qualname(node.func) in _MODULE_LOOKUPS:
-            base = string(argument(node, 0, "name"))
+            base = module_named(argument(node, 0, "name"))
         elif isinstance(node, ast.Subscript) and self.qualname(node.value) == "sys.modules":
-            base = string(node.slice)
+            base = module_named(node.slice)
         else:
             return None
         if base is None:

@@ -25,6 +25,7 @@ from kernelaudit.tripwires.python_names import (
     reads_nothing,
 )
 from kernelaudit.tripwires.python_source import (
+    RUNTIME_MODULE,
     PythonFile,
     Scope,
     arguments,
@@ -252,9 +253,42 @@ class PythonReader(ModuleWalk):
         if not isinstance(value, (ast.Subscript, ast.Call)):
             return
         module = self.qualname(value)
-        if module is None:
+        if module is not None:
+            self._bind_module(node.targets[0].id, module)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self._note_module_loop(node)
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For
+
+    def _note_module_loop(self, node: ast.For | ast.AsyncFor) -> None:
+        """`for module in sys.modules.values()` (or `name, module in ... .items()`, through
+        `list`, `tuple` or `sorted`) binds `module` to each loaded module in turn: writes
+        through it are writes into modules named at run time, kernelaudit's among them."""
+        iterated = node.iter
+        while (
+            isinstance(iterated, ast.Call)
+            and self.qualname(iterated.func) in {"list", "tuple", "sorted", "reversed"}
+            and iterated.args
+        ):
+            iterated = iterated.args[0]
+        if not (
+            isinstance(iterated, ast.Call)
+            and isinstance(iterated.func, ast.Attribute)
+            and self.qualname(iterated.func.value) == "sys.modules"
+        ):
             return
-        name = node.targets[0].id
+        target = node.target
+        if iterated.func.attr == "items" and isinstance(target, ast.Tuple) and target.elts:
+            target = target.elts[-1]
+        elif iterated.func.attr != "values":
+            return
+        if isinstance(target, ast.Name):
+            self._bind_module(target.id, RUNTIME_MODULE)
+
+    def _bind_module(self, name: str, module: str) -> None:
+        """Writes through `name` are writes into `module` from here on, as after an import."""
         if self.in_function():
             self.frames[-1].imported[name] = module
         else:

@@ -11,8 +11,10 @@ import ast
 
 from kernelaudit.tripwires.python_names import matches
 from kernelaudit.tripwires.python_source import (
+    RUNTIME_MODULE,
     Names,
     argument,
+    module_named,
     string,
     target_names,
 )
@@ -209,8 +211,9 @@ CODE_METHODS = frozenset({"get_function", "get_kernel"})
 
 def write_rule(target: str) -> str | None:
     """The rule of replacing a dotted name: a timer, a library's function or flag, or a hook
-    of the process; None for anything else."""
-    if matches(HARNESS_TARGETS, target):
+    of the process; None for anything else. A write into a module named at run time may be a
+    write into kernelaudit's own, which no kernel needs either."""
+    if matches(HARNESS_TARGETS, target) or target.split(".", 1)[0] == RUNTIME_MODULE:
         return "harness-tampering"
     if matches(TIMER_TARGETS, target):
         return "timer-patching"
@@ -241,12 +244,12 @@ def patched_target(names: Names, call: ast.Call, name: str | None) -> str | None
 def subscript_target(names: Names, target: ast.Subscript) -> str | None:
     """The dotted name a write through `sys.modules[...]`, `x.__dict__[...]` or
     `vars(x)[...]` replaces."""
-    key = string(target.slice)
     container = target.value
+    if names.qualname(container) == "sys.modules":
+        return module_named(target.slice)
+    key = string(target.slice)
     if key is None:
         return None
-    if names.qualname(container) == "sys.modules":
-        return key
     owner = None
     if isinstance(container, ast.Attribute) and container.attr == "__dict__":
         owner = names.qualname(container.value)

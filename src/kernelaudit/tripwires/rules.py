@@ -55,7 +55,7 @@ _TABLE = (
     Rule(
         "harness-tampering",
         "replacing or deleting anything in kernelaudit's own modules (by assignment, setattr, "
-        "a patch, or through sys.modules)",
+        "a patch, or through sys.modules), or in a module looked up by a name made at run time",
         "No kernel has a reason to change the auditor's code: one that does rewrites how its "
         "own calls are observed or timed, in the process it runs in.",
         (),
