@@ -36,31 +36,15 @@ from kernelaudit.oracle.mismatches import (
     unravel,
 )
 from kernelaudit.oracle.reasons import bit_exact_reason, error_reason, listing, nonfinite_reason
-from kernelaudit.oracle.rule import METRICS, NO_BITS, RATIO_LIMIT, budget, noise_floor
+from kernelaudit.oracle.rule import (
+    METRICS,
+    NO_BITS,
+    RATIO_LIMIT,
+    MetricResult,
+    budget,
+    noise_floor,
+)
 from kernelaudit.oracle.selection import Selection, ties
-
-
-@dataclass(frozen=True)
-class MetricResult:
-    """One metric of a floating comparison."""
-
-    metric: str
-    candidate: float
-    baseline: float
-    floor: float
-    error_ratio: float
-    budget: float
-    ratio_limit: float
-    sensitivity: float = 0.0
-    """How far the truth moves when the inputs move by one rounding (0: not measured); the
-    floor and the budget are at least that and `ratio_limit` times that."""
-    nearby: float = 0.0
-    """The baseline's error on the case with its inputs moved by one rounding (0: not
-    measured); the floor is at least that."""
-
-    @property
-    def passed(self) -> bool:
-        return self.error_ratio <= self.ratio_limit and self.candidate <= self.budget
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ import torch
 from kernelaudit.inputs.case import dtype_name
 
 if TYPE_CHECKING:  # the comparisons use these words
-    from kernelaudit.oracle.compare import MetricResult
     from kernelaudit.oracle.metrics import ErrorMetrics
     from kernelaudit.oracle.mismatches import Mismatch, Value
+    from kernelaudit.oracle.rule import MetricResult
 
 
 def number(x: float) -> str:

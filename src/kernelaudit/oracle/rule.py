@@ -156,3 +156,26 @@ def budget(
     """The largest error a result of `dtype` may have for `metric`, whatever the baseline's."""
     floor = noise_floor(metric, dtype, depth)
     return max(ratio_limit * floor, unit_roundoff(dtype) ** BUDGET_EXPONENT)
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """One metric of a floating comparison."""
+
+    metric: str
+    candidate: float
+    baseline: float
+    floor: float
+    error_ratio: float
+    budget: float
+    ratio_limit: float
+    sensitivity: float = 0.0
+    """How far the truth moves when the inputs move by one rounding (0: not measured); the
+    floor and the budget are at least that and `ratio_limit` times that."""
+    nearby: float = 0.0
+    """The baseline's error on the case with its inputs moved by one rounding (0: not
+    measured); the floor is at least that."""
+
+    @property
+    def passed(self) -> bool:
+        return self.error_ratio <= self.ratio_limit and self.candidate <= self.budget
