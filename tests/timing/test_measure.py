@@ -89,16 +89,21 @@ def test_statistics_are_ordered_and_taken_from_the_samples():
     assert min(timing.samples_s) >= 0
 
 
+# A sleep is never shorter than asked; on a busy host it wakes late, by a scheduler's slice or
+# two: the figure is bounded below by the sleep and above by twice it.
+SLEPT = (0.0049, 0.010)
+
+
 def test_a_5_ms_sleep_measures_5_ms():
     timing = time_calls(lambda: time.sleep(0.005), "cpu", warmup=1, target_seconds=0.1)
-    assert 0.0049 <= timing.median_s <= 0.0075
+    assert SLEPT[0] <= timing.median_s <= SLEPT[1]
     assert "host clock" in timing.method
 
 
 def test_a_clock_patched_after_import_does_not_change_the_measurement(monkeypatch):
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
     timing = time_calls(lambda: time.sleep(0.005), "cpu", warmup=1, target_seconds=0.1)
-    assert 0.0049 <= timing.median_s <= 0.0075
+    assert SLEPT[0] <= timing.median_s <= SLEPT[1]
 
 
 def test_the_callers_clock_is_the_one_read():
