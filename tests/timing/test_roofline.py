@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from kernelaudit.errors import UsageError
-from kernelaudit.timing import roofline as roofline_module
+from kernelaudit.timing import peaks
+from kernelaudit.timing.peaks import measure_roofline
 from kernelaudit.timing.roofline import (
     FLOOR_SLACK,
     Roofline,
     derived_bytes,
     derived_flops,
-    measure_roofline,
     position,
 )
 
@@ -116,7 +116,7 @@ def test_a_busy_host_does_not_lower_the_measured_peak(monkeypatch):
     busy = [1e-3, 4e-3, 5e-3, 3e-3, 6e-3]
     measured = []
     for samples in (quiet, busy):
-        timing = roofline_module.Timing(
+        timing = peaks.Timing(
             median_s=sorted(samples)[2],
             p10_s=min(samples),
             p90_s=max(samples),
@@ -126,8 +126,8 @@ def test_a_busy_host_does_not_lower_the_measured_peak(monkeypatch):
             overhead_s=0.0,
             samples_s=tuple(samples),
         )
-        monkeypatch.setattr(roofline_module, "time_calls", lambda *a, _t=timing, **k: _t)
-        measured.append(roofline_module._measure(torch.device("cpu"), "CPU"))
+        monkeypatch.setattr(peaks, "time_calls", lambda *a, _t=timing, **k: _t)
+        measured.append(peaks._measure(torch.device("cpu"), "CPU"))
     quiet_peak, busy_peak = measured
     assert quiet_peak.bandwidth_bytes_per_s == busy_peak.bandwidth_bytes_per_s
     # but how steady each was is kept: the busy samples' median is four times their fastest,
@@ -150,7 +150,7 @@ def test_bad_arguments_are_refused():
 
 def test_the_cpu_roofline_is_measured_labelled_and_kept_on_disk(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "_MEASURED", {})
     measured = measure_roofline("cpu")
     assert measured.device.startswith("CPU")
     assert measured.bandwidth_bytes_per_s > 0
@@ -172,8 +172,8 @@ def _fake_measurement(monkeypatch, rate: float) -> list[int]:
         runs.append(1)
         return Roofline(name, rate, {"float32": rate}, "fake measurement")
 
-    monkeypatch.setattr(roofline_module, "_measure", fake)
-    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "_measure", fake)
+    monkeypatch.setattr(peaks, "_MEASURED", {})
     return runs
 
 
@@ -181,7 +181,7 @@ def test_a_new_process_reads_the_roofline_from_disk(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     runs = _fake_measurement(monkeypatch, 5.0)
     first = measure_roofline("cpu")
-    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "_MEASURED", {})
     again = measure_roofline("cpu")
     assert len(runs) == 1
     assert again.bandwidth_bytes_per_s == first.bandwidth_bytes_per_s == 5.0
@@ -200,12 +200,12 @@ def test_a_cached_roofline_changed_by_anyone_but_the_auditor_is_measured_over(
     document = json.loads(saved.read_text())
     document["roofline"]["bandwidth_bytes_per_s"] = 1.0
     saved.write_text(json.dumps(document))
-    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "_MEASURED", {})
     assert measure_roofline("cpu").bandwidth_bytes_per_s == 5.0
     assert len(runs) == 2
     del document["seal"]
     saved.write_text(json.dumps(document))
-    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "_MEASURED", {})
     assert measure_roofline("cpu").bandwidth_bytes_per_s == 5.0
     assert len(runs) == 3
 
@@ -228,7 +228,7 @@ def test_a_corrupt_cache_file_is_measured_over(monkeypatch, tmp_path):
     measure_roofline("cpu")
     (saved,) = (tmp_path / "kernelaudit").glob("roofline-*.json")
     saved.write_text('{"format": "kernelaudit-roofline/1", "roofline": ')
-    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "_MEASURED", {})
     assert measure_roofline("cpu").bandwidth_bytes_per_s == 5.0
     assert len(runs) == 2
 
@@ -252,9 +252,9 @@ def test_a_peak_is_never_a_time_of_zero_when_the_protocols_cost_was_measured_too
     from kernelaudit.timing.measure import Timing
 
     wiped = Timing(0.0, 0.0, 0.0, 3, 1, "made up", overhead_s=2e-3, samples_s=(0.0, 0.0, 0.0))
-    assert roofline_module._fastest(wiped) == 2e-3
+    assert peaks._fastest(wiped) == 2e-3
     kept = Timing(1e-3, 1e-3, 1e-3, 2, 1, "made up", overhead_s=1e-5, samples_s=(1e-3, 2e-3))
-    assert roofline_module._fastest(kept) == 1e-3
+    assert peaks._fastest(kept) == 1e-3
 
 
 def test_an_unsteady_gpu_roofline_is_measured_again_and_never_kept_on_disk(monkeypatch, tmp_path):
@@ -262,20 +262,20 @@ def test_an_unsteady_gpu_roofline_is_measured_again_and_never_kept_on_disk(monke
     gives a floor that fails nothing; kept on disk, it would spare every later candidate on
     this machine the floor. It is measured again, the steadiest used, and none written."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(roofline_module, "as_device", torch.device)  # no GPU needed here
-    monkeypatch.setattr(roofline_module, "device_name", lambda device: "a made-up GPU")
-    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "as_device", torch.device)  # no GPU needed here
+    monkeypatch.setattr(peaks, "device_name", lambda device: "a made-up GPU")
+    monkeypatch.setattr(peaks, "_MEASURED", {})
     spreads = iter([3.0, 2.0, 2.5, 1.02])
 
     def busy(device: torch.device, name: str) -> Roofline:
         spread = next(spreads)
         return Roofline(name, 1e12, {"float32": 1e14}, "made up", spread={"bandwidth": spread})
 
-    monkeypatch.setattr(roofline_module, "_measure", busy)
+    monkeypatch.setattr(peaks, "_measure", busy)
     measured = measure_roofline("cuda")
     assert measured.spread == {"bandwidth": 2.0}  # the steadiest of three
     assert not list((tmp_path / "kernelaudit").glob("roofline-*.json"))
     # the next process measures again; steady now, it is kept
-    monkeypatch.setattr(roofline_module, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "_MEASURED", {})
     assert measure_roofline("cuda").spread == {"bandwidth": 1.02}
     assert len(list((tmp_path / "kernelaudit").glob("roofline-*.json"))) == 1

@@ -50,7 +50,7 @@ from kernelaudit.runner.preflight import refusal, refused_report
 from kernelaudit.runner.process import Worker
 from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.threads import held_to, thread_share
-from kernelaudit.timing.roofline import measure_roofline
+from kernelaudit.timing.peaks import measure_roofline
 
 _CPU_SM_TARGET = 132
 """Without a GPU, plan "fewer rows than SMs" sizes for an H100-class part (132 SMs)."""

@@ -41,7 +41,7 @@ from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.runner.limits import machine_memory
 from kernelaudit.runner.messages import Call, CallOutcome, Invocation, InvocationResult
 from kernelaudit.runner.process import Worker
-from kernelaudit.timing.roofline import measure_roofline
+from kernelaudit.timing.peaks import measure_roofline
 
 _CACHE_SIZE = 16
 """Cases whose inputs and trusted results are kept for the checks that run them again."""

@@ -15,7 +15,8 @@ from kernelaudit.problem.spec import Problem
 from kernelaudit.runner.memory import peak_since, read_memory, start_peak
 from kernelaudit.timing.kernels import KernelProfile, profile_kernels
 from kernelaudit.timing.measure import time_calls
-from kernelaudit.timing.roofline import derived_bytes, derived_flops, measure_roofline
+from kernelaudit.timing.peaks import measure_roofline
+from kernelaudit.timing.roofline import derived_bytes, derived_flops
 
 
 def native_arguments(

@@ -135,7 +135,8 @@ class Call:
 
 REPEAT_ASKED = "repeat?"
 """The worker's question, after a call with `Call.repeat` is made: ("repeat?", call index).
-The auditor answers ("repeat", `Call.repeat_calls`)."""
+The auditor answers (`REPEAT_TOLD`, `Call.repeat_calls`)."""
+REPEAT_TOLD = "repeat"
 
 
 @dataclass(frozen=True)

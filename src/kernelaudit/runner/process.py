@@ -44,6 +44,7 @@ from kernelaudit.runner.limits import (
 )
 from kernelaudit.runner.messages import (
     REPEAT_ASKED,
+    REPEAT_TOLD,
     Invocation,
     InvocationResult,
     Load,
@@ -195,7 +196,7 @@ class Worker:
                 if answer is None:
                     reply = ValueError(f"{reply!r} asked of calls {sorted(answers)}")
                     break
-                self._send(("repeat", answer), began + limit)
+                self._send((REPEAT_TOLD, answer), began + limit)
                 reply = self._receive(began + limit, bound, self._results)
             self.round_trip_s = time.perf_counter() - sent
         except Timeout:

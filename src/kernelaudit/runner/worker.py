@@ -39,7 +39,13 @@ from kernelaudit.runner.failures import describe
 from kernelaudit.runner.guard import prepare, use_canary
 from kernelaudit.runner.lent import KEPT_BYTES, Lent, receive
 from kernelaudit.runner.memory import read_memory
-from kernelaudit.runner.messages import REPEAT_ASKED, Invocation, InvocationResult, Load
+from kernelaudit.runner.messages import (
+    REPEAT_ASKED,
+    REPEAT_TOLD,
+    Invocation,
+    InvocationResult,
+    Load,
+)
 from kernelaudit.runner.shared import Region
 from kernelaudit.runner.state import snapshot
 from kernelaudit.runner.watch import Watch
@@ -206,7 +212,7 @@ def _ask(reader: int, writer: int, index: int) -> bool:
     call is made, so nothing in this process said so while the candidate ran."""
     _send(writer, (REPEAT_ASKED, index))
     answer = _receive(reader)
-    if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "repeat"):
+    if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] == REPEAT_TOLD):
         raise RuntimeError(f"the auditor answered {answer!r} to whether to repeat call {index}")
     return bool(answer[1])
 

@@ -1,6 +1,6 @@
 """Honest timing of candidates and references: event timing with a cold cache and a device-wide
 wait (`measure`), the profiler's kernel times to cross-check it (`kernels`), and the device's
-measured roofline to judge it against (`roofline`)."""
+measured roofline to judge it against (`peaks`, `roofline`)."""
 
 from kernelaudit.timing.kernels import (
     KernelProfile,
@@ -10,13 +10,13 @@ from kernelaudit.timing.kernels import (
     profile_kernels,
 )
 from kernelaudit.timing.measure import Timing, format_seconds, time_calls
+from kernelaudit.timing.peaks import measure_roofline
 from kernelaudit.timing.roofline import (
     FLOOR_SLACK,
     Roofline,
     RooflinePosition,
     derived_bytes,
     derived_flops,
-    measure_roofline,
     position,
 )
 
