@@ -7,11 +7,11 @@ import gc
 import pytest
 import torch
 
+from kernelaudit.device_copies import DEVICE_COPIES, DeviceCopies
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle import resident as resident_module
 from kernelaudit.oracle.compare import compare
-from kernelaudit.oracle.kept_results import KEPT_RESULTS, KeptResults
 from kernelaudit.oracle.resident import Resident
 from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import Output, Problem, TensorInput
@@ -23,7 +23,7 @@ FOUR_FLOATS = 4 * 4
 
 
 def test_a_host_copy_is_taken_where_it_was_made_and_copied_where_it_was_not() -> None:
-    kept = KeptResults(most_bytes=1 << 20)
+    kept = DeviceCopies(most_bytes=1 << 20)
     host = torch.arange(4.0)
     there = torch.empty(4, device=ELSEWHERE)
     kept.hold(host, there)
@@ -41,7 +41,7 @@ def test_a_host_copy_is_taken_where_it_was_made_and_copied_where_it_was_not() ->
 
 
 def test_what_is_kept_stays_within_its_bytes_and_goes_with_its_host_copy() -> None:
-    kept = KeptResults(most_bytes=2 * FOUR_FLOATS)
+    kept = DeviceCopies(most_bytes=2 * FOUR_FLOATS)
     a, b, c = (torch.full((4,), float(i)) for i in range(3))
     there = {}
     for name, host in zip("ab", (a, b), strict=True):
@@ -62,11 +62,28 @@ def test_what_is_kept_stays_within_its_bytes_and_goes_with_its_host_copy() -> No
     assert kept.held_bytes() == 0
 
 
+def test_a_copy_made_to_compare_is_held_for_the_next_comparison_while_its_host_lives() -> None:
+    kept = DeviceCopies(most_bytes=2 * FOUR_FLOATS)
+    given = torch.arange(4.0)
+    there = kept.copied(given, ELSEWHERE)
+    assert there.device == ELSEWHERE and there.shape == given.shape
+    assert kept.copied(given, ELSEWHERE) is there  # the next call of the case: no new copy
+    assert kept.copied(given, torch.device("cpu")) is given  # already where it is asked for
+    other = torch.arange(4.0)  # the same values, another tensor: a copy of its own
+    assert kept.copied(other, ELSEWHERE) is not there
+    too_large = torch.zeros(12)
+    assert kept.copied(too_large, ELSEWHERE).device == ELSEWHERE  # made, never held
+    assert kept.held_bytes() == 2 * FOUR_FLOATS
+    del given
+    gc.collect()
+    assert kept.held_bytes() == FOUR_FLOATS
+
+
 def test_out_of_device_memory_with_results_kept_is_computed_again_without_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    kept = KeptResults(most_bytes=1 << 20)
-    monkeypatch.setattr(resident_module, "KEPT_RESULTS", kept)
+    kept = DeviceCopies(most_bytes=1 << 20)
+    monkeypatch.setattr(resident_module, "DEVICE_COPIES", kept)
     host = torch.zeros(4)
     kept.hold(host, torch.empty(4, device=ELSEWHERE))
     tries: list[int] = []
@@ -110,7 +127,7 @@ def _case(**values: str) -> Case:
 def test_results_kept_on_a_gpu_are_the_host_copies_bits_and_judge_as_they_would() -> None:
     cuda = torch.device("cuda", torch.cuda.current_device())
     config = {"x": torch.bfloat16}
-    KEPT_RESULTS.clear()
+    DEVICE_COPIES.clear()
     try:
         first = expected(TRIPLED, materialize(TRIPLED, _case()), config, "cuda")
         # the same buffer written with other values: what is kept of the first case is its own
@@ -118,9 +135,9 @@ def test_results_kept_on_a_gpu_are_the_host_copies_bits_and_judge_as_they_would(
         assert not torch.equal(first.truth[0], second.truth[0])
         for case in (first, second):
             for host in (*case.truth, *case.baseline):
-                on_device = KEPT_RESULTS.on(host, cuda)
+                on_device = DEVICE_COPIES.on(host, cuda)
                 assert on_device.device == cuda
-                assert KEPT_RESULTS.on(host, cuda) is on_device  # kept, not copied again
+                assert DEVICE_COPIES.on(host, cuda) is on_device  # kept, not copied again
                 assert torch.equal(on_device.cpu(), host)
         wrong = (first.truth[0] * 1.25).to(torch.bfloat16)
         right = first.baseline[0].clone()
@@ -128,7 +145,7 @@ def test_results_kept_on_a_gpu_are_the_host_copies_bits_and_judge_as_they_would(
             compare("y", values, first.truth[0], first.baseline[0], torch.bfloat16, device=cuda)
             for values in (wrong, right)
         ]
-        KEPT_RESULTS.clear()
+        DEVICE_COPIES.clear()
         from_host = [
             compare("y", values, first.truth[0], first.baseline[0], torch.bfloat16, device=cuda)
             for values in (wrong, right)
@@ -136,7 +153,7 @@ def test_results_kept_on_a_gpu_are_the_host_copies_bits_and_judge_as_they_would(
         assert [c.passed for c in judged] == [False, True]
         assert judged == from_host
     finally:
-        KEPT_RESULTS.clear()
+        DEVICE_COPIES.clear()
 
 
 @pytest.mark.gpu
@@ -156,5 +173,5 @@ def test_a_large_result_laid_out_otherwise_comes_to_the_host_through_the_staging
     assert staged_copies == [result.numel()]
     assert host.is_contiguous() and host.shape == result.shape and not host.is_pinned()
     assert torch.equal(host, result.double().cpu())
-    held = KEPT_RESULTS.on(host, result.device)
+    held = DEVICE_COPIES.on(host, result.device)
     assert held.device == result.device and torch.equal(held, result.double())

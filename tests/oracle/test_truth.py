@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
+from kernelaudit.device_copies import DEVICE_COPIES
 from kernelaudit.errors import ProblemError
-from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import (
     Contract,
@@ -219,7 +219,7 @@ def test_the_truth_run_holds_only_the_float64_inputs_and_the_baseline_only_the_n
 
     def reference(a, b):
         held.append(torch.cuda.memory_allocated())
-        kept.append(KEPT_RESULTS.held_bytes())
+        kept.append(DEVICE_COPIES.held_bytes())
         return a + b
 
     p = Problem(
@@ -233,7 +233,7 @@ def test_the_truth_run_holds_only_the_float64_inputs_and_the_baseline_only_the_n
         outputs=(Output("y", ("m", "n"), "a"),),
         workloads=({"m": 2048, "n": 4096},),
     )
-    KEPT_RESULTS.clear()
+    DEVICE_COPIES.clear()
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     expected(p, {"a": a, "b": b}, {"a": torch.float32, "b": torch.float32}, "cuda")

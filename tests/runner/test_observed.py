@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernelaudit.device_copies import DEVICE_COPIES
 from kernelaudit.runner.candidate import parse_candidate
 from kernelaudit.runner.messages import (
     Call,
@@ -118,6 +119,28 @@ def test_buffers_a_later_call_reuses_are_judged_with_that_calls_values(device: s
     assert forged.error == ""
     (after,) = forged.calls[2].inputs_after
     assert after is not None and torch.equal(after, torch.zeros(8))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_auditors_device_copy_of_an_input_outlasts_a_candidate_that_zeroes_it() -> None:
+    """On a GPU the auditor compares each input with its own device copy of the values, made
+    at the case's first call and held for the next: a candidate that writes into its input
+    changes the arena, never that copy, and every later call is still judged against X."""
+    DEVICE_COPIES.clear()
+    try:
+        first = _run("honest", "cuda")
+        assert first.error == "" and [o.inputs_after for o in first.calls] == [(None,)] * 2
+        held = DEVICE_COPIES.copied(X, torch.device("cuda"))
+        assert DEVICE_COPIES.copied(X, torch.device("cuda")) is held
+        forged = _run("hides_its_write", "cuda", layout="offset")
+        for outcome in forged.calls:
+            (after,) = outcome.inputs_after
+            assert after is not None and torch.equal(after, torch.zeros(8))
+        assert DEVICE_COPIES.copied(X, torch.device("cuda")) is held
+        assert torch.equal(held.cpu(), X)
+    finally:
+        DEVICE_COPIES.clear()
 
 
 def test_an_arena_grown_between_invocations_is_read_where_the_worker_moved(device: str) -> None:

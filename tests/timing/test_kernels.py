@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -115,6 +117,21 @@ def test_a_matmul_profile_lists_a_gemm_kernel():
     assert any(word in names for word in ("gemm", "nvjet", "cutlass", "xmma"))
     assert profile.calls == 3 and profile.busy_s > 0
     assert profile.kernels[0].launches == pytest.approx(1.0)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_fresh_process_profiles_every_call_it_is_asked_for():
+    # a worker is a fresh process: the profiler's start-up in it is not one of the calls'
+    # sessions, and does not use up the time they are held to
+    script = (
+        "import torch; from kernelaudit.timing.kernels import profile_kernels; "
+        "a = torch.randn(2048, 2048, device='cuda', dtype=torch.bfloat16); "
+        "print(profile_kernels(lambda: a @ a, 'cuda').calls)"
+    )
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.split()[-1] == "3"
 
 
 @pytest.mark.gpu

@@ -21,13 +21,13 @@ import torch
 from kernelaudit.checks.base import NEEDS_CUDA, ConcludingOnly, Failure, PlanContext, note
 from kernelaudit.checks.execution import headline
 from kernelaudit.checks.numerics import compare_expected, comparison_evidence
+from kernelaudit.device_copies import DEVICE_COPIES
 from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.batch import axis_position, batch_axes, inference_skipped, result_shapes
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.large.draws import drawn_all
 from kernelaudit.large.run import SEED, LargeRun, input_specs, run_large, scalar_value
 from kernelaudit.large.sizing import ELEMENTS, CannotGrow, LargeCase, limit_name, plan_large_case
-from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.promote import full_precision_accumulation
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.profiles import Profile
@@ -78,7 +78,7 @@ class LargeTensors(ConcludingOnly):
         if self.unavailable(ctx.device, ctx.profile):
             return []  # the report's list of what was not verified says why
         device = torch.device(ctx.device)
-        KEPT_RESULTS.clear()  # results an earlier concluding check kept: the child needs the room
+        DEVICE_COPIES.clear()  # results an earlier concluding check kept: the child needs the room
         torch.cuda.empty_cache()  # the auditor's own cached blocks are no use to the child
         free, _ = torch.cuda.mem_get_info(device)
         timeout = ctx.profile.timeout_s * _TIMEOUT_FACTOR

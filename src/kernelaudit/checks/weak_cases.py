@@ -10,9 +10,9 @@ import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.sweep import activations
+from kernelaudit.device_copies import DEVICE_COPIES
 from kernelaudit.inputs.case import Case
 from kernelaudit.oracle.compare import compare, judging_device
-from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.metrics import absolute_floor
 from kernelaudit.oracle.rule import budget
 
@@ -35,7 +35,7 @@ class WeakCases:
             if not dtype.is_floating_point or truth.numel() == 0:
                 continue
             cutoff = 2 * budget("normwise", dtype, depth=expected.depth(k))
-            here = KEPT_RESULTS.on(truth, where)
+            here = DEVICE_COPIES.on(truth, where)
             screen = _Screen(here, dtype)
             for label, impostor in _impostors(observation, here, dtype):
                 if screen.error(impostor) > cutoff:

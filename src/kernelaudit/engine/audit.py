@@ -19,6 +19,7 @@ from kernelaudit.checks import build_checks
 from kernelaudit.checks.base import Check, PlanContext, Probe, coverage, not_run, unverified
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
+from kernelaudit.device_copies import DEVICE_COPIES
 from kernelaudit.engine.budget import SHRINK_SHARE, fit, unavailable_summary, untried_summary
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.grouping import finding_of
@@ -37,7 +38,6 @@ from kernelaudit.findings import AuditReport, CaseRecord, Finding
 from kernelaudit.host_copies import release as release_page_locked
 from kernelaudit.inputs import scheme
 from kernelaudit.interpret.versions import interpreter_defects
-from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.spec import Problem
@@ -184,7 +184,7 @@ def run_audit(
             raise
         finally:
             RESIDENT.clear()  # the kept draws' device copies: the next audit's are its own
-            KEPT_RESULTS.clear()
+            DEVICE_COPIES.clear()
             release_page_locked()
 
 
@@ -234,7 +234,7 @@ def _audit(
         ]
         shrinking = time.perf_counter() - shrinking_began
         tell(progress, phase_done(probing, "shrinking", shrinking))
-        KEPT_RESULTS.clear()  # every case is judged: the device is the concluding checks'
+        DEVICE_COPIES.clear()  # every case is judged: the device is the concluding checks'
         findings += concluded(checks, probing, progress)
     concluding = time.perf_counter() - shrinking_began - shrinking
     tell(progress, phase_done(probing, "concluding checks", concluding))

@@ -21,9 +21,9 @@ from typing import Literal
 
 import torch
 
+from kernelaudit.device_copies import DEVICE_COPIES
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.oracle.conditioning import Nudged
-from kernelaudit.oracle.kept_results import KEPT_RESULTS
 from kernelaudit.oracle.metrics import ErrorMetrics, all_clean, error_metrics
 from kernelaudit.oracle.mismatches import (
     Mismatch,
@@ -106,7 +106,7 @@ def compare(
     `dtype` is the dtype the result must have; `depth` how many terms it may sum (see
     `noise_floor`). The arithmetic runs on `device` (where `truth` is when None): on a GPU the
     three tensors are moved there once (the truth and baseline taken from the copies kept
-    there, `oracle.kept_results`, where there are some) and only the figures come back.
+    there, `device_copies`, where there are some) and only the figures come back.
     `memo` keeps what the truth and baseline alone decide, by `name`, for later comparisons
     against the same ones.
     `nudged` is this result on the case with every input moved by one rounding
@@ -134,7 +134,7 @@ def compare(
         if where.type != "cuda":
             raise
         # the device is full (the candidate's worker holds most of it): judge on the host
-        KEPT_RESULTS.clear()
+        DEVICE_COPIES.clear()
         torch.cuda.empty_cache()
         return judge(*arguments, torch.device("cpu"), memo, nudged)
 
@@ -166,7 +166,7 @@ def _compare_exact(
 ) -> Comparison:
     del depth, memo, nudged  # exact results have no rounding noise, and nothing worth keeping
     values = values.to(where)
-    truth, baseline = KEPT_RESULTS.on(truth, where), KEPT_RESULTS.on(baseline, where)
+    truth, baseline = DEVICE_COPIES.on(truth, where), DEVICE_COPIES.on(baseline, where)
     differ = values != truth
     tied = (
         torch.zeros_like(differ) if selection is None else ties(values, truth, selection, baseline)
@@ -220,7 +220,7 @@ def _compare_floating(
             nudged = Nudged(_interleaved(nudged.truth), _interleaved(nudged.baseline))
         dtype = dtype.to_real()
     candidate = values.to(where, torch.float64)
-    truth = KEPT_RESULTS.on(truth, where, torch.float64)
+    truth = DEVICE_COPIES.on(truth, where, torch.float64)
 
     clean = all_clean(candidate, truth, dtype)
     if clean:  # nearly every comparison: nothing non-finite, nothing beyond the dtype's range
@@ -238,7 +238,7 @@ def _compare_floating(
     measured = error_metrics(candidate, compared_truth, dtype, depth, clean)
     judged = memo.get(name) if memo is not None else None
     if judged is None:
-        reference = KEPT_RESULTS.on(baseline, where, torch.float64)
+        reference = DEVICE_COPIES.on(baseline, where, torch.float64)
         clean_reference = clean and math.isfinite(float(reference.sum()))
         judged = BaselineJudgement(
             error=error_metrics(reference, compared_truth, dtype, depth, clean_reference),
@@ -318,11 +318,11 @@ def _nudged_metrics(
     """How far the truth moved, and the baseline's error on the nudged case, as metrics."""
     if nudged is None or nudged.truth.shape != truth.shape:
         return None
-    moved = KEPT_RESULTS.on(nudged.truth, where, torch.float64)
+    moved = DEVICE_COPIES.on(nudged.truth, where, torch.float64)
     overflow = torch.isfinite(moved) & (moved.abs() > torch.finfo(dtype).max)
     moved_truth = moved.masked_fill(overflow, math.nan)
     sensitivity = error_metrics(moved, truth, dtype, depth)
-    reference = KEPT_RESULTS.on(nudged.baseline, where, torch.float64)
+    reference = DEVICE_COPIES.on(nudged.baseline, where, torch.float64)
     nearby = error_metrics(reference, moved_truth, dtype, depth)
     return sensitivity, nearby
 

@@ -24,8 +24,8 @@ from typing import TypeVar
 
 import torch
 
+from kernelaudit.device_copies import DEVICE_COPIES, share_of
 from kernelaudit.inputs.reuse import DRAWS, Draws
-from kernelaudit.oracle.kept_results import KEPT_RESULTS, share_of
 
 Made = TypeVar("Made")
 
@@ -100,16 +100,16 @@ class Resident:
 
     def retried_without(self, compute: Callable[[], Made]) -> Made:
         """`compute()`; where the device runs out of memory while copies are held (these, and
-        the kept cases' results of `oracle.kept_results`), they are all given back and
-        `compute()` runs again with no kept draw held, so what fits the device without them
-        still runs."""
+        those of `device_copies`: kept cases' results, inputs given to calls), they are all
+        given back and `compute()` runs again with no kept draw held, so what fits the device
+        without them still runs."""
         try:
             return compute()
         except torch.cuda.OutOfMemoryError:
-            if not self._held and not KEPT_RESULTS.held_bytes():
+            if not self._held and not DEVICE_COPIES.held_bytes():
                 raise
         self.clear()
-        KEPT_RESULTS.clear()
+        DEVICE_COPIES.clear()
         torch.cuda.empty_cache()
         with self.paused():
             return compute()

@@ -207,15 +207,16 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def holds(view: torch.Tensor, values: torch.Tensor) -> bool:
-    """Whether `view` holds bit for bit `values` (on the CPU): compared where `view` lives,
-    the values copied there for it, so a device buffer is not copied back to the host to be
-    compared; on the host where the device has no room for the copy."""
+    """Whether `view` holds bit for bit `values` (on the CPU, or already where `view` is):
+    compared where `view` lives, the values copied there for it, so a device buffer is not
+    copied back to the host to be compared; on the host where the device has no room for the
+    copy."""
     if view.device.type == "cpu":
         return same_bits(view, values)
     try:
         return same_bits(view, values.to(view.device))
     except torch.OutOfMemoryError:
-        return same_bits(view.cpu(), values)
+        return same_bits(view.cpu(), values.cpu())
 
 
 def use_canary(pattern: bytes) -> None:

@@ -14,7 +14,8 @@ the auditor reads the same bytes through its own mapping:
   drew: a breach the worker did not report is added;
 - every input the contract does not let the candidate write is compared with what the call
   was given (the last call that wrote into its buffer): a change the worker did not report
-  is added to the call's `inputs_after`;
+  is added to the call's `inputs_after`; on a GPU against the auditor's own device copy of
+  those values, made for the first call of a case and held for the next (`device_copies`);
 - a kept slot that no later repetition, profile or call rewrote must still hold the bytes
   the worker sent: where it does not, its values changed after they were copied (work left
   running), and the output is added to the call's `deferred`;
@@ -33,6 +34,7 @@ from dataclasses import replace
 
 import torch
 
+from kernelaudit.device_copies import DEVICE_COPIES
 from kernelaudit.host_copies import host_copy
 from kernelaudit.runner.arena import Memory, repeated_slots
 from kernelaudit.runner.guard import (
@@ -235,11 +237,24 @@ def _input_after(
     if j >= len(outcome.inputs_after) or outcome.inputs_after[j] is not None:
         return outcome
     assert isinstance(given, TensorArg)
-    if holds(view, given.values):
+    if holds(view, _given_on(given.values, view.device)):
         return outcome
     after = list(outcome.inputs_after)
     after[j] = host_copy(view)
     return replace(outcome, inputs_after=tuple(after))
+
+
+def _given_on(values: torch.Tensor, where: torch.device) -> torch.Tensor:
+    """The auditor's `values` on `where` to be compared there: its copy there made for an
+    earlier call of the same case and held (`device_copies`), or one made now and held for
+    the next; `values` itself where the device has no room for one (`holds` copies or
+    compares on the host)."""
+    if where.type == "cpu":
+        return values
+    try:
+        return DEVICE_COPIES.copied(values, where)
+    except torch.OutOfMemoryError:
+        return values
 
 
 def _disowned(result: InvocationResult) -> InvocationResult:
