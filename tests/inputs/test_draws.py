@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from kernelaudit.inputs import draws
+from kernelaudit.inputs import draws, reuse
 from kernelaudit.inputs.distributions import draw_float
 
 
@@ -148,6 +148,54 @@ def test_a_benchmarks_large_plain_draws_are_spread_and_follow_the_global_seed(
     with draws.spread_global_draws():
         other = _benchmark_inputs()
     assert not torch.equal(other[0], drawn[0][0])
+
+
+@pytest.fixture
+def kept_draws(monkeypatch: pytest.MonkeyPatch) -> reuse.Draws:
+    """A store of kept draws of its own that keeps draws of 1,000 elements and more."""
+    kept = reuse.Draws(most_bytes=1 << 26)
+    monkeypatch.setattr(draws, "DRAWS", kept)
+    monkeypatch.setattr(reuse, "SMALLEST", 1000)
+    return kept
+
+
+def test_a_weight_drawn_at_the_same_place_in_the_global_sequence_is_drawn_once(
+    small_pieces: int, kept_draws: reuse.Draws
+) -> None:
+    """A benchmark's generator at two sizes: an activation whose shape follows the size, then
+    a weight whose shape does not. The weight is the seed's draw, bit for bit, made once."""
+    made = []
+    for rows in (3, 7):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(4)
+            made.append((draws.kept_randn((rows, 1000)), draws.kept_randn((2000, 3))))
+    (_, first), (_, second) = made
+    assert second is first
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4)
+        draws.from_global()
+        fresh = draws.randn((2000, 3), draws.from_global(), torch.float32)
+    assert torch.equal(first, fresh)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        draws.from_global()
+        assert not torch.equal(draws.kept_randn((2000, 3)), first)
+
+
+def test_a_benchmark_generator_that_writes_into_its_draws_writes_into_its_own(
+    small_pieces: int, kept_draws: reuse.Draws
+) -> None:
+    def generate(halved: bool) -> torch.Tensor:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(5)
+            with draws.spread_global_draws():
+                weight = torch.randn(2000, 3)
+                if halved:
+                    weight.mul_(0.5)
+        return weight
+
+    first, plain, again = generate(True), generate(False), generate(True)
+    assert torch.equal(first, again) and torch.equal(first, plain * 0.5)
 
 
 def test_draws_made_a_way_of_their_own_are_torchs(small_pieces: int) -> None:

@@ -16,7 +16,8 @@ threads there are. Integer draws (`randint`) stay torch's: up to `CHUNK` element
 
 A benchmark's own input generator (SOL-ExecBench's `get_inputs`, KernelBench's) calls
 `torch.randn` and `torch.rand` itself, on one core, from the global generator: inside
-`spread_global_draws` its large draws are made the same way, on several cores.
+`spread_global_draws` its large draws are made the same way, on several cores, and kept for
+the next call at other sizes that draws the same seed and shape (`kept_from_global`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
+
+from kernelaudit.inputs.reuse import DRAWS
 
 CHUNK = 1 << 22
 """Elements one generator fills."""
@@ -70,8 +73,39 @@ def rand(
 def from_global() -> torch.Generator:
     """A CPU generator seeded by one draw of torch's global generator: for draws a caller
     seeds through the global generator (as benchmarks do), made on several cores."""
+    return _seeded(_global_seed())
+
+
+def kept_randn(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """`randn(shape, from_global(), dtype)`, a large one kept (`kept_from_global`)."""
+    return kept_from_global(shape, dtype, _normal)
+
+
+def kept_rand(shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """`rand(shape, from_global(), dtype)`, a large one kept (`kept_from_global`)."""
+    return kept_from_global(shape, dtype, _uniform)
+
+
+def kept_from_global(shape: tuple[int, ...], dtype: torch.dtype, fill: FloatFill) -> torch.Tensor:
+    """The floating draw of `shape` a generator seeded by one draw of the global generator
+    (`from_global`) makes. Its values depend on that seed, the shape, the dtype and the
+    distribution alone, so a large one is kept (`inputs.reuse`) and the next call that draws
+    the same seed and shape gets the kept tensor itself: a benchmark's generator, called at
+    each of the sizes an audit tries with the same seed, draws its layer's weights (whose
+    shapes no batch axis changes) at the same place in the global generator's sequence every
+    time, and drew them again at every size. Never write to what this returns."""
+    seed = _global_seed()
+    key = ("drawn from the global generator", fill.__name__, seed, shape, dtype)
+    return DRAWS.get(key, lambda: _floats(shape, dtype, _seeded(seed), fill))
+
+
+def _global_seed() -> int:
+    return int(torch.randint(1 << 32, (), dtype=torch.int64))
+
+
+def _seeded(seed: int) -> torch.Generator:
     generator = torch.Generator(device="cpu")
-    generator.manual_seed(int(torch.randint(1 << 32, (), dtype=torch.int64)))
+    generator.manual_seed(seed)
     return generator
 
 
@@ -187,7 +221,8 @@ class _SpreadDraws(TorchFunctionMode):
         if fill is None or shape is None or math.prod(shape) <= CHUNK:
             return func(*args, **kwargs)
         dtype = kwargs.get("dtype") or torch.get_default_dtype()
-        return _floats(shape, dtype, from_global(), fill)
+        # the generator's own tensor: its code may write into what it drew
+        return kept_from_global(shape, dtype, fill).clone()
 
 
 @contextmanager

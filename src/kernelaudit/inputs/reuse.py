@@ -15,9 +15,14 @@ gets it drawn afresh, so a write reaches at most the cases already made with it.
 
 A problem's own input generator (SOL-ExecBench's `get_inputs`, KernelBench's) is kept the same
 way: its values depend on nothing but the sizes and the seed it is called with, and most cases
-of an audit call it at the same workload and seed (differing in the values kernelaudit draws
-for the other inputs). SOL-ExecBench L1/001's generator took half a second a call on an H100
-host, 84 calls in one `default` audit, for 19 sets of values.
+of an audit call it at the same workload and seed (differing in the values kernelaudit draws for
+the other inputs). SOL-ExecBench L1/001's generator took half a second a call on an H100 host,
+84 calls in one `default` audit, for 19 sets of values. And at each of the other sizes an audit
+tries, the generator draws its layer's weights again, whose shapes no batch axis changes: each
+draw it makes from the global generator is kept too, by the seed it got there, its shape and
+dtype (`draws.kept_from_global`), so the weights are drawn once. SOL-ExecBench L1/092's
+generator at the eleven sizes of a `default` audit took 7.2 s on a 2-core host, and 1.8 s so
+(`benchmarks/generator_sizes.py`).
 
 Only tensors of at least `SMALLEST` elements are kept, at most `limit_bytes()` of them in all
 (a sixteenth of the machine's memory, at most 8 GiB), the least recently used dropped first.

@@ -114,11 +114,13 @@ def _from_files(reader: DefinitionReader, sizes: Mapping[str, int]) -> dict[str,
 
 def _random(shape: tuple[int, ...], dtype: torch.dtype, axes: Mapping[str, int]) -> torch.Tensor:
     """An input the workload marks random, drawn the plain way a benchmark does (from the
-    seeded global generator, on several cores)."""
+    seeded global generator, on several cores; a large one once for every size that draws
+    it at the same place in the generator's sequence, `draws.kept_from_global`)."""
     if dtype == torch.bool:
-        return draws.rand(shape, draws.from_global(), torch.float32) > 0.5
+        return draws.kept_rand(shape) > 0.5
     if dtype.is_floating_point:
-        return draws.randn(shape, draws.from_global(), torch.float32).to(dtype)
+        # the kept draw is shared with every other size that draws it: a copy of its own
+        return draws.kept_randn(shape).to(dtype, copy=True)
     high = shape[-1] if shape else 2
     return torch.randint(0, max(high, 1), shape, dtype=dtype)
 
