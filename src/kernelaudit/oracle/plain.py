@@ -5,6 +5,7 @@ read its results in their own terms."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,20 +28,46 @@ def plain_errors(observation: Observation) -> dict[str, Any] | None:
     for got, want in zip(outputs, truth, strict=True):
         if tuple(got.shape) != tuple(want.shape):
             return None
-        got64 = got.to(torch.complex128 if got.is_complex() else torch.float64)
-        want64 = want.to(got64.dtype)
-        has_nan |= bool(torch.isnan(got64).any())
-        has_inf |= bool(torch.isinf(got64).any())
-        finite = torch.isfinite(got64) & torch.isfinite(want64)
-        if not bool(finite.any()):
-            continue
-        difference = (got64 - want64).abs()[finite]
-        worst_abs = max(worst_abs, float(difference.max()))
-        scale = want64.abs()[finite].clamp_min(torch.finfo(torch.float64).tiny)
-        worst_rel = max(worst_rel, float((difference / scale).max()))
+        figures = result_errors(got, want)
+        has_nan, has_inf = has_nan or figures.has_nan, has_inf or figures.has_inf
+        if figures.compared:
+            worst_abs = max(worst_abs, figures.absolute)
+            worst_rel = max(worst_rel, figures.relative)
     return {
         "max_absolute_error": worst_abs,
         "max_relative_error": worst_rel,
         "has_nan": has_nan,
         "has_inf": has_inf,
     }
+
+
+@dataclass(frozen=True)
+class ResultErrors:
+    """One result's plain figures against its truth."""
+
+    absolute: float
+    """The largest absolute difference where both are finite (0 where none is)."""
+    relative: float
+    """The largest of those differences over the truth's magnitude (0 where none is)."""
+    compared: bool
+    """Whether any element was finite in both."""
+    has_nan: bool
+    has_inf: bool
+
+
+def result_errors(got: torch.Tensor, want: torch.Tensor) -> ResultErrors:
+    """`got`'s plain figures against `want` (of the same shape), in float64: the elements
+    either side holds a NaN or an infinity at are left out of the differences, not dropped
+    from the tensors (masked, which costs half of indexing them out)."""
+    got64 = got.to(torch.complex128 if got.is_complex() else torch.float64)
+    want64 = want.to(got64.dtype)
+    has_nan, has_inf = bool(torch.isnan(got).any()), bool(torch.isinf(got).any())
+    finite = torch.isfinite(got64) & torch.isfinite(want64)
+    if not bool(finite.any()):
+        return ResultErrors(0.0, 0.0, False, has_nan, has_inf)
+    left_out = ~finite
+    difference = (got64 - want64).abs().masked_fill_(left_out, 0.0)
+    absolute = float(difference.max())
+    scale = want64.abs().clamp_min_(torch.finfo(torch.float64).tiny)
+    relative = float(difference.div_(scale).masked_fill_(left_out, 0.0).max())
+    return ResultErrors(absolute, relative, True, has_nan, has_inf)
