@@ -6,4 +6,6 @@ access   the instrumentation of the interpreter (runs in the child only)
 child    the child process: the candidate called on guarded CPU tensors, accesses watched
 run      the auditor's side: start the child in the background, collect what it saw
 versions defects of the interpreter in the Triton and NumPy installed, which a run warns of
+casts    the interpreter's float casts taken a faster way, the same bits (in every process that
+         interprets a candidate's kernels)
 """

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from kernelaudit.errors import UsageError
+from kernelaudit.interpret import casts
 from kernelaudit.runner.arena import Arena, Memory
 from kernelaudit.runner.call import run_invocation
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
@@ -160,6 +161,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     watch.import_changes = pristine.changes_to(snapshot(device))
     watch.launches.install(candidate)
+    casts.install()  # Triton's interpreter's bfloat16 casts at NumPy's speed, the same bits
     watch.folder = str(Path(path).resolve().parent)
     if device.type == "cuda":
         prepare(device)
