@@ -70,7 +70,7 @@ def main(argv: Sequence[str]) -> int:
     except BaseException as error:
         write(Interpretation(error=f"importing {ref.label}: {_summary(error)}", cause="candidate"))
         return 0
-    casts.install()  # the bfloat16 casts at NumPy's speed, the same bits
+    casts.install()  # Triton's interpreter's float casts a faster way, the same bits
     found: list[OutOfBounds] = []
     error = ""
     done = 0

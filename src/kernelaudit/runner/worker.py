@@ -161,7 +161,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     watch.import_changes = pristine.changes_to(snapshot(device))
     watch.launches.install(candidate)
-    casts.install()  # Triton's interpreter's bfloat16 casts at NumPy's speed, the same bits
+    casts.install()  # Triton's interpreter's float casts a faster way, the same bits
     watch.folder = str(Path(path).resolve().parent)
     if device.type == "cuda":
         prepare(device)

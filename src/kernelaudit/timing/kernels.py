@@ -162,7 +162,7 @@ def profile_kernels(
 def _started(device: torch.device) -> None:
     """Pay the profiler's start-up in this process (loading and attaching its tracing of the
     device, about as long as `PROFILED_SECONDS` on an H200) once, on a session of its own
-    around one small copy, outside the time the sessions of a call are held to."""
+    around one small kernel, outside the time the sessions of a call are held to."""
     if device in _profiler_started:
         return
     with tempfile.TemporaryDirectory(prefix="profile-") as folder:

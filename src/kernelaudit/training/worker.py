@@ -46,7 +46,7 @@ def main(argv: Sequence[str]) -> int:
     except BaseException as error:
         channel.send(("failed", _cut(f"loading {ref.label} failed: {_told(error)}")))
         return 0
-    casts.install()  # Triton's interpreter's bfloat16 casts at NumPy's speed, the same bits
+    casts.install()  # Triton's interpreter's float casts a faster way, the same bits
     channel.send(("ready",))
     while (arguments := channel.receive()) is not None:
         assert isinstance(arguments, tuple), "the auditor sends each call's arguments as a tuple"
