@@ -28,6 +28,7 @@ unwatched run's plain process runs the interpreter as it comes.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -54,7 +55,7 @@ def install() -> bool:
         return False
     builder = getattr(module, "InterpreterBuilder", None)
     original = getattr(builder, "cast_impl", None)
-    if original is None or getattr(original, "_shortcuts", False):
+    if original is None or getattr(original, "_shortcuts", False) or not _as_known(module):
         return False
     shortcuts: list[tuple[Any, Any, Shortcut]] = [
         (language.float32, language.float16, to_float16),
@@ -76,6 +77,19 @@ def install() -> bool:
     cast_impl._shortcuts = True  # type: ignore[attr-defined]
     builder.cast_impl = cast_impl
     return True
+
+
+def _as_known(module: Any) -> bool:
+    """Whether the interpreter's casts are laid out as this module was written against
+    (`cast_impl(self, src, dst_type)` beside `TensorHandle` and `_get_np_dtype`, as in Triton
+    3.9): another layout keeps its own casts."""
+    try:
+        parameters = list(inspect.signature(module.InterpreterBuilder.cast_impl).parameters)
+    except (TypeError, ValueError):
+        return False
+    return parameters == ["self", "src", "dst_type"] and all(
+        hasattr(module, name) for name in ("TensorHandle", "_get_np_dtype")
+    )
 
 
 def to_float16(data: np.ndarray) -> np.ndarray | None:
