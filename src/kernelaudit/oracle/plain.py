@@ -30,9 +30,8 @@ def plain_errors(observation: Observation) -> dict[str, Any] | None:
             return None
         figures = result_errors(got, want)
         has_nan, has_inf = has_nan or figures.has_nan, has_inf or figures.has_inf
-        if figures.compared:
-            worst_abs = max(worst_abs, figures.absolute)
-            worst_rel = max(worst_rel, figures.relative)
+        worst_abs = max(worst_abs, figures.absolute)  # 0 where nothing was compared
+        worst_rel = max(worst_rel, figures.relative)
     return {
         "max_absolute_error": worst_abs,
         "max_relative_error": worst_rel,
