@@ -5,6 +5,7 @@ tensors cross in."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import subprocess
 import threading
@@ -81,58 +82,108 @@ def resident_bytes(group: int, namespaces: set[str] | None = None) -> int:
     process of the group and, under the sandbox, every process in the process-id namespace
     the sandbox made for them, where a process that moved to a session of its own still is.
     `namespaces` keeps those namespaces from one call to the next (the group's leader, the
-    sandbox, may be gone by then); 0 where /proc is not there."""
+    sandbox, may be gone by then); 0 where /proc is not there.
+
+    Which processes there are comes from `PROCESSES`, one scan of /proc shared by every wait
+    of this process; only the memory of the processes counted is read at each call."""
     own = _namespace("self")
     namespaces = set() if namespaces is None else namespaces
-    listed = []
-    seen: dict[tuple[str, int], str] = {}
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-            in_group, started = int(fields[2]) == group, int(fields[19])
-        except (OSError, ValueError, IndexError):
-            continue  # the process ended while being read
-        namespace = _known_namespace(entry.name, started, seen)
-        if in_group and namespace and namespace != own:
-            namespaces.add(namespace)
-        listed.append((entry.name, in_group, namespace))
-    with _NAMESPACES_LOCK:
-        _NAMESPACES.clear()
-        _NAMESPACES.update(seen)
+    listed = PROCESSES.listed()
+    for process in listed:
+        if process.group == group and process.namespace and process.namespace != own:
+            namespaces.add(process.namespace)
     page = os.sysconf("SC_PAGE_SIZE")
     total = 0
-    for pid, in_group, namespace in listed:
-        if not (in_group or namespace in namespaces):
-            continue
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as statm:
-                total += int(statm.read().split()[1]) * page
-        except (OSError, ValueError, IndexError):
-            continue
+    for process in listed:
+        if process.group == group or process.namespace in namespaces:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int(_read(f"/proc/{process.pid}/statm").split()[1]) * page
     return total
 
 
-_NAMESPACES: dict[tuple[str, int], str] = {}
-"""The process-id namespace of each process seen by the last `resident_bytes`, by its pid and
-start time: a process never changes its own, so each is read once, not at every poll (a host's
-hundreds of processes read five times a second took 34 s of a 450 s audit on a 16-core
-host)."""
-_NAMESPACES_LOCK = threading.Lock()
+@dataclass(frozen=True)
+class Listed:
+    """One process as a scan of /proc saw it."""
+
+    pid: str
+    group: int
+    """Its process group."""
+    namespace: str
+    """Its process-id namespace ("" where it cannot be read)."""
 
 
-def _known_namespace(pid: str, started: int, seen: dict[tuple[str, int], str]) -> str:
-    """`_namespace(pid)`, read once per process (a reused pid starts at another time)."""
-    key = (pid, started)
-    with _NAMESPACES_LOCK:
-        namespace = _NAMESPACES.get(key)
-    if namespace is None:
-        namespace = _namespace(pid)
-    if namespace:
-        seen[key] = namespace
-    return namespace
+class ProcessTable:
+    """The host's processes, scanned at most once every `fresh_s` however many waits ask.
+
+    Every wait on a candidate's processes (the worker's channel, the sanitizer's and the
+    interpreted run's children, the reference's measurement) reads their memory every
+    `MEMORY_POLL_S`, and each used to scan /proc itself: reading every process's `stat` file,
+    three or four system calls each, every one of which gives up the interpreter's lock and
+    takes it back. With six such waits at once, an H200 host's auditor spent 8% of its main
+    thread in those scans during an audit of L1/092. One scan now serves every wait that asks
+    within `fresh_s`, and a process's namespace, which it never changes, is read once
+    (a host's hundreds of processes read five times a second took 34 s of a 450 s audit on a
+    16-core host)."""
+
+    def __init__(self, fresh_s: float) -> None:
+        self.fresh_s = fresh_s
+        self._lock = threading.Lock()
+        self._at = -math.inf
+        self._listed: tuple[Listed, ...] = ()
+        self._namespaces: dict[tuple[str, int], str] = {}
+        """The namespace of each process seen by the last scan, by its pid and start time."""
+
+    def listed(self) -> tuple[Listed, ...]:
+        """The processes of a scan made at most `fresh_s` ago (this call's, if none was)."""
+        with self._lock:
+            if time.monotonic() - self._at >= self.fresh_s:
+                self._listed = self._scan()
+                self._at = time.monotonic()
+            return self._listed
+
+    def forget(self) -> None:
+        """Scan again at the next call."""
+        with self._lock:
+            self._at = -math.inf
+
+    def _scan(self) -> tuple[Listed, ...]:
+        if not os.path.isdir("/proc"):
+            return ()
+        listed = []
+        seen: dict[tuple[str, int], str] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = _read(f"/proc/{entry.name}/stat").rsplit(b")", 1)[1].split()
+                group, started = int(fields[2]), int(fields[19])
+            except (OSError, ValueError, IndexError):
+                continue  # the process ended while being read
+            listed.append(Listed(entry.name, group, self._known(entry.name, started, seen)))
+        self._namespaces = seen
+        return tuple(listed)
+
+    def _known(self, pid: str, started: int, seen: dict[tuple[str, int], str]) -> str:
+        """`_namespace(pid)`, read once per process (a reused pid starts at another time),
+        recorded in `seen` for the next scan."""
+        key = (pid, started)
+        namespace = self._namespaces.get(key) or _namespace(pid)
+        if namespace:
+            seen[key] = namespace
+        return namespace
+
+
+PROCESSES = ProcessTable(fresh_s=MEMORY_POLL_S / 2)
+"""The process's one table of the host's processes."""
+
+
+def _read(path: str) -> bytes:
+    """A small /proc file's bytes, in three system calls (`open` takes five or six)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
 
 
 def _namespace(pid: str) -> str:
