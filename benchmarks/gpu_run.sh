@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|clock|guard|lent|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|clock|guard|lent|scans|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -77,6 +77,21 @@ for step in ${steps[@]}; do
       python3 benchmarks/solexecbench_scale.py "${PROBLEMS:-build/solexecbench}" \
         --out "$out/sol-sample.json" --profile default --timeout 240 --device cuda \
         --only 022_rmsnorm_h512 034_flux_multi_axis 071_kv_cache_update 2>&1 | tail -n 30
+      ;;
+    scans)
+      # what the waits on a candidate's processes cost the auditor's main thread on this host
+      # (benchmarks/process_scans.py), with the host's own processes and 300 more, by this
+      # tree and, where there is one, by the older one in $BASE (default build/base)
+      mkdir -p "$out/scans"
+      ls /proc | grep -c '^[0-9]' > "$out/scans/host-processes.txt"
+      for side in base new; do
+        src="$PWD/src"; [ "$side" = base ] && src="$PWD/${BASE:-build/base}/src"
+        [ -d "$src" ] || continue
+        for extra in 0 300; do
+          PYTHONPATH="$src" timeout 120 python3 benchmarks/process_scans.py --processes "$extra" \
+            --json "$out/scans/$side-$extra.json"
+        done
+      done
       ;;
     ab)
       # the same SOL-ExecBench problems audited by an older tree's code ($BASE/src, say

@@ -31,6 +31,7 @@ from kernelaudit.engine.measure import (
     reference_timing,
 )
 from kernelaudit.errors import CaseUnavailable, ProblemError
+from kernelaudit.inputs.ahead import DrawsAhead
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import input_bytes, tensor_elements
 from kernelaudit.inputs.distributions import UNDEFINED_WHERE_NAN
@@ -82,6 +83,8 @@ class Executor:
         self._counted: dict[Case, int | None] = {}
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="measure")
         self._ahead: Future[None] | None = None
+        self._drawn_ahead = DrawsAhead() if draws_ahead_on(device) else None
+        """The next probe's large draws, made while the worker runs (`inputs.ahead`)."""
 
     def measure_ahead(self, probes: Sequence[Probe]) -> None:
         """Start making what the timed probes need, beside the probes that come first: torch's
@@ -126,6 +129,8 @@ class Executor:
     def close(self) -> None:
         """Wait for anything still running beside the probes (an audit that ended early)."""
         self._pool.shutdown(wait=True)
+        if self._drawn_ahead is not None:
+            self._drawn_ahead.close()
 
     def prepare(self, case: Case) -> tuple[dict[str, object], Expected]:
         """The logical inputs of a case and the trusted results for them (memoised: checks
@@ -197,7 +202,10 @@ class Executor:
             expect = replace(expect, undefined_where_nan=True)
         return inputs, expect
 
-    def observe(self, probe: Probe) -> Observation:
+    def observe(self, probe: Probe, upcoming: Probe | None = None) -> Observation:
+        """Run `probe`; `upcoming`, the probe that runs next, has its large draws made while
+        the worker runs this one (on a GPU, and never beside a call that is timed, profiled
+        or measured for memory)."""
         steps = probe.plan.sequence()
         cases = [step.case or probe.case for step in steps]
         prepared = [self.prepare(case) for case in cases]
@@ -221,8 +229,12 @@ class Executor:
         invocation = Invocation(
             calls=tuple(calls), return_inputs=tensor_positions, always_return=judged
         )
-        result = self.worker.run(invocation, limit)
-        wall = time.perf_counter() - started
+        self._draw_ahead(steps, upcoming)
+        try:
+            result = self.worker.run(invocation, limit)
+        finally:
+            wall = time.perf_counter() - started
+            drawing = self._settle_ahead()
         timed = [i for i, step in enumerate(steps) if step.timed]
         if timed and not result.error and len(result.calls) > timed[0]:
             i = timed[0]
@@ -235,7 +247,7 @@ class Executor:
                 measurements,
             )
         self.seconds["worker start"] += started - began
-        self.seconds["candidate runs"] += time.perf_counter() - started
+        self.seconds["candidate runs"] += time.perf_counter() - started - drawing
         return Observation(
             self.problem,
             probe,
@@ -247,6 +259,25 @@ class Executor:
             measurements=measurements,
             device=self.device,
         )
+
+    def _draw_ahead(self, steps: tuple[Step, ...], upcoming: Probe | None) -> None:
+        if self._drawn_ahead is None or upcoming is None:
+            return
+        if any(step.timed or step.profiled or step.memory for step in steps):
+            return  # the host's cores stay the candidate's while it is measured
+        cases = [step.case or upcoming.case for step in upcoming.plan.sequence()]
+        fresh = [case for case in (*cases, upcoming.case) if case not in self._expected]
+        self._drawn_ahead.start(self.problem, fresh)
+
+    def _settle_ahead(self) -> float:
+        """Wait for the draws made ahead; the seconds waited count as making cases."""
+        if self._drawn_ahead is None:
+            return 0.0
+        began = time.perf_counter()
+        self._drawn_ahead.settle()
+        waited = time.perf_counter() - began
+        self.seconds["truth and baseline"] += waited
+        return waited
 
     def _measure(self, probe: Probe, steps: tuple[Step, ...], cases: list[Case]) -> dict[str, Any]:
         """What the trusted side measures for timed, profiled and memory steps: the reference's
@@ -334,6 +365,13 @@ class Executor:
 
     def _call(self, case: Case, inputs: dict[str, object], poison: str) -> Call:
         return call_for(self.problem, case, inputs, poison)
+
+
+def draws_ahead_on(device: str) -> bool:
+    """Whether the next probe's draws are made while the worker runs: on a GPU, where the
+    worker's calls leave the host's cores to the auditor; not on a CPU, where the candidate's
+    calls run on them."""
+    return torch.device(device).type == "cuda"
 
 
 def _estimated_bytes(problem: Problem, case: Case) -> int:

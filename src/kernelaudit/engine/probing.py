@@ -114,7 +114,7 @@ def probe_all(
             probing.shared += 1
         else:
             try:
-                observation = executor.observe(probe)
+                observation = executor.observe(probe, upcoming=queue[0] if queue else None)
             except CaseUnavailable as error:
                 probing.unavailable.append((probe, error.reason))
                 if at_a_workload(executor.problem, probe.case):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
 
 import torch
@@ -134,6 +134,21 @@ def _draw(
     return draw_mask(distribution, shape, inp.kind, dtype, generator, inp.domain.min_kept)
 
 
+def keyed_draw(
+    inp: TensorInput | IndexInput | MaskInput,
+    distribution: str,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    case: Case,
+    bound: int,
+) -> tuple[Hashable, Callable[[], torch.Tensor]]:
+    """A drawn input's key in `DRAWS` (everything that decides its values, so a large draw is
+    made once: `reuse`), and the draw."""
+    generator = input_generator(case.seed, inp.name)
+    key = (inp, distribution, shape, dtype, case.seed, bound)
+    return key, functools.partial(_draw, inp, distribution, shape, dtype, generator, bound)
+
+
 def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | float]:
     """The logical value of every input of `problem` for `case`, in declaration order.
 
@@ -161,7 +176,7 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
             continue
         distribution = case.value_of(inp.name, default_distribution(inp, problem))
         if is_recorded(distribution):  # a real call's input (`inputs.recorded`)
-            shape = _shape(inp, sizes, case)
+            shape = input_shape(inp, sizes, case)
             values[inp.name] = recorded_tensor(distribution, shape, config[inp.name])
             continue
         valid = distributions_for(inp, problem)
@@ -175,7 +190,7 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
                 f"input {inp.name!r} is declared {inp.domain.describe()}, and distribution "
                 f"{distribution!r} draws values outside it; choose another one"
             )
-        shape = _shape(inp, sizes, case)
+        shape = input_shape(inp, sizes, case)
         dtype = config[inp.name]
         layout = case.layout_of(inp.name)
         if distribution == GENERATOR:
@@ -194,10 +209,7 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
             continue
         d = expand_dim(shape) if layout == "expanded" else None
         if d is None:
-            # everything that decides the values, so a large draw is made once (`reuse`)
-            key = (inp, distribution, shape, dtype, case.seed, bound)
-            draw = functools.partial(_draw, inp, distribution, shape, dtype, generator, bound)
-            values[inp.name] = DRAWS.get(key, draw)
+            values[inp.name] = DRAWS.get(*keyed_draw(inp, distribution, shape, dtype, case, bound))
             continue
         # Drawn with size 1 where the layout broadcasts, so presenting the values with stride 0
         # there shows the candidate exactly these values.
@@ -247,7 +259,7 @@ def shapes_only(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
             values[inp.name] = _scalar(inp, case, sizes, {})  # type: ignore[assignment]
             continue
         values[inp.name] = torch.empty(
-            _shape(inp, sizes, case), dtype=config[inp.name], device="meta"
+            input_shape(inp, sizes, case), dtype=config[inp.name], device="meta"
         )
     return values
 
@@ -332,7 +344,8 @@ def forward_values(problem: Problem, values: Mapping[str, object]) -> dict[str, 
     return saved
 
 
-def _shape(inp: Input, sizes: dict[str, int], case: Case) -> tuple[int, ...]:
+def input_shape(inp: Input, sizes: dict[str, int], case: Case) -> tuple[int, ...]:
+    """The shape of `inp` at the case's sizes (a `UsageError` naming a size the case lacks)."""
     for dim in inp.shape:  # type: ignore[union-attr]
         for axis in dim_axes(dim):
             _axis_size(sizes, axis, inp, case)

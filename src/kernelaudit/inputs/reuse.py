@@ -104,6 +104,14 @@ class Draws:
             self._drop(next(iter(self._kept)))
         return self._given_out(key, _picked(drawn, names))
 
+    def holds(self, key: Hashable) -> bool:
+        """Whether a draw is kept under `key`, unwritten since (what `get` would give as kept)."""
+        try:
+            kept = self._kept.get(key)
+        except TypeError:
+            return False
+        return kept is not None and _versions(kept) == self._versions[key]
+
     def _drop(self, key: Hashable) -> None:
         dropped = self._kept.pop(key)
         del self._versions[key]
