@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|clock|guard|lent|scans|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|some-tests|clock|guard|lent|scans|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -39,6 +39,14 @@ for step in ${steps[@]}; do
       python3 -m pytest -q -p no:cacheprovider tests/examples tests/engine/test_examples_end_to_end.py -k "not demo_passes" >> "$out/gpu-tests.txt" 2>&1
       note $? "$out/gpu-tests.txt"
       tail -n 25 "$out/gpu-tests.txt"
+      ;;
+    some-tests)
+      # chosen tests on the GPU, every one whether marked gpu or not (TESTS="tests/a.py ...",
+      # TESTS_K for pytest's -k), for a change whose GPU paths they are
+      python3 -m pytest -q -p no:cacheprovider ${TESTS} -k "${TESTS_K:-not demo_passes}" \
+        > "$out/some-tests.txt" 2>&1
+      note $? "$out/some-tests.txt"
+      tail -n 5 "$out/some-tests.txt"
       ;;
     clock)
       # the auditor's clock (engine/clocked.py): its tests on the GPU, then every example and
