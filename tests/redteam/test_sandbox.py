@@ -21,8 +21,8 @@ from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport
 from kernelaudit.problem.load import load_problem
 from kernelaudit.profiles import PROFILES
-from kernelaudit.runner import sandbox
-from kernelaudit.runner.launch import child_environment
+from kernelaudit.runner import limits, sandbox
+from kernelaudit.runner.launch import child_environment, run_python
 from kernelaudit.runner.sandbox import isolation
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -249,3 +249,45 @@ def test_a_candidates_memory_backed_folders_are_bounded() -> None:
     assert len(shown) == 2
     for size in map(int, shown):
         assert 0 < size <= sandbox.scratch_bytes() + page
+
+
+@confined
+def test_a_candidate_that_fills_its_cache_folder_is_stopped_and_the_folder_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "CACHE_MOST_BYTES", 4 << 20)  # so 8 MiB a call is past it
+    root = _copy(tmp_path)
+    candidate = root / "candidates" / "fills_the_disk.py"
+    report = _audit(root, "fills_the_disk")
+    assert report.verdict == "FAIL"
+    disk = [f for f in report.failures if f.key.startswith("disk:")]
+    assert disk and "wrote more than 4 MiB to its cache folder" in disk[0].title
+    folder = sandbox.candidate_cache(candidate)
+    try:
+        # emptied when it went past; the calls of a restarted worker may write again until the
+        # next look (unbounded, this audit's calls write 80 MiB)
+        held, _ = limits.folder_held(str(folder), 1 << 40, 1 << 30)
+        assert held <= 5 * (8 << 20)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@confined
+def test_a_one_shot_child_that_fills_its_cache_folder_is_stopped_and_the_folder_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "CACHE_MOST_BYTES", 4 << 20)
+    candidate = _copy(tmp_path) / "candidates" / "fills_the_disk.py"
+    fills = (
+        "from pathlib import Path; import os, time; folder = Path.home() / '.cache'; "
+        "folder.mkdir(parents=True, exist_ok=True); "
+        "[(folder / f'block-{k}').write_bytes(os.urandom(1 << 20)) for k in range(16)]; "
+        "time.sleep(60)"
+    )
+    began = time.monotonic()
+    done = run_python(["-c", fills], "cpu", 120, candidate, tmp_path)
+    assert time.monotonic() - began < 30  # stopped, not waited out
+    assert "wrote more than 4 MiB to its cache folder" in done.over_disk
+    folder = sandbox.candidate_cache(candidate)
+    assert folder.is_dir() and list(folder.iterdir()) == []
+    folder.rmdir()

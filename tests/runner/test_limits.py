@@ -3,6 +3,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,48 @@ def test_waits_at_once_share_one_scan_and_a_new_process_is_seen_within_its_fresh
         child.kill()
         child.wait()
     assert len(scans) >= 2
+
+
+def test_a_cache_folder_past_its_bytes_or_files_is_told_and_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "CACHE_WALK_S", 0.0)  # read the folder at every look
+    bound = limits.FolderBound(tmp_path, most_bytes=1 << 20)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "small.bin").write_bytes(os.urandom(256 << 10))
+    assert bound.over() == ""
+    (tmp_path / "kernels" / "large.bin").write_bytes(os.urandom(2 << 20))
+    assert "wrote more than 1 MiB to its cache folder" in bound.over()
+    bound.empty()
+    assert tmp_path.is_dir() and list(tmp_path.iterdir()) == []
+    assert bound.over() == ""
+    monkeypatch.setattr(limits, "CACHE_MOST_FILES", 50)
+    for k in range(60):
+        (tmp_path / f"empty-{k}").touch()
+    assert "more than 50 files" in bound.over()
+
+
+def test_a_cache_folder_is_read_only_when_its_disk_says_it_may_have_grown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    free = [10 << 30]
+    monkeypatch.setattr(limits, "_free_bytes", lambda folder: free[0])
+    walks = []
+    real = limits.folder_held
+
+    def counted(*args: object) -> tuple[int, int]:
+        walks.append(args)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(limits, "folder_held", counted)
+    bound = limits.FolderBound(tmp_path, most_bytes=4 << 20)
+    (tmp_path / "held.bin").write_bytes(os.urandom(1 << 20))
+    walks.clear()
+    free[0] -= 1 << 20  # within what the folder may still take: no read
+    assert bound.over() == "" and walks == []
+    (tmp_path / "more.bin").write_bytes(os.urandom(4 << 20))
+    free[0] -= 4 << 20  # past it: read, and found over
+    assert "wrote more than 4 MiB" in bound.over() and len(walks) == 1
+    monkeypatch.setattr(limits, "CACHE_WALK_S", 0.0)
+    free[0] += 64 << 30  # another process freed space: read all the same, in time
+    assert "wrote more than 4 MiB" in bound.over()

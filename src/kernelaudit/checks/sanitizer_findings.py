@@ -129,9 +129,10 @@ def _plain_notes(session: Session) -> list[Failure]:
     """What went wrong running the candidate without the sanitizer."""
     plain, result = session.plain, session.plain_result
     if result is None:
+        over = plain.over_memory or plain.over_disk
         how = (
-            f"was stopped: {plain.over_memory}"
-            if plain.over_memory
+            f"was stopped: {over}"
+            if over
             else f"was stopped after {plain.seconds:.0f} s"
             if plain.timed_out
             else f"exited with code {plain.returncode} and wrote no result"
@@ -164,10 +165,12 @@ def _tool_notes(tool_run: ToolRun) -> list[Failure]:
     command = ("sanitizer command", shlex.join(run.command))
     if run.returncode is None:  # stopped: for memory, or at the budget's limit
         limit = f" at the budget's limit after {run.seconds:.0f} s"
-        why = f": {run.over_memory}" if run.over_memory else limit
+        over = run.over_memory or run.over_disk
+        why = f": {over}" if over else limit
+        stopped = "host-memory" if run.over_memory else "disk" if run.over_disk else "stopped"
         return [
             note(
-                f"{tool}:host-memory" if run.over_memory else f"{tool}:stopped",
+                f"{tool}:{stopped}",
                 f"compute-sanitizer {tool} was stopped{why}; what it reported until then is judged",
                 ("output", run.output.strip()),
                 command,

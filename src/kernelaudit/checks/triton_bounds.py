@@ -44,7 +44,7 @@ from kernelaudit.problem.spec import IndexInput, Problem
 
 _VERBS = {"load": "reads", "store": "writes", "atomic": "updates atomically"}
 
-_STOPPED = ("unsupported", "timeout", "crash", "host-memory")
+_STOPPED = ("unsupported", "timeout", "crash", "host-memory", "disk")
 """Why an interpreted run can end without having watched anything, the candidate's fault or
 not: a note says so even when no kernel had launched yet."""
 

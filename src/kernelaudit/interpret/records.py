@@ -121,7 +121,8 @@ class Interpretation:
         exception, a timeout, a crash, an interpreter the watch does not know.
     cause: what `error` is: "", "candidate" (the candidate raised), "no-triton" (Triton cannot
         be imported), "unsupported" (its interpreter cannot be watched), "timeout", "crash",
-        "host-memory" (its processes held more host memory than the audit allows).
+        "host-memory" (its processes held more host memory than the audit allows), "disk"
+        (they wrote more to the candidate's cache folder than it may hold).
     dropped: groups of out-of-bounds lanes not recorded once the cap was reached.
     """
 

@@ -27,8 +27,9 @@ import torch
 from kernelaudit.interpret.records import Interpretation, UnreadableResult
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import start_python
-from kernelaudit.runner.limits import wait_within
+from kernelaudit.runner.limits import FolderBound, wait_within
 from kernelaudit.runner.messages import Call
+from kernelaudit.runner.sandbox import cache_bound
 
 _STDERR_TAIL_LINES = 3
 
@@ -66,6 +67,7 @@ class InterpretedRun:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (held until `finish`)
         self._process: subprocess.Popen[bytes] | None = None
         self._unstarted = ""
+        self._cache: FolderBound | None = None
         self._started = threading.Event()
         self._collected = threading.Event()
         self._request: dict[str, object] | None = {
@@ -87,6 +89,7 @@ class InterpretedRun:
         thread that started it (`--die-with-parent` watches the starting thread). The calls'
         tensors are let go of once written."""
         try:
+            self._cache = cache_bound(candidate.path)
             path = Path(self._folder.name) / "request.pt"
             request, self._request = self._request, None
             torch.save(request, path)
@@ -124,7 +127,9 @@ class InterpretedRun:
                 error=f"the interpreted run could not start: {self._unstarted}", cause="crash"
             )
         try:
-            waited = wait_within(self._process, self._deadline, self._host_memory_bytes)
+            waited = wait_within(
+                self._process, self._deadline, self._host_memory_bytes, cache=self._cache
+            )
         finally:
             # whatever the candidate started goes with it
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -141,6 +146,10 @@ class InterpretedRun:
             self._folder.cleanup()
         if waited.over_memory:
             return replace(seen or Interpretation(), error=waited.over_memory, cause="host-memory")
+        if waited.over_disk:
+            if self._cache is not None:
+                self._cache.empty()
+            return replace(seen or Interpretation(), error=waited.over_disk, cause="disk")
         if waited.timed_out:
             return replace(
                 seen or Interpretation(),

@@ -35,8 +35,8 @@ class LargeRun:
     after: the checked rows of every input the contract lets the candidate mutate, after the
         call.
     kind: "" when the call ran; else "load", "draw" or "memory" (the run could not be made),
-        "exception", "contract", "timeout", "crash" or "host-memory" (the candidate failed on
-        the case).
+        "exception", "contract", "timeout", "crash", "host-memory" or "disk" (the candidate failed
+        on the case).
     """
 
     inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
@@ -145,6 +145,8 @@ def run_large(
             )
         if done.over_memory:
             return LargeRun(error=done.over_memory, kind="host-memory")
+        if done.over_disk:
+            return LargeRun(error=done.over_disk, kind="disk")
         if not result.is_file():
             died = f"the candidate's process died (exit {done.returncode}): "
             return LargeRun(error=died + (done.stderr_tail or "no message"), kind="crash")

@@ -23,7 +23,7 @@ CALLER = Path(__file__).with_name("caller.py")
 @dataclass(frozen=True)
 class PlainRun:
     """What a plain run brought back: the first and last call's outputs and mutated inputs,
-    or why it stopped (`kind`: "load", "exception", "timeout", "crash", "host-memory",
+    or why it stopped (`kind`: "load", "exception", "timeout", "crash", "host-memory", "disk",
     "too-large", "bad-result")."""
 
     calls: int = 0
@@ -83,6 +83,8 @@ def run_plain(
             return PlainRun(error=f"no result within {timeout_s:.0f} s", kind="timeout")
         if done.over_memory:
             return PlainRun(error=done.over_memory, kind="host-memory")
+        if done.over_disk:
+            return PlainRun(error=done.over_disk, kind="disk")
         if not answer.is_file():
             died = f"its process died (exit {done.returncode}): "
             return PlainRun(error=died + (done.stderr_tail or "no message"), kind="crash")

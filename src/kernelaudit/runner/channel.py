@@ -28,7 +28,12 @@ class Died(Exception):
 
 
 class OverLimit(Exception):
-    """The worker's processes use more host memory than allowed (the text says how much)."""
+    """The worker's processes use more than they may (the text says what and how much):
+    host memory (`kind` "memory"), or their cache folder's disk ("disk")."""
+
+    def __init__(self, text: str, kind: str = "memory") -> None:
+        super().__init__(text)
+        self.kind = kind
 
 
 class Channel:

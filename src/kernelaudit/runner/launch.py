@@ -21,7 +21,7 @@ from typing import IO
 
 import kernelaudit
 from kernelaudit.runner.limits import wait_within
-from kernelaudit.runner.sandbox import for_candidate, isolation
+from kernelaudit.runner.sandbox import cache_bound, for_candidate, isolation
 from kernelaudit.runner.threads import THREADS_VARIABLE, thread_environment, thread_share
 
 
@@ -56,6 +56,8 @@ class ChildExit:
     """Its last three lines of standard error, joined by " / " ("" when silent)."""
     over_memory: str = ""
     """Why it was killed for the host memory its processes held ("" when it was not)."""
+    over_disk: str = ""
+    """Why it was killed for what it wrote to its cache folder ("" when it was not)."""
 
 
 def start_python(
@@ -239,13 +241,23 @@ def run_python(
         process = start_python(
             arguments, device, candidate, scratch, readable, stderr=stderr, cwd=scratch
         )
+        cache = cache_bound(candidate)
         try:
-            waited = wait_within(process, time.monotonic() + timeout_s, host_memory_bytes)
+            deadline = time.monotonic() + timeout_s
+            waited = wait_within(process, deadline, host_memory_bytes, cache=cache)
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        if waited.over_disk and cache is not None:
+            cache.empty()
         if waited.returncode is None:
-            return ChildExit(waited.timed_out, None, "", over_memory=waited.over_memory)
+            return ChildExit(
+                waited.timed_out,
+                None,
+                "",
+                over_memory=waited.over_memory,
+                over_disk=waited.over_disk,
+            )
         tail = file_tail(stderr).strip().splitlines()[-3:]
     return ChildExit(False, waited.returncode, " / ".join(tail))

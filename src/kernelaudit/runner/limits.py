@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -194,6 +195,95 @@ def _namespace(pid: str) -> str:
         return ""
 
 
+CACHE_MOST_BYTES = 4 << 30
+"""The most a candidate's own cache folder may hold: its compiled kernels take megabytes, an
+extension built there hundreds. The same on every host, so no verdict depends on how full the
+host's disk is."""
+
+CACHE_MOST_FILES = 200_000
+"""The most files it may hold (a folder of millions of empty files costs every reader)."""
+
+CACHE_WALK_S = 5.0
+"""How often the folder is read whatever its file system says (another process freeing space
+there would hide what the candidate writes)."""
+
+
+class FolderBound:
+    """What a candidate's own cache folder (`runner.sandbox.candidate_cache`, the only folder
+    on the host's disk it writes under the sandbox, kept between its audits) may hold: at most
+    `most_bytes` (`CACHE_MOST_BYTES` when not given) and `CACHE_MOST_FILES` files. Every wait
+    on the candidate's processes asks `over()`, which costs one `statvfs` while the file
+    system's free space has not dropped by what the folder may still take, and reads the
+    folder (stopping once past the bound) when it has, or every `CACHE_WALK_S`. A candidate
+    that filled the disk would fail every other audit, report and database write on the
+    host."""
+
+    def __init__(self, folder: str | os.PathLike[str], most_bytes: int = 0) -> None:
+        self.folder = os.fspath(folder)
+        self._lock = threading.Lock()
+        self.most_bytes = most_bytes or CACHE_MOST_BYTES
+        self._held, _ = folder_held(self.folder, self.most_bytes, CACHE_MOST_FILES)
+        self._free = _free_bytes(self.folder)
+        self._walked = time.monotonic()
+
+    def over(self) -> str:
+        """Why the folder holds more than it may ("" while it does not)."""
+        with self._lock:
+            free = _free_bytes(self.folder)
+            room = self.most_bytes - self._held
+            if free >= self._free - room and time.monotonic() < self._walked + CACHE_WALK_S:
+                return ""
+            held, files = folder_held(self.folder, self.most_bytes, CACHE_MOST_FILES)
+            self._held, self._free, self._walked = held, free, time.monotonic()
+        if held > self.most_bytes:
+            return (
+                f"the candidate's processes wrote more than {_size(self.most_bytes)} to its "
+                "cache folder, the most it may hold; they were killed and the folder emptied."
+            )
+        if files > CACHE_MOST_FILES:
+            return (
+                f"the candidate's processes wrote more than {CACHE_MOST_FILES:,} files to its "
+                "cache folder, the most it may hold; they were killed and the folder emptied."
+            )
+        return ""
+
+    def empty(self) -> None:
+        """Remove what the folder holds (once its processes are gone)."""
+        with self._lock:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            os.makedirs(self.folder, exist_ok=True)
+            self._held, self._free = 0, _free_bytes(self.folder)
+
+
+def folder_held(folder: str, most_bytes: int, most_files: int) -> tuple[int, int]:
+    """The bytes (allocated blocks) and files under `folder`, read until either passes its
+    most; links are not followed."""
+    held = files = 0
+    pending = [folder]
+    while pending and held <= most_bytes and files <= most_files:
+        with contextlib.suppress(OSError), os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                files += 1
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    else:
+                        held += entry.stat(follow_symlinks=False).st_blocks * 512
+    return held, files
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:.2f} GiB" if count >= 1 << 30 else f"{count / 2**20:.0f} MiB"
+
+
+def _free_bytes(folder: str) -> int:
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return 0
+    return found.f_bavail * found.f_frsize
+
+
 @dataclass(frozen=True)
 class Waited:
     """How a wait on a one-shot child (`wait_within`) ended."""
@@ -204,6 +294,8 @@ class Waited:
     timed_out: bool = False
     over_memory: str = ""
     """Why its processes hold more host memory than allowed ("" when they do not)."""
+    over_disk: str = ""
+    """Why its cache folder holds more than allowed (`FolderBound`; "" when it does not)."""
 
 
 def wait_within(
@@ -211,11 +303,13 @@ def wait_within(
     deadline: float,
     host_memory_bytes: int = 0,
     stop: threading.Event | None = None,
+    cache: FolderBound | None = None,
 ) -> Waited:
     """Wait for `process` until it exits, until `deadline` (`time.monotonic`), until `stop` is
-    set, or until its processes (`resident_bytes`) hold more than `host_memory_bytes` of host
-    memory (0: half of the machine's), reading their memory every `MEMORY_POLL_S`. Its output
-    must go to files, not pipes this wait does not read."""
+    set, until its processes (`resident_bytes`) hold more than `host_memory_bytes` of host
+    memory (0: half of the machine's), or until its cache folder holds more than `cache`
+    allows, reading both every `MEMORY_POLL_S`. Its output must go to files, not pipes this
+    wait does not read."""
     limit = host_memory_bytes or host_share()
     namespaces: set[str] = set()
     while (returncode := process.poll()) is None:
@@ -227,6 +321,8 @@ def wait_within(
         used = resident_bytes(process.pid, namespaces)
         if used > limit:
             return Waited(None, over_memory=over_memory(used, limit))
+        if cache is not None and (why := cache.over()):
+            return Waited(None, over_disk=why)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=min(left, MEMORY_POLL_S))
     return Waited(returncode)

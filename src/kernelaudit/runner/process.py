@@ -37,6 +37,7 @@ from kernelaudit.runner.launch import exit_description, written_since
 from kernelaudit.runner.lent import Lender
 from kernelaudit.runner.limits import (
     MEMORY_POLL_S,
+    FolderBound,
     Limits,
     over_memory,
     region_most_bytes,
@@ -52,6 +53,7 @@ from kernelaudit.runner.messages import (
     withheld,
 )
 from kernelaudit.runner.observed import observe
+from kernelaudit.runner.sandbox import cache_bound
 from kernelaudit.runner.shared import Region, room
 from kernelaudit.runner.wire import REGION_LEAST_BYTES, TooLarge
 
@@ -88,6 +90,8 @@ class Worker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._namespaces: set[str] = set()
         """The process-id namespaces the worker's processes were seen in (`resident_bytes`)."""
+        self._cache: FolderBound | None = None
+        """What the candidate's cache folder may hold, under the sandbox (`sandbox.cache_bound`)."""
         self._channel: Channel | None = None
         self._stderr: IO[bytes] | None = None
         self._load_failure: InvocationResult | None = None
@@ -146,7 +150,7 @@ class Worker:
             kind = "crash"
             text = f"the worker {self._exit_description()} while importing {self.candidate.label}."
         except OverLimit as over:
-            kind = "memory"
+            kind = over.kind
             text = f"while importing {self.candidate.label}, {over}"
         else:
             if reply == ("ready",):
@@ -170,6 +174,8 @@ class Worker:
         text += self._stderr_tail(0) if kind != "exception" else ""
         self._load_failure = InvocationResult(calls=(), error=text, error_kind=kind)
         self._kill()
+        if kind == "disk" and self._cache is not None:
+            self._cache.empty()
 
     def run(self, invocation: Invocation, reply_bytes: int | None = None) -> InvocationResult:
         """Run every call of `invocation` in the child and return what it observed. A reply
@@ -213,8 +219,8 @@ class Worker:
             self._kill()
             return InvocationResult(calls=(), error=text, error_kind="crash")
         except OverLimit as over:
-            self._kill()
-            return InvocationResult(calls=(), error=str(over), error_kind="memory")
+            self._killed_for(over)
+            return InvocationResult(calls=(), error=str(over), error_kind=over.kind)
         if isinstance(reply, TooLarge):
             self._kill()
             return InvocationResult(
@@ -281,11 +287,10 @@ class Worker:
 
     def _spawn(self) -> None:
         child, self._stderr = prestart.worker_for(self.candidate.path, self.device)
+        self._cache = cache_bound(self.candidate.path)
         self._proc = child.process
         self._namespaces = set()
-        self._channel = Channel(
-            child.process, child.to_child, child.from_child, self._watch_host_memory
-        )
+        self._channel = Channel(child.process, child.to_child, child.from_child, self._watch_limits)
         if child.regions:
             self._arguments, self._results = (Region(fd) for fd in child.regions)
         if child.lending >= 0:
@@ -373,14 +378,24 @@ class Worker:
 
     # --- memory ---
 
-    def _watch_host_memory(self) -> None:
-        limit = self.limits.host_memory_bytes
-        if not limit or self._proc is None or time.monotonic() < self._next_memory_poll:
+    def _watch_limits(self) -> None:
+        """Every `MEMORY_POLL_S` while the auditor waits on the worker: the host memory of its
+        processes, and what their cache folder holds (`limits.FolderBound`)."""
+        if self._proc is None or time.monotonic() < self._next_memory_poll:
             return
         self._next_memory_poll = time.monotonic() + MEMORY_POLL_S
-        used = resident_bytes(self._proc.pid, self._namespaces)
-        if used > limit:
+        limit = self.limits.host_memory_bytes
+        if limit and (used := resident_bytes(self._proc.pid, self._namespaces)) > limit:
             raise OverLimit(over_memory(used, limit))
+        if self._cache is not None and (why := self._cache.over()):
+            raise OverLimit(why, kind="disk")
+
+    def _killed_for(self, over: OverLimit) -> None:
+        """Kill the worker for what it went past; a cache folder past its bound is emptied
+        once nothing of the candidate's runs."""
+        self._kill()
+        if over.kind == "disk" and self._cache is not None:
+            self._cache.empty()
 
     def _device_used(self) -> int:
         """Device memory in use by every process, less what this process's allocator holds."""

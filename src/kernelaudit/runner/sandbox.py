@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kernelaudit
-from kernelaudit.runner.limits import machine_memory
+from kernelaudit.runner.limits import FolderBound, machine_memory
 
 BUBBLEWRAP = "bwrap"
 
@@ -256,6 +256,21 @@ def candidate_cache(path: str | Path) -> Path:
     folder = Path(base) / "kernelaudit" / "candidates" / digest.hexdigest()[:24]
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+_BOUNDS: dict[Path, FolderBound] = {}
+
+
+def cache_bound(candidate: str | Path) -> FolderBound | None:
+    """What the candidate's cache folder may hold, where it is the only folder on the host's
+    disk its processes write (under the sandbox); None without the sandbox, where they write
+    wherever the auditor's user can. One per folder, shared by every wait on its processes."""
+    if not isolation().confined:
+        return None
+    folder = candidate_cache(candidate)
+    if folder not in _BOUNDS:
+        _BOUNDS[folder] = FolderBound(folder)
+    return _BOUNDS[folder]
 
 
 def cache_environment(home: Path) -> dict[str, str]:

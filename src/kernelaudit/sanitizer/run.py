@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelaudit.runner.launch import child_environment, file_tail
-from kernelaudit.runner.limits import wait_within
+from kernelaudit.runner.limits import FolderBound, wait_within
 
 PADDING_BYTES = 1 << 16
 """memcheck's `--padding`: an unused gap after every allocation, so an overrun lands in no
@@ -43,6 +43,8 @@ class Run:
     output: the end of what the processes wrote to stdout and stderr (the sanitizer's own
         failures, the candidate's prints, a traceback).
     over_memory: why it was killed for the host memory its processes held ("" if it was not).
+    over_disk: why it was killed for what it wrote to the candidate's cache folder ("" if it
+        was not).
     """
 
     tool: str
@@ -52,10 +54,11 @@ class Run:
     log: str
     output: str
     over_memory: str = ""
+    over_disk: str = ""
 
     @property
     def timed_out(self) -> bool:
-        return self.returncode is None and not self.over_memory
+        return self.returncode is None and not self.over_memory and not self.over_disk
 
 
 def child_command(request: Path, result: Path) -> list[str]:
@@ -124,10 +127,12 @@ def run(
     log: Path,
     stop: threading.Event | None = None,
     host_memory_bytes: int = 0,
+    cache: FolderBound | None = None,
 ) -> Run:
     """Run `command` in a process group of its own for at most `limit_s` seconds, until `stop`
-    is set (the audit it belongs to ended without it), or until its processes hold more than
-    `host_memory_bytes` of host memory (0: half of the machine's)."""
+    is set (the audit it belongs to ended without it), until its processes hold more than
+    `host_memory_bytes` of host memory (0: half of the machine's), or until they write more to
+    the candidate's cache folder than `cache` lets it hold (the folder is then emptied)."""
     with tempfile.TemporaryFile() as output:
         began = time.perf_counter()
         process = subprocess.Popen(
@@ -140,7 +145,7 @@ def run(
         )
         deadline = time.monotonic() + max(limit_s, 1.0)
         try:
-            waited = wait_within(process, deadline, host_memory_bytes, stop)
+            waited = wait_within(process, deadline, host_memory_bytes, stop, cache)
         finally:
             # whatever the candidate left running dies with the run
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -149,4 +154,15 @@ def run(
         seconds = time.perf_counter() - began
         tail = file_tail(output)
     text = log.read_text(errors="replace") if log.is_file() else ""
-    return Run(tool, tuple(command), seconds, waited.returncode, text, tail, waited.over_memory)
+    if waited.over_disk and cache is not None:
+        cache.empty()
+    return Run(
+        tool,
+        tuple(command),
+        seconds,
+        waited.returncode,
+        text,
+        tail,
+        waited.over_memory,
+        waited.over_disk,
+    )

@@ -19,7 +19,7 @@ from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.limits import host_share
-from kernelaudit.runner.sandbox import for_candidate
+from kernelaudit.runner.sandbox import cache_bound, for_candidate
 from kernelaudit.sanitizer.attribution import is_library_kernel, kernel_base
 from kernelaudit.sanitizer.cases import Arguments, arguments, small_cases
 from kernelaudit.sanitizer.child import ChildResult, Launched, read_result, write_request
@@ -188,7 +188,9 @@ def run_session(
             )
 
             def sanitized() -> ToolRun:
-                done = run(tool, command, confined, left, log, halt, profile.host_memory_bytes)
+                done = run(
+                    tool, command, confined, left, log, halt, profile.host_memory_bytes, cache
+                )
                 return ToolRun(done, parse(done.log, tool) if done.log else None, kernels)
 
             return pool.submit(sanitized)
@@ -198,6 +200,7 @@ def run_session(
             tool_home = Path(executable).resolve().parent.parent
             return for_candidate(command, env, candidate.path, scratch=work, readable=[tool_home])
 
+        cache = cache_bound(candidate.path)
         limit = profile.timeout_s * PLAIN_LIMIT_FACTOR
         command, confined = confined_run(child_command(plain_request, work / "plain.json"))
         plain_running = pool.submit(
@@ -209,6 +212,7 @@ def run_session(
             work / "plain.log",
             halt,
             profile.host_memory_bytes,
+            cache,
         )
         # the tools that need nothing from the plain run start beside it
         early = {tool: start(tool, ()) for tool in profile.sanitizer_tools}
