@@ -5,6 +5,7 @@ reports."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,10 @@ def test_only_the_draws_a_case_keeps_are_made_ahead() -> None:
     assert names == ["x"]
     assert own_draws(LAYER, Case(_case().sizes, 0, (), (("x", "broadcast"),), 0)) == []
     assert own_draws(LAYER, Case((("rows", 8),), 0, (), (), 0)) == []  # a size it lacks
+    window = replace(_case(), rows=("rows", 0, 8))  # drawn whole, then cut
+    assert [key for (key, _), _ in own_draws(LAYER, window)] == [
+        key for (key, _), _ in own_draws(LAYER, _case())
+    ]
 
 
 CANDIDATE = """

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 
 import torch
 
@@ -46,8 +47,8 @@ def own_draws(problem: Problem, case: Case) -> list[tuple[KeyedDraw, int]]:
     """The floating draws `materialize(problem, case)` makes through the kept draws (plain
     layouts, kernelaudit's own distributions), each with its size in bytes; a case
     `materialize` would refuse gives none (it is refused where it is made)."""
-    if case.rows is not None:
-        return []  # a window of a whole case, whose own draws are those of the whole
+    if case.rows is not None:  # a window of a whole case, which draws the whole first
+        return own_draws(problem, replace(case, rows=None))
     configs = problem.dtype_configs()
     if not 0 <= case.dtype_config < len(configs):
         return []
