@@ -5,7 +5,8 @@ channel, the sanitizer's runs, the interpreted run, the reference's measurement)
 the memory of the processes it waits on every `MEMORY_POLL_S` (`runner.limits.resident_bytes`).
 This starts `--processes` idle processes (a busy host's), `--waits` threads polling as those
 waits do, and times a fixed piece of Python work on the main thread (small torch operations, as
-judging makes) with and without them. Run it with `PYTHONPATH` set to each tree to compare.
+judging makes) without and with them polling, alternated. Run it with `PYTHONPATH` set to
+each tree to compare.
 
     python benchmarks/process_scans.py --processes 300 --waits 6 --json out.json
 """
@@ -38,14 +39,18 @@ def main_thread_work(rounds: int) -> float:
     return time.perf_counter() - started
 
 
-def polled(waits: int, stop: threading.Event, counts: list[int]) -> list[threading.Thread]:
-    """`waits` threads, each reading its own process group's memory every `MEMORY_POLL_S`."""
+def polled(
+    waits: int, stop: threading.Event, polling: threading.Event, counts: list[int]
+) -> list[threading.Thread]:
+    """`waits` threads, each reading its own process group's memory every `MEMORY_POLL_S`
+    while `polling` is set."""
 
     def wait(k: int) -> None:
         namespaces: set[str] = set()
         while not stop.is_set():
-            limits.resident_bytes(os.getpid(), namespaces)
-            counts[k] += 1
+            if polling.is_set():
+                limits.resident_bytes(os.getpid(), namespaces)
+                counts[k] += 1
             stop.wait(limits.MEMORY_POLL_S)
 
     threads = [threading.Thread(target=wait, args=(k,), daemon=True) for k in range(waits)]
@@ -55,27 +60,38 @@ def polled(waits: int, stop: threading.Event, counts: list[int]) -> list[threadi
 
 
 def measure(waits: int, rounds: int, repeats: int) -> dict[str, object]:
-    stop = threading.Event()
+    """The main thread's work alone and with the waits polling, alternated `repeats` times (a
+    busy host's drift falls on both)."""
+    stop, polling = threading.Event(), threading.Event()
     counts = [0] * waits
-    threads = polled(waits, stop, counts)
-    started = time.perf_counter()
-    times = [main_thread_work(rounds) for _ in range(repeats)]
-    elapsed = time.perf_counter() - started
+    threads = polled(waits, stop, polling, counts)
+    alone, waited = [], []
+    polled_s = 0.0
+    for _ in range(repeats):
+        polling.clear()
+        time.sleep(limits.MEMORY_POLL_S)  # the waits' last polls end
+        alone.append(main_thread_work(rounds))
+        polling.set()
+        began = time.perf_counter()
+        waited.append(main_thread_work(rounds))
+        polled_s += time.perf_counter() - began
     stop.set()
     for thread in threads:
         thread.join()
     scanned = time.perf_counter()
     for _ in range(20):
-        limits.resident_bytes(os.getpid())
         if hasattr(limits, "PROCESSES"):
             limits.PROCESSES.forget()
+        limits.resident_bytes(os.getpid())
     one_scan = (time.perf_counter() - scanned) / 20
     return {
         "waits": waits,
-        "work_s": sorted(times),
-        "work_median_s": sorted(times)[len(times) // 2],
-        "polls_per_s": sum(counts) / elapsed,
-        "one_uncontended_call_ms": one_scan * 1e3,
+        "alone_s": sorted(alone),
+        "with_waits_s": sorted(waited),
+        "alone_median_s": sorted(alone)[len(alone) // 2],
+        "with_waits_median_s": sorted(waited)[len(waited) // 2],
+        "polls_per_s": sum(counts) / polled_s if polled_s else 0.0,
+        "one_uncontended_scan_ms": one_scan * 1e3,
     }
 
 
@@ -84,7 +100,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=300, help="idle processes to start")
     parser.add_argument("--waits", type=int, default=6, help="threads polling at once")
     parser.add_argument("--rounds", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--json", help="where to write the figures")
     args = parser.parse_args()
     idle = [
@@ -100,20 +116,19 @@ def main() -> None:
             "torch_threads": torch.get_num_threads(),
             "python": platform.python_version(),
             "torch": torch.__version__,
-            "alone": measure(0, args.rounds, args.repeats),
-            "with_waits": measure(args.waits, args.rounds, args.repeats),
+            **measure(args.waits, args.rounds, args.repeats),
         }
     finally:
         for process in idle:
             process.kill()
         for process in idle:
             process.wait()
-    alone = row["alone"]["work_median_s"]  # type: ignore[index]
-    waited = row["with_waits"]["work_median_s"]  # type: ignore[index]
+    alone, waited = row["alone_median_s"], row["with_waits_median_s"]
     print(
         f"{row['host_processes']} processes, {args.waits} waits: main thread's work "
-        f"{alone:.3f} s alone, {waited:.3f} s with the waits ({waited / alone:.2f}x); "
-        f"one uncontended call {row['with_waits']['one_uncontended_call_ms']:.2f} ms",  # type: ignore[index]
+        f"{alone:.3f} s alone, {waited:.3f} s with the waits ({waited / alone:.2f}x), "  # type: ignore[operator]
+        f"medians of {args.repeats} alternated; one full scan "
+        f"{row['one_uncontended_scan_ms']:.2f} ms",
         file=sys.stderr,
     )
     if args.json:

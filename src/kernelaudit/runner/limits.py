@@ -264,6 +264,8 @@ def folder_held(folder: str, most_bytes: int, most_files: int) -> tuple[int, int
         with contextlib.suppress(OSError), os.scandir(pending.pop()) as entries:
             for entry in entries:
                 files += 1
+                if held > most_bytes or files > most_files:
+                    break  # one folder of millions of entries is read no further either
                 with contextlib.suppress(OSError):
                     if entry.is_dir(follow_symlinks=False):
                         pending.append(entry.path)
