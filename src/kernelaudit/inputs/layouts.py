@@ -7,6 +7,7 @@ activations, broadcast biases and views that start mid-allocation. A kernel that
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -86,7 +87,13 @@ def geometry(layout: str, shape: tuple[int, ...]) -> Geometry | None:
     (a transpose of a vector, a permutation of a matrix, any non-contiguous empty tensor)."""
     if layout not in LAYOUTS:
         raise UsageError(f"unknown layout {layout!r}; choose one of: {', '.join(LAYOUTS)}")
-    shape = tuple(shape)
+    return _geometry(layout, tuple(shape))
+
+
+@functools.lru_cache(maxsize=4096)
+def _geometry(layout: str, shape: tuple[int, ...]) -> Geometry | None:
+    """`geometry`, kept: the auditor asks it for every buffer of every call it reads (hundreds
+    an invocation where a timed call repeats), always for the same few shapes."""
     numel = _numel(shape)
     ndim = len(shape)
     if layout == "contiguous":
