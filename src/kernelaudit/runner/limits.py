@@ -118,13 +118,13 @@ class ProcessTable:
 
     Every wait on a candidate's processes (the worker's channel, the sanitizer's and the
     interpreted run's children, the reference's measurement) reads their memory every
-    `MEMORY_POLL_S`, and each used to scan /proc itself: reading every process's `stat` file,
-    three or four system calls each, every one of which gives up the interpreter's lock and
-    takes it back. With six such waits at once, an H200 host's auditor spent 8% of its main
-    thread in those scans during an audit of L1/092. One scan now serves every wait that asks
-    within `fresh_s`, and a process's namespace, which it never changes, is read once
-    (a host's hundreds of processes read five times a second took 34 s of a 450 s audit on a
-    16-core host)."""
+    `MEMORY_POLL_S`, and each used to scan /proc itself: every process's `stat` file read
+    through `open`, five or six system calls each, every one of which gives up the
+    interpreter's lock and takes it back. With six such waits at once, an H200 host's auditor
+    spent 8% of its main thread in those scans during an audit of L1/092. One scan now serves
+    every wait that asks within `fresh_s`, and a process's namespace, which it never changes,
+    is read once (a host's hundreds of processes read five times a second took 34 s of a 450 s
+    audit on a 16-core host)."""
 
     def __init__(self, fresh_s: float) -> None:
         self.fresh_s = fresh_s
