@@ -48,8 +48,6 @@ class ResultErrors:
     """The largest absolute difference where both are finite (0 where none is)."""
     relative: float
     """The largest of those differences over the truth's magnitude (0 where none is)."""
-    compared: bool
-    """Whether any element was finite in both."""
     has_nan: bool
     has_inf: bool
 
@@ -63,10 +61,10 @@ def result_errors(got: torch.Tensor, want: torch.Tensor) -> ResultErrors:
     has_nan, has_inf = bool(torch.isnan(got).any()), bool(torch.isinf(got).any())
     finite = torch.isfinite(got64) & torch.isfinite(want64)
     if not bool(finite.any()):
-        return ResultErrors(0.0, 0.0, False, has_nan, has_inf)
+        return ResultErrors(0.0, 0.0, has_nan, has_inf)
     left_out = ~finite
     difference = (got64 - want64).abs().masked_fill_(left_out, 0.0)
     absolute = float(difference.max())
     scale = want64.abs().clamp_min_(torch.finfo(torch.float64).tiny)
     relative = float(difference.div_(scale).masked_fill_(left_out, 0.0).max())
-    return ResultErrors(absolute, relative, True, has_nan, has_inf)
+    return ResultErrors(absolute, relative, has_nan, has_inf)

@@ -173,9 +173,7 @@ class Worker:
                 text = f"the worker sent {type(reply).__name__} instead of saying it was ready"
         text += self._stderr_tail(0) if kind != "exception" else ""
         self._load_failure = InvocationResult(calls=(), error=text, error_kind=kind)
-        self._kill()
-        if kind == "disk" and self._cache is not None:
-            self._cache.empty()
+        self._kill_for(kind)
 
     def run(self, invocation: Invocation, reply_bytes: int | None = None) -> InvocationResult:
         """Run every call of `invocation` in the child and return what it observed. A reply
@@ -219,7 +217,7 @@ class Worker:
             self._kill()
             return InvocationResult(calls=(), error=text, error_kind="crash")
         except OverLimit as over:
-            self._killed_for(over)
+            self._kill_for(over.kind)
             return InvocationResult(calls=(), error=str(over), error_kind=over.kind)
         if isinstance(reply, TooLarge):
             self._kill()
@@ -390,11 +388,11 @@ class Worker:
         if self._cache is not None and (why := self._cache.over()):
             raise OverLimit(why, kind="disk")
 
-    def _killed_for(self, over: OverLimit) -> None:
-        """Kill the worker for what it went past; a cache folder past its bound is emptied
-        once nothing of the candidate's runs."""
+    def _kill_for(self, kind: str) -> None:
+        """Kill the worker for a failure of `kind`; a cache folder past its bound ("disk") is
+        emptied once nothing of the candidate's runs."""
         self._kill()
-        if over.kind == "disk" and self._cache is not None:
+        if kind == "disk" and self._cache is not None:
             self._cache.empty()
 
     def _device_used(self) -> int:
