@@ -252,6 +252,22 @@ def test_a_candidates_memory_backed_folders_are_bounded() -> None:
 
 
 @confined
+def test_a_candidate_whose_cache_folder_stays_within_its_bound_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "CACHE_MOST_BYTES", 1 << 30)  # its 80 MiB are well inside
+    root = _copy(tmp_path)
+    report = _audit(root, "fills_the_disk")
+    folder = sandbox.candidate_cache(root / "candidates" / "fills_the_disk.py")
+    try:
+        assert report.verdict == "PASS"
+        held, _ = limits.folder_held(str(folder), 1 << 40, 1 << 30)
+        assert held >= 8 << 20  # what it wrote is kept, as a compiler's cache is
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@confined
 def test_a_candidate_that_fills_its_cache_folder_is_stopped_and_the_folder_emptied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
