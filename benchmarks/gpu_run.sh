@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|some-tests|clock|guard|lent|scans|ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|some-tests|clock|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -120,6 +120,26 @@ for step in ${steps[@]}; do
             --device cuda --only "$problem" 2>&1 | tail -n 3
         done
         sides=("${sides[1]}" "${sides[0]}")
+      done
+      ;;
+    examples-ab)
+      # the bundled examples (EXAMPLES: a folder of some of them; default all) audited in the
+      # default profile by an older tree's code ($BASE/src) and by this one, AB_ROUNDS rounds
+      # each, alternating, after one round by this tree that fills every candidate's Triton
+      # cache (both trees then audit with the same warm cache)
+      examples="${EXAMPLES:-examples}"
+      mkdir -p "$out/examples-ab"
+      python3 benchmarks/audit_examples.py --profiles default --device cuda --examples "$examples" \
+        --out "$out/examples-ab/warm-up.json" > "$out/examples-ab/warm-up.txt" 2>&1
+      for round in $(seq "${AB_ROUNDS:-2}"); do
+        for side in base new; do
+          src="$PWD/src"; [ "$side" = base ] && src="$PWD/${BASE:-build/base}/src"
+          PYTHONPATH="$src:/tmp/kernelaudit-extra" python3 benchmarks/audit_examples.py \
+            --profiles default --device cuda \
+            --examples "$examples" --out "$out/examples-ab/$side-$round.json" \
+            > "$out/examples-ab/$side-$round.txt" 2>&1
+          tail -n 4 "$out/examples-ab/$side-$round.txt"
+        done
       done
       ;;
     sol-samples)

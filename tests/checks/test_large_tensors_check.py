@@ -28,6 +28,7 @@ from kernelaudit.engine.audit import audit
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.large.draws import drawn_all
+from kernelaudit.large.run import Waiting
 from kernelaudit.large.sizing import CannotGrow, plan_large_case
 from kernelaudit.oracle.truth import expected
 from kernelaudit.profiles import PROFILES
@@ -212,6 +213,42 @@ def test_rows_past_the_limit_are_judged_against_the_truth(
         }
 
 
+@pytest.mark.slow
+def test_a_child_started_ahead_of_its_case_runs_it_as_a_fresh_one_does() -> None:
+    # the check starts the case's process while the probes run; the case itself comes later
+    problem = replace(ROWS, inputs=(TensorInput("x", ("rows", "cols"), dtypes=(torch.float16,)),))
+    candidate = CandidateRef(KERNELS, "wraps_past_4096")
+    fresh = examine(problem, candidate, "cpu", 1 << 40, 60.0, 1 << 12)
+    waiting = Waiting(candidate, "cpu")
+    assert waiting.fits(candidate, "cpu") and not waiting.fits(candidate, "cuda")
+    ahead = examine(problem, candidate, "cpu", 1 << 40, 60.0, 1 << 12, waiting=waiting)
+    assert [(f.key, f.title, f.evidence) for f in ahead] == [
+        (f.key, f.title, f.evidence) for f in fresh
+    ]
+    assert ahead[0].key == "large-error:y"
+    assert waiting.process.returncode == 0 and not waiting.folder.exists()
+
+
+def test_a_child_no_case_came_for_is_stopped_and_leaves_nothing_behind() -> None:
+    waiting = Waiting(CandidateRef(KERNELS, "double"), "cpu")
+    folder = waiting.folder
+    assert folder.is_dir() and waiting.process.poll() is None  # waiting for its request
+    waiting.close()
+    assert waiting.process.returncode is not None and not folder.exists()
+    assert not waiting.fits(CandidateRef(KERNELS, "double"), "cpu")
+    waiting.close()  # twice is harmless
+
+
+def test_a_child_started_for_another_candidate_is_not_given_the_case() -> None:
+    problem = replace(ROWS, inputs=(TensorInput("x", ("rows", "cols"), dtypes=(torch.float16,)),))
+    other = Waiting(CandidateRef(KERNELS, "wraps_past_4096"), "cpu")
+    (finding,) = examine(
+        problem, CandidateRef(KERNELS, "double"), "cpu", 1 << 40, 60.0, 1 << 12, waiting=other
+    )
+    assert (finding.severity, finding.key) == ("note", "matches")  # the double's own verdict
+    assert other.process.returncode is not None and not other.folder.exists()
+
+
 def _refuses_past_4096(x: torch.Tensor) -> torch.Tensor:
     if x.numel() > 4096:
         raise RuntimeError(f"invalid size: {x.numel()} elements")
@@ -269,6 +306,36 @@ def test_a_triton_kernel_with_int32_offsets_fails_past_2_to_the_31_and_its_int64
     assert report.verdict == verdict, finding.title
     assert "rows=524,292" in finding.title  # 2^31 / 4096 columns + 4 rows past the limit
     assert finding.severity == ("fail" if verdict == "FAIL" else "note")
+
+
+def _waiting_children() -> list[int]:
+    """The processes of this host waiting, as the check starts them, for a large case."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"kernelaudit.large.child" in command and b"--wait" in command:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_cases_process_starts_with_the_plan_and_ends_with_the_check() -> None:
+    before = set(_waiting_children())
+    check = _check_after_plan("default", "cuda")
+    started = set(_waiting_children()) - before
+    assert started, "no process started ahead of the large case"
+    (finding,) = check.conclude([])
+    assert (finding.severity, finding.key) == ("note", "matches"), finding.title
+    assert not set(_waiting_children()) & started
+    # a check whose case never comes (the audit ended another way) stops it too
+    check = _check_after_plan("default", "cuda")
+    assert set(_waiting_children()) - before
+    check.plan(PlanContext(ROWS, PROFILES["quick"], "cuda", 132, CandidateRef(KERNELS, "double")))
+    assert not set(_waiting_children()) - before
 
 
 def _softmax_backward(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,9 @@ rows around the 2^31st element and the last rows with the fp64 truth of those ro
 error budget. Where the device or its free memory does not allow the case, it says so in a
 note; so too where the candidate raises on the case and the reference, run on the same inputs,
 raises as well (a library's own size limit, such as a cuFFT plan's past 2^31 elements).
+The case's process is started while the probes run, where the problem can make a case
+(`large.run.Waiting`: its modules imported, nothing of the candidate's); its case runs after
+them, alone on the device.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelaudit.checks.base import NEEDS_CUDA, ConcludingOnly, Failure, PlanContext, note
+from kernelaudit.checks.base import NEEDS_CUDA, ConcludingOnly, Failure, PlanContext, Probe, note
 from kernelaudit.checks.execution import headline
 from kernelaudit.checks.numerics import compare_expected, comparison_evidence
 from kernelaudit.device_copies import DEVICE_COPIES
@@ -26,7 +29,7 @@ from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.batch import axis_position, batch_axes, inference_skipped, result_shapes
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.large.draws import drawn_all
-from kernelaudit.large.run import SEED, LargeRun, input_specs, run_large, scalar_value
+from kernelaudit.large.run import SEED, LargeRun, Waiting, input_specs, run_large, scalar_value
 from kernelaudit.large.sizing import ELEMENTS, CannotGrow, LargeCase, limit_name, plan_large_case
 from kernelaudit.oracle.promote import full_precision_accumulation
 from kernelaudit.problem.spec import Problem, ScalarInput
@@ -57,6 +60,28 @@ class LargeTensors(ConcludingOnly):
         super().__init__()
         self._no_case = ""
         self._not_run = ""
+        self._waiting: Waiting | None = None
+
+    def plan(self, ctx: PlanContext) -> list[Probe]:
+        """Nothing to probe; the case's process started now, where it will run."""
+        super().plan(ctx)
+        self._stop_waiting()
+        candidate = ctx.candidate
+        if candidate is None or not ctx.profile.large_tensors:
+            return []
+        if self.unavailable(ctx.device, ctx.profile) or not torch.cuda.is_available():
+            return []
+        try:
+            plan_large_case(ctx.problem, batch_axes(ctx.problem), ELEMENTS)
+        except CannotGrow:
+            return []  # `conclude` says why
+        self._waiting = Waiting(candidate, ctx.device)
+        return []
+
+    def _stop_waiting(self) -> None:
+        if self._waiting is not None:
+            self._waiting.close()
+            self._waiting = None
 
     def not_applicable(self, ctx: PlanContext) -> str:
         if not ctx.profile.large_tensors:
@@ -72,6 +97,14 @@ class LargeTensors(ConcludingOnly):
         return ""
 
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
+        waiting, self._waiting = self._waiting, None
+        try:
+            return self._concluded(waiting)
+        finally:
+            if waiting is not None:
+                waiting.close()
+
+    def _concluded(self, waiting: Waiting | None) -> list[Failure]:
         ctx = self.context
         if ctx is None or ctx.candidate is None or not ctx.profile.large_tensors:
             return []
@@ -82,7 +115,8 @@ class LargeTensors(ConcludingOnly):
         torch.cuda.empty_cache()  # the auditor's own cached blocks are no use to the child
         free, _ = torch.cuda.mem_get_info(device)
         timeout = ctx.profile.timeout_s * _TIMEOUT_FACTOR
-        return self.noted(examine(ctx.problem, ctx.candidate, ctx.device, free, timeout))
+        found = examine(ctx.problem, ctx.candidate, ctx.device, free, timeout, waiting=waiting)
+        return self.noted(found)
 
     def noted(self, concluded: list[Failure]) -> list[Failure]:
         """`concluded`, its not-run notes also kept as what the check's coverage says: no case
@@ -103,9 +137,11 @@ def examine(
     free_bytes: int,
     timeout_s: float,
     elements: int = ELEMENTS,
+    waiting: Waiting | None = None,
 ) -> list[Failure]:
     """The check's work on `device` with `free_bytes` of its memory free, at an element limit
-    of `elements` (2^31; the tests run the same path on a CPU at a small one)."""
+    of `elements` (2^31; the tests run the same path on a CPU at a small one), in the child
+    `waiting` where one was started for the case."""
     try:
         case = plan_large_case(problem, batch_axes(problem), elements)
     except CannotGrow as reason:
@@ -127,7 +163,7 @@ def examine(
                 ),
             )
         ]
-    run = run_large(problem, candidate, case, device, timeout_s, SEED)
+    run = run_large(problem, candidate, case, device, timeout_s, SEED, waiting)
     if run.kind == "exception":
         fails_too = _reference_failure(problem, case, device)
         if fails_too:

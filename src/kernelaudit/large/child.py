@@ -5,10 +5,18 @@
 and saves only the checked rows: of the inputs as drawn, of the outputs, and of the inputs the
 candidate may write as they are after the call. Only plain tensors, numbers and strings come
 back (the auditor reads them with `torch.load(weights_only=True)`).
+
+With `--wait` after them it is started ahead of its case (`large.run.Waiting`): it imports
+its own modules (torch, and Triton where installed) and then waits for a line on standard
+input before it reads the request; nothing of the candidate's is imported, and the device is
+not touched, until then. Standard input closed without that line (the auditor gone, or the
+case not run): it ends.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import sys
 import time
@@ -25,7 +33,14 @@ from kernelaudit.timing.measure import synchronize
 
 
 def main(argv: Sequence[str]) -> int:
-    request_path, result_path = argv
+    request_path, result_path, *mode = argv
+    if mode == ["--wait"]:
+        if importlib.util.find_spec("triton") is not None:
+            importlib.import_module("triton")  # a library's import, paid before the case
+        if not sys.stdin.readline():
+            return 0
+    elif mode:
+        raise SystemExit(f"usage: kernelaudit.large.child REQUEST RESULT [--wait]; got {mode}")
     request = json.loads(Path(request_path).read_text())
     device = torch.device(request["device"])
     if device.type == "cuda":

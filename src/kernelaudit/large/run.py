@@ -4,16 +4,26 @@ The process (`kernelaudit.large.child`) gets the candidate's environment, a sess
 (killed whole on timeout) and a request that names only plain values; what it sends back is
 read with `torch.load(weights_only=True)`, so a candidate cannot smuggle objects into the
 auditor.
+
+Its start (the sandbox, Python, torch: about two seconds of the check's three on a GPU host
+for a small problem) need not wait for the case: the check starts it while the probes run
+(`Waiting`), and it waits, its own modules imported and nothing of the candidate's, until the
+case's request is written. The case itself still runs after the probes, alone on the device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
 import tempfile
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -23,7 +33,7 @@ from kernelaudit.large.sizing import LargeCase
 from kernelaudit.problem.dims import dim_size, resolve_shape
 from kernelaudit.problem.spec import IndexInput, MaskInput, Problem, ScalarInput, TensorInput
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import run_python
+from kernelaudit.runner.launch import ChildExit, finish_python, start_python
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,64 @@ def request_for(
     }
 
 
+class Waiting:
+    """A large case's child in its sandbox and a scratch folder of its own. Started without
+    its `request`, it imports its modules and waits for one (`run_large` writes it and tells
+    it to go); with it, it reads it as it starts. `close` kills it where no case came (and an
+    audit that ended another way leaves none behind)."""
+
+    def __init__(self, candidate: CandidateRef, device: str, request: str | None = None) -> None:
+        self.candidate = candidate
+        self.device = device
+        self._folder = tempfile.TemporaryDirectory()
+        self.folder = Path(self._folder.name)
+        self.request, self.result = self.folder / "request.json", self.folder / "result.pt"
+        # open as long as the child runs; `close` closes it
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        child = ["-m", "kernelaudit.large.child", str(self.request), str(self.result)]
+        if request is not None:
+            self.request.write_text(request)
+        self.process = start_python(
+            child if request is not None else [*child, "--wait"],
+            device,
+            candidate.path,
+            self.folder,
+            stderr=self.stderr,
+            cwd=self.folder,
+            stdin=subprocess.DEVNULL if request is not None else subprocess.PIPE,
+        )
+        self._closed = weakref.finalize(
+            self, _ended, self.process, self.stderr, self._folder.cleanup
+        )
+
+    def fits(self, candidate: CandidateRef, device: str) -> bool:
+        """Whether this child can run `candidate`'s case on `device`: started for them, and
+        still waiting."""
+        same = (candidate, device) == (self.candidate, self.device)
+        return same and self._closed.alive and self.process.poll() is None
+
+    def go(self) -> None:
+        """Tell a child started ahead that its request is written."""
+        if self.process.stdin is not None:
+            self.process.stdin.write(b"go\n")
+            self.process.stdin.close()
+
+    def close(self) -> None:
+        """Kill the child (and all it started) if it still runs, and remove its folder."""
+        self._closed()
+
+
+def _ended(process: subprocess.Popen[bytes], stderr: IO[bytes], cleanup: object) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    if process.stdin is not None:
+        process.stdin.close()
+    stderr.close()
+    assert callable(cleanup)
+    cleanup()
+
+
 def run_large(
     problem: Problem,
     candidate: CandidateRef,
@@ -126,31 +194,41 @@ def run_large(
     device: str,
     timeout_s: float,
     seed: int = SEED,
+    waiting: Waiting | None = None,
 ) -> LargeRun:
     """Draw the large case on `device` in a process of its own, call the candidate once, and
-    bring back the checked rows."""
-    with tempfile.TemporaryDirectory() as folder:
-        request, result = Path(folder) / "request.json", Path(folder) / "result.pt"
-        request.write_text(json.dumps(request_for(problem, candidate, case, device, seed)))
-        done = run_python(
-            ["-m", "kernelaudit.large.child", str(request), str(result)],
-            device,
-            timeout_s,
-            candidate.path,
-            folder,
+    bring back the checked rows: in the child `waiting` where it was started for this
+    candidate and device, else in one started now."""
+    request = json.dumps(request_for(problem, candidate, case, device, seed))
+    if waiting is not None and waiting.fits(candidate, device):
+        started, waiting = waiting, None
+        started.request.write_text(request)
+        with contextlib.suppress(OSError):  # it ended already: what it left says why
+            started.go()
+    else:
+        started = Waiting(candidate, device, request)
+    try:
+        done = finish_python(started.process, started.stderr, timeout_s, candidate.path)
+        return _read(started.result, done, timeout_s)
+    finally:
+        started.close()
+        if waiting is not None:
+            waiting.close()
+
+
+def _read(result: Path, done: ChildExit, timeout_s: float) -> LargeRun:
+    if done.timed_out:
+        return LargeRun(
+            error=f"the candidate did not return within {timeout_s:.0f} s", kind="timeout"
         )
-        if done.timed_out:
-            return LargeRun(
-                error=f"the candidate did not return within {timeout_s:.0f} s", kind="timeout"
-            )
-        if done.over_memory:
-            return LargeRun(error=done.over_memory, kind="host-memory")
-        if done.over_disk:
-            return LargeRun(error=done.over_disk, kind="disk")
-        if not result.is_file():
-            died = f"the candidate's process died (exit {done.returncode}): "
-            return LargeRun(error=died + (done.stderr_tail or "no message"), kind="crash")
-        data = torch.load(result, weights_only=True)
+    if done.over_memory:
+        return LargeRun(error=done.over_memory, kind="host-memory")
+    if done.over_disk:
+        return LargeRun(error=done.over_disk, kind="disk")
+    if not result.is_file():
+        died = f"the candidate's process died (exit {done.returncode}): "
+        return LargeRun(error=died + (done.stderr_tail or "no message"), kind="crash")
+    data = torch.load(result, weights_only=True)
     if data.get("error"):
         return LargeRun(error=str(data["error"]), kind=str(data.get("kind", "exception")))
     return LargeRun(

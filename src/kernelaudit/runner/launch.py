@@ -1,7 +1,7 @@
 """Starting the processes that run a candidate: their environment (`child_environment`), and
 one launcher for every child (`start_python`, and `run_python` for a one-shot child waited
-for): in the candidate's sandbox, in a session of its own, killed with everything it started
-once done or out of time."""
+for, or `finish_python` for one started earlier): in the candidate's sandbox, in a session of
+its own, killed with everything it started once done or out of time."""
 
 from __future__ import annotations
 
@@ -72,13 +72,15 @@ def start_python(
     cwd: str | Path | None = None,
     pass_fds: Sequence[int] = (),
     gpus: int | None = None,
+    stdin: int = subprocess.DEVNULL,
 ) -> subprocess.Popen[bytes]:
     """Start `python *arguments`, which runs `candidate`, without waiting for it: in a session
     of its own, with a candidate's environment (`child_environment`, and `environment` over
     it) and in its sandbox (`runner.sandbox`: writing only `scratch`, when given, and reading
     `readable` besides the candidate's folder), keeping open the file descriptors `pass_fds`.
-    `gpus`: as `child_environment` takes it. Whoever starts it kills its process group when
-    done."""
+    `gpus`: as `child_environment` takes it; `stdin`: nothing (the default), or
+    `subprocess.PIPE` for a child that waits to be told to go on. Whoever starts it kills its
+    process group when done."""
     command, env = for_candidate(
         [sys.executable, *arguments],
         {**child_environment(device, gpus), **(environment or {})},
@@ -88,7 +90,7 @@ def start_python(
     )
     return subprocess.Popen(
         command,
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         stdout=stdout,
         stderr=stderr,
         start_new_session=True,
@@ -234,30 +236,43 @@ def run_python(
     host_memory_bytes: int = 0,
 ) -> ChildExit:
     """Run `python *arguments`, which runs `candidate`, as `start_python` starts it, in
-    `scratch` as its working folder, and kill its whole process group once it is done, past
-    `timeout_s`, or once its processes hold more than `host_memory_bytes` of host memory
-    (`limits.wait_within`): a candidate that leaves processes behind takes them with it."""
+    `scratch` as its working folder, and wait for it as `finish_python` does."""
     with tempfile.TemporaryFile() as stderr:
         process = start_python(
             arguments, device, candidate, scratch, readable, stderr=stderr, cwd=scratch
         )
-        cache = cache_bound(candidate)
-        try:
-            deadline = time.monotonic() + timeout_s
-            waited = wait_within(process, deadline, host_memory_bytes, cache=cache)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        if waited.over_disk and cache is not None:
-            cache.empty()
-        if waited.returncode is None:
-            return ChildExit(
-                waited.timed_out,
-                None,
-                "",
-                over_memory=waited.over_memory,
-                over_disk=waited.over_disk,
-            )
-        tail = file_tail(stderr).strip().splitlines()[-3:]
+        return finish_python(process, stderr, timeout_s, candidate, host_memory_bytes)
+
+
+def finish_python(
+    process: subprocess.Popen[bytes],
+    stderr: IO[bytes],
+    timeout_s: float,
+    candidate: str | Path,
+    host_memory_bytes: int = 0,
+) -> ChildExit:
+    """Wait for a child `start_python` started (its standard error going to the file
+    `stderr`), and kill its whole process group once it is done, past `timeout_s` from now,
+    or once its processes hold more than `host_memory_bytes` of host memory
+    (`limits.wait_within`), or write past its cache folder's bound: a candidate that leaves
+    processes behind takes them with it."""
+    cache = cache_bound(candidate)
+    try:
+        deadline = time.monotonic() + timeout_s
+        waited = wait_within(process, deadline, host_memory_bytes, cache=cache)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    if waited.over_disk and cache is not None:
+        cache.empty()
+    if waited.returncode is None:
+        return ChildExit(
+            waited.timed_out,
+            None,
+            "",
+            over_memory=waited.over_memory,
+            over_disk=waited.over_disk,
+        )
+    tail = file_tail(stderr).strip().splitlines()[-3:]
     return ChildExit(False, waited.returncode, " / ".join(tail))
