@@ -343,7 +343,9 @@ for step in ${steps[@]}; do
         env KERNELAUDIT_SANDBOX=off python3 -m kernelaudit.cli check \
         ${SAMPLED:-examples/layernorm/problem.py examples/layernorm/candidates.py::masked_statistics} \
         --profile default --json "$out/sampled.json" > "$out/sampled.log" 2>&1
-      pkill -INT -f "kernelaudit.cli check" && sleep 5  # an audit cut short by LIMIT
+      # an audit cut short by LIMIT (the pattern anchored: a shell whose command line names the
+      # audit, the one that called this script say, is not it)
+      pkill -INT -f "^python3 -m kernelaudit.cli check" && sleep 5
       gzip -c /tmp/sampled.txt > "$out/sampled.txt.gz"
       python3 benchmarks/sampled_profile.py /tmp/sampled.txt > "$out/sampled-summary.txt"
       head -n 20 "$out/sampled-summary.txt"
