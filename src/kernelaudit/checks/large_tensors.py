@@ -16,6 +16,7 @@ them, alone on the device.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -75,7 +76,9 @@ class LargeTensors(ConcludingOnly):
             plan_large_case(ctx.problem, batch_axes(ctx.problem), ELEMENTS)
         except CannotGrow:
             return []  # `conclude` says why
-        self._waiting = Waiting(candidate, ctx.device)
+        # where it cannot start now, the conclusion starts it, and says why where it cannot
+        with contextlib.suppress(OSError):
+            self._waiting = Waiting(candidate, ctx.device)
         return []
 
     def _stop_waiting(self) -> None:
