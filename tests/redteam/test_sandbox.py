@@ -11,6 +11,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -256,15 +258,9 @@ def test_a_candidate_whose_cache_folder_stays_within_its_bound_passes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(limits, "CACHE_MOST_BYTES", 1 << 30)  # its 80 MiB are well inside
-    root = _copy(tmp_path)
-    report = _audit(root, "fills_the_disk")
-    folder = sandbox.candidate_cache(root / "candidates" / "fills_the_disk.py")
-    try:
+    with _filling_its_cache(tmp_path) as (report, held):
         assert report.verdict == "PASS"
-        held, _ = limits.folder_held(str(folder), 1 << 40, 1 << 30)
         assert held >= 8 << 20  # what it wrote is kept, as a compiler's cache is
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @confined
@@ -272,18 +268,25 @@ def test_a_candidate_that_fills_its_cache_folder_is_stopped_and_the_folder_empti
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(limits, "CACHE_MOST_BYTES", 4 << 20)  # so 8 MiB a call is past it
-    root = _copy(tmp_path)
-    candidate = root / "candidates" / "fills_the_disk.py"
-    report = _audit(root, "fills_the_disk")
-    assert report.verdict == "FAIL"
-    disk = [f for f in report.failures if f.key.startswith("disk:")]
-    assert disk and "wrote more than 4 MiB to its cache folder" in disk[0].title
-    folder = sandbox.candidate_cache(candidate)
-    try:
+    with _filling_its_cache(tmp_path) as (report, held):
+        assert report.verdict == "FAIL"
+        disk = [f for f in report.failures if f.key.startswith("disk:")]
+        assert disk and "wrote more than 4 MiB to its cache folder" in disk[0].title
         # emptied when it went past; the calls of a restarted worker may write again until the
         # next look (unbounded, this audit's calls write 80 MiB)
-        held, _ = limits.folder_held(str(folder), 1 << 40, 1 << 30)
         assert held <= 5 * (8 << 20)
+
+
+@contextmanager
+def _filling_its_cache(tmp_path: Path) -> Iterator[tuple[AuditReport, int]]:
+    """An audit of `fills_the_disk` (8 MiB into its cache folder a call), and the bytes its
+    cache folder holds after it; the folder removed afterwards."""
+    root = _copy(tmp_path)
+    report = _audit(root, "fills_the_disk")
+    folder = sandbox.candidate_cache(root / "candidates" / "fills_the_disk.py")
+    try:
+        held, _ = limits.folder_held(str(folder), 1 << 40, 1 << 30)
+        yield report, held
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelaudit.checks.base import Failure, Severity
+from kernelaudit.runner.limits import passed_bound
 from kernelaudit.sanitizer.attribution import attribute, kernel_base
 from kernelaudit.sanitizer.report import Report
 from kernelaudit.sanitizer.session import Session, ToolRun
@@ -129,7 +130,7 @@ def _plain_notes(session: Session) -> list[Failure]:
     """What went wrong running the candidate without the sanitizer."""
     plain, result = session.plain, session.plain_result
     if result is None:
-        over = plain.over_memory or plain.over_disk
+        _, over = passed_bound(plain.over_memory, plain.over_disk)
         how = (
             f"was stopped: {over}"
             if over
@@ -165,12 +166,11 @@ def _tool_notes(tool_run: ToolRun) -> list[Failure]:
     command = ("sanitizer command", shlex.join(run.command))
     if run.returncode is None:  # stopped: for memory, or at the budget's limit
         limit = f" at the budget's limit after {run.seconds:.0f} s"
-        over = run.over_memory or run.over_disk
+        stopped, over = passed_bound(run.over_memory, run.over_disk)
         why = f": {over}" if over else limit
-        stopped = "host-memory" if run.over_memory else "disk" if run.over_disk else "stopped"
         return [
             note(
-                f"{tool}:{stopped}",
+                f"{tool}:{stopped or 'stopped'}",
                 f"compute-sanitizer {tool} was stopped{why}; what it reported until then is judged",
                 ("output", run.output.strip()),
                 command,

@@ -27,7 +27,7 @@ import torch
 from kernelaudit.interpret.records import Interpretation, UnreadableResult
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import start_python
-from kernelaudit.runner.limits import FolderBound, wait_within
+from kernelaudit.runner.limits import FolderBound, passed_bound, wait_within
 from kernelaudit.runner.messages import Call
 from kernelaudit.runner.sandbox import cache_bound
 
@@ -144,12 +144,11 @@ class InterpretedRun:
         finally:
             self._stderr.close()
             self._folder.cleanup()
-        if waited.over_memory:
-            return replace(seen or Interpretation(), error=waited.over_memory, cause="host-memory")
-        if waited.over_disk:
-            if self._cache is not None:
+        cause, why = passed_bound(waited.over_memory, waited.over_disk)
+        if cause:
+            if waited.over_disk and self._cache is not None:
                 self._cache.empty()
-            return replace(seen or Interpretation(), error=waited.over_disk, cause="disk")
+            return replace(seen or Interpretation(), error=why, cause=cause)
         if waited.timed_out:
             return replace(
                 seen or Interpretation(),

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import tempfile
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +35,7 @@ from kernelaudit.problem.dims import dim_size, resolve_shape
 from kernelaudit.problem.spec import IndexInput, MaskInput, Problem, ScalarInput, TensorInput
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import ChildExit, finish_python, start_python
+from kernelaudit.runner.limits import passed_bound
 
 
 @dataclass(frozen=True)
@@ -177,14 +178,15 @@ class Waiting:
         self._closed()
 
 
-def _ended(process: subprocess.Popen[bytes], stderr: IO[bytes], cleanup: object) -> None:
+def _ended(
+    process: subprocess.Popen[bytes], stderr: IO[bytes], cleanup: Callable[[], None]
+) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     if process.stdin is not None:
         process.stdin.close()
     stderr.close()
-    assert callable(cleanup)
     cleanup()
 
 
@@ -222,10 +224,9 @@ def _read(result: Path, done: ChildExit, timeout_s: float) -> LargeRun:
         return LargeRun(
             error=f"the candidate did not return within {timeout_s:.0f} s", kind="timeout"
         )
-    if done.over_memory:
-        return LargeRun(error=done.over_memory, kind="host-memory")
-    if done.over_disk:
-        return LargeRun(error=done.over_disk, kind="disk")
+    kind, why = passed_bound(done.over_memory, done.over_disk)
+    if kind:
+        return LargeRun(error=why, kind=kind)
     if not result.is_file():
         died = f"the candidate's process died (exit {done.returncode}): "
         return LargeRun(error=died + (done.stderr_tail or "no message"), kind="crash")

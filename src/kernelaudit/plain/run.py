@@ -14,6 +14,7 @@ import torch
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import run_python
+from kernelaudit.runner.limits import passed_bound
 from kernelaudit.runner.messages import Call, StateChange, TensorArg
 from kernelaudit.runner.state import FLAG_NAMES, FUNCTION_NAMES, RNG_NAMES
 
@@ -81,10 +82,9 @@ def run_plain(
         )
         if done.timed_out:
             return PlainRun(error=f"no result within {timeout_s:.0f} s", kind="timeout")
-        if done.over_memory:
-            return PlainRun(error=done.over_memory, kind="host-memory")
-        if done.over_disk:
-            return PlainRun(error=done.over_disk, kind="disk")
+        kind, why = passed_bound(done.over_memory, done.over_disk)
+        if kind:
+            return PlainRun(error=why, kind=kind)
         if not answer.is_file():
             died = f"its process died (exit {done.returncode}): "
             return PlainRun(error=died + (done.stderr_tail or "no message"), kind="crash")

@@ -236,16 +236,15 @@ class FolderBound:
             held, files = folder_held(self.folder, self.most_bytes, CACHE_MOST_FILES)
             self._held, self._free, self._walked = held, free, time.monotonic()
         if held > self.most_bytes:
-            return (
-                f"the candidate's processes wrote more than {_size(self.most_bytes)} to its "
-                "cache folder, the most it may hold; they were killed and the folder emptied."
-            )
-        if files > CACHE_MOST_FILES:
-            return (
-                f"the candidate's processes wrote more than {CACHE_MOST_FILES:,} files to its "
-                "cache folder, the most it may hold; they were killed and the folder emptied."
-            )
-        return ""
+            what = _size(self.most_bytes)
+        elif files > CACHE_MOST_FILES:
+            what = f"{CACHE_MOST_FILES:,} files"
+        else:
+            return ""
+        return (
+            f"the candidate's processes wrote more than {what} to its cache folder, the most "
+            "it may hold; they were killed and the folder emptied."
+        )
 
     def empty(self) -> None:
         """Remove what the folder holds (once its processes are gone)."""
@@ -284,6 +283,16 @@ def _free_bytes(folder: str) -> int:
     except OSError:
         return 0
     return found.f_bavail * found.f_frsize
+
+
+def passed_bound(over_memory: str, over_disk: str) -> tuple[str, str]:
+    """The bound a child's processes went past, as a stopped run's kind names it
+    ("host-memory" or "disk"), and why; ("", "") where they went past none."""
+    if over_memory:
+        return "host-memory", over_memory
+    if over_disk:
+        return "disk", over_disk
+    return "", ""
 
 
 @dataclass(frozen=True)
