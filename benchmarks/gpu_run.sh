@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|some-tests|clock|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|some-tests|clock|clock-busy|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -121,6 +121,29 @@ for step in ${steps[@]}; do
         done
         sides=("${sides[1]}" "${sides[0]}")
       done
+      ;;
+    clock-busy)
+      # the auditor's clock on a busy host: chosen SOL-ExecBench references (CLOCK_PROBLEMS)
+      # audited with the timing check alone while BUSY Python processes (default: one per
+      # core) spin beside them, by an older tree's code ($BASE/src, default build/base) and
+      # by this one, alternated ROUNDS times; a clock failure of a reference is a false one
+      base="${BASE:-build/base}"
+      problems=(${CLOCK_PROBLEMS:-L1/063_ L1/074_ L1/081_ L1/021_ L1/067_})
+      spinners=()
+      for _ in $(seq "${BUSY:-$(nproc)}"); do
+        python3 -c 'while True: pass' & spinners+=($!)
+      done
+      for round in $(seq "${ROUNDS:-1}"); do
+        for side in base new; do
+          src="$PWD/src"; [ "$side" = base ] && src="$PWD/$base/src"
+          SRC="$src" STOP_AFTER="${STOP_AFTER:-240}" TIMEOUT="${TIMEOUT:-120}" \
+            LIMIT="${LIMIT:-280}" OUT="$out/clock-busy/$side-$round" \
+            PROBLEMS="${PROBLEMS:-build/solexecbench}" \
+            bash benchmarks/solexecbench_scale_gpu.sh --profile quick --checks timing \
+            --device cuda --order listed --only "${problems[@]}" 2>&1 | tail -n 3
+        done
+      done
+      kill "${spinners[@]}" 2>/dev/null
       ;;
     examples-ab)
       # the bundled examples (EXAMPLES: a folder of some of them; default all) audited in the

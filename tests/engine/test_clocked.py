@@ -3,8 +3,11 @@ disagreement measured again (and the call timed again by the worker) before it c
 
 from __future__ import annotations
 
+import time
+
 import torch
 
+from kernelaudit.engine import clocked
 from kernelaudit.engine.clocked import (
     CONFIRMING_PAIRS,
     REPEAT_BYTES,
@@ -137,3 +140,39 @@ def test_without_a_warm_up_the_first_pair_is_measured_at_once() -> None:
     found = clock(fake.run, 10, 0.01, _cpu, warm_up=False)
     assert fake.invocations == 2
     assert abs(found.per_call_s - 0.01) < 1e-9
+
+
+def test_a_cost_on_whichever_invocation_comes_first_fails_no_honest_call() -> None:
+    # every pair's first invocation pays 30 ms more (the host busy with the auditor's own
+    # reading of the last pair, say): were the base always first, every pair's figure
+    # would be 0 and an honest call would look free
+    fake = _Fake(fixed_s=0.05, call_s=1e-3, spikes={1: 0.03, 3: 0.03, 5: 0.03})
+    found = clock(fake.run, 10, 1e-3, _cpu, too_fast=lambda most: most < 5e-4)
+    # the second pair, repetitions first, settles it
+    assert len(found.samples_s) == 2
+    assert found.per_call_s == 0.0 and found.most_s >= 1e-3
+    assert found.bases_s[1] - found.bases_s[0] < -0.02 and found.repeated_s[1] > 0.08
+
+
+def test_a_call_that_is_free_when_repeated_fails_against_the_least_base() -> None:
+    # repetitions that cost nothing (results kept from the call before): however the
+    # bases vary, no repeated invocation comes back later than the least base plus a call
+    fake = _Fake(fixed_s=0.05, call_s=0.0, spikes={1: 0.002, 4: 0.001, 5: 0.003})
+    found = clock(fake.run, 100, 1e-3, _cpu, too_fast=lambda most: most < 5e-4)
+    assert len(found.samples_s) == 1 + CONFIRMING_PAIRS
+    assert found.most_s < 5e-4
+    data = found.to_json()
+    assert len(data["base_round_trips_s"]) == len(data["repeated_round_trips_s"]) == 3
+
+
+def test_a_copy_is_charged_as_it_costs_between_calls_not_a_wait_for_the_device(
+    monkeypatch,
+) -> None:
+    # a wait for the device that takes 20 ms (a busy host): the copies made back to back
+    # share one wait, as the repetitions' copies do
+    def slow_wait(device: torch.device) -> None:
+        time.sleep(0.02)
+
+    monkeypatch.setattr(clocked, "synchronize", slow_wait)
+    seconds = copy_seconds((OutputSlot((1024,), torch.float32),), "cpu", times=2)
+    assert seconds < 0.02 / clocked.COPIES + 1e-3

@@ -19,7 +19,11 @@ The timing check compares this figure with the worker's (`checks.timing`): a cal
 auditor's clock finds several times slower than the worker reported was not timed honestly,
 and (on a GPU) calls back to back faster than the device's physical floor skip work. A
 moment the host is busy moves one pair's figure either way; a figure that would fail is
-measured again before it does, and fails only as every pair measured it. A host busy for
+measured again before it does, and fails only as every pair measured it. A pair's two
+invocations go in turn first (base then repetitions, then the other way round), so a cost that
+falls on whichever invocation comes first cancels over the pairs; and a figure is held to the
+floor against the least base measured, since a busy moment only lengthens an invocation, and a
+base that came back late would otherwise make every repetition look free. A host busy for
 longer slows a call that starts threads or waits on the scheduler many times over between
 the timing probe and the clock; so before each pair measured again the worker times the call
 again as well, and each pair is held to the worker's figure made next to it. The timing
@@ -122,13 +126,18 @@ class Clocked:
     repeats: the calls back to back in each longer invocation.
     per_call_s: the least of the pairs' figures, the auditor's own copies of returned results
         taken off: what a call costs at least, whatever moments the host was busy.
-    most_s: the greatest of them, the same way: a figure below a floor is one every pair
-        measured.
+    most_s: the greatest figure the measurements allow: each repeated invocation against the
+        least base measured (a moment the host was busy only lengthens an invocation), the
+        copies taken off; a figure below a floor is one every repeated invocation measured
+        against every base.
     samples_s: each pair's figure (before the copies' cost is taken off).
+    bases_s, repeated_s: every base's and every repeated invocation's round trip, in order
+        (the warm-up not counted).
     reported_s: the worker's figure each pair is held to: the timing probe's for the first,
         the call timed again just before it for each pair measured again.
-    copy_s: what copying a call's returned results costs the auditor on the same device (0
-        for a destination-style call, whose repetitions fill their own slots).
+    copy_s: what copying a call's returned results costs the auditor on the same device, one
+        copy after another as the repetitions make them (0 for a destination-style call,
+        whose repetitions fill their own slots).
     read: whether the auditor read every repetition's results in the arena.
     unlike: repetitions whose results are not the call's, bit for bit (as read).
     error: why there is no figure ("" when there is one); kind: the failed invocation's kind.
@@ -140,6 +149,8 @@ class Clocked:
     samples_s: tuple[float, ...] = ()
     reported_s: tuple[float, ...] = ()
     copy_s: float = 0.0
+    bases_s: tuple[float, ...] = ()
+    repeated_s: tuple[float, ...] = ()
     read: bool = False
     unlike: tuple[int, ...] = ()
     error: str = ""
@@ -170,6 +181,8 @@ class Clocked:
             "samples_s": list(self.samples_s),
             "worker_s": list(self.reported_s),
             "copy_s": self.copy_s,
+            "base_round_trips_s": list(self.bases_s),
+            "repeated_round_trips_s": list(self.repeated_s),
             "results_read": self.read,
             "seconds": self.seconds,
         }
@@ -211,11 +224,12 @@ def clock(
 ) -> Clocked:
     """Time `run(0)` and `run(repeats)` (each one invocation of the worker, returning the
     seconds from sending it to its reply on the auditor's clock, and the reply) in
-    alternation: `PAIRS` pairs, and `CONFIRMING_PAIRS` more while the figures would fail:
-    `too_slow(reported, figure)` of every pair's figure and the worker's figure next to it
-    (`reported_s` for the first pair; before each later one, while it is the slowness that
-    would fail, the timing of `retime()`: the call timed by the worker again), or
-    `too_fast(greatest)` of the pairs' greatest figure. With `warm_up`, after one `run(0)`
+    alternation, each pair in the other order from the one before: `PAIRS` pairs, and
+    `CONFIRMING_PAIRS` more while the figures would fail: `too_slow(reported, figure)` of
+    every pair's figure and the worker's figure next to it (`reported_s` for the first pair;
+    before each later one, while it is the slowness that would fail, the timing of
+    `retime()`: the call timed by the worker again), or `too_fast(greatest)` of the greatest
+    figure the measurements allow (`Clocked.most_s`). With `warm_up`, after one `run(0)`
     that is not counted: what the first invocation of this size costs once (device memory
     lent for it, on a GPU) is paid there. (On a CPU what a first invocation pays falls on the
     base of the first pair, which can only lower the figure.)"""
@@ -226,12 +240,15 @@ def clock(
     read, unlike = True, set()
     outputs: tuple[torch.Tensor, ...] = ()
 
-    def pair() -> InvocationResult | None:
+    bases: list[float] = []
+    repeated: list[float] = []
+
+    def pair(number: int) -> InvocationResult | None:
         nonlocal read, outputs
-        times = []
-        for count in (0, repeats):
+        times = {}
+        for count in (0, repeats) if number % 2 == 0 else (repeats, 0):
             seconds, result = run(count)
-            times.append(seconds)
+            times[count] = seconds
             if result.error or not result.calls:
                 return result
             if count:
@@ -239,8 +256,14 @@ def clock(
                 read = read and outcome.repeats_read
                 unlike.update(outcome.repeats_unlike)
                 outputs = outputs or outcome.outputs
-        samples.append((times[1] - times[0]) / repeats)
+        bases.append(times[0])
+        repeated.append(times[repeats])
+        samples.append((times[repeats] - times[0]) / repeats)
         return None
+
+    def most() -> float:
+        least = min(bases)
+        return max(_net([(r - least) / repeats for r in repeated], copy_s))
 
     def failure(result: InvocationResult) -> Clocked:
         return Clocked(
@@ -266,20 +289,22 @@ def clock(
             retimed.append(timing)
             figure = timing.median_s
         reported.append(figure)
-        failed = pair()
+        failed = pair(number)
         if failed is not None:
             return failure(failed)
         net = _net(samples, copy_s)
         slow = all(too_slow(r, s) for r, s in zip(reported, net, strict=True))
-        if number + 1 >= PAIRS and not (slow or too_fast(max(net))):
+        if number + 1 >= PAIRS and not (slow or too_fast(most())):
             break
     return Clocked(
         repeats,
         per_call_s=min(net),
-        most_s=max(net),
+        most_s=most(),
         samples_s=tuple(samples),
         reported_s=tuple(reported),
         copy_s=copy_s,
+        bases_s=tuple(bases),
+        repeated_s=tuple(repeated),
         read=read,
         unlike=tuple(sorted(unlike)),
         seconds=time.perf_counter() - began,
@@ -292,10 +317,17 @@ def _net(samples: Sequence[float], copy_s: float) -> tuple[float, ...]:
     return tuple(max(s - copy_s, 0.0) for s in samples)
 
 
+COPIES = 16
+"""Copies made back to back for each measurement of `copy_seconds`."""
+
+
 def copy_seconds(slots: Sequence[OutputSlot], device: str, times: int = 5) -> float:
     """What copying results of `slots` into buffers of their own costs on `device`, measured
-    by the auditor (the least of `times`): the worker makes such copies of every repetition's
-    returned results, so the clock takes them off."""
+    by the auditor (the least of `times` measurements, each of `COPIES` copies back to back
+    and one wait for the device, divided): the worker makes such copies of every
+    repetition's returned results, one after another with the calls, so the clock takes them
+    off. One copy timed alone would charge it a whole wait for the device, tens of
+    microseconds on a busy host, more than a copy of a few megabytes costs between calls."""
     if not slots:
         return 0.0
     target = torch.device(device)
@@ -305,8 +337,9 @@ def copy_seconds(slots: Sequence[OutputSlot], device: str, times: int = 5) -> fl
     for _ in range(times):
         synchronize(target)
         start = time.perf_counter()
-        for source, copy in zip(sources, targets, strict=True):
-            copy.copy_(source)
+        for _ in range(COPIES):
+            for source, copy in zip(sources, targets, strict=True):
+                copy.copy_(source)
         synchronize(target)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, (time.perf_counter() - start) / COPIES)
     return best
