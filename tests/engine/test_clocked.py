@@ -176,3 +176,18 @@ def test_a_copy_is_charged_as_it_costs_between_calls_not_a_wait_for_the_device(
     monkeypatch.setattr(clocked, "synchronize", slow_wait)
     seconds = copy_seconds((OutputSlot((1024,), torch.float32),), "cpu", times=2)
     assert seconds < 0.02 / clocked.COPIES + 1e-3
+
+
+def test_round_trips_that_vary_more_than_the_calls_cost_leave_the_figure_unresolved() -> None:
+    # an honest call of 1 ms, ten of them, on a host whose bases came back 20-30 ms late:
+    # every figure is 0, and the round trips' own spread says it could be a millisecond off
+    fake = _Fake(fixed_s=0.05, call_s=1e-3, spikes={1: 0.03, 4: 0.02, 5: 0.025})
+    found = clock(fake.run, 10, 1e-3, _cpu, too_fast=lambda most: most < 5e-4)
+    assert len(found.samples_s) == 1 + CONFIRMING_PAIRS
+    assert found.most_s == 0.0
+    assert abs(found.spread_s - 1e-3) < 1e-9 and found.most_s + found.spread_s >= 5e-4
+    assert found.to_json()["spread_s"] == found.spread_s
+    # on a quiet host a call kept from the one before is resolved far below any floor
+    quiet = _Fake(fixed_s=0.05, call_s=0.0, spikes={1: 1e-4, 4: 2e-4})
+    kept = clock(quiet.run, 100, 1e-3, _cpu, too_fast=lambda most: most < 5e-4)
+    assert kept.most_s + kept.spread_s < 5e-4

@@ -133,6 +133,9 @@ class Clocked:
     samples_s: each pair's figure (before the copies' cost is taken off).
     bases_s, repeated_s: every base's and every repeated invocation's round trip, in order
         (the warm-up not counted).
+    spread_s: the wider spread of those two sets of round trips, per call: how far a figure
+        may be off by the host's busy moments alone. A figure below a floor by less than this
+        does not show that calls skip work, only that the host was too busy to tell.
     reported_s: the worker's figure each pair is held to: the timing probe's for the first,
         the call timed again just before it for each pair measured again.
     copy_s: what copying a call's returned results costs the auditor on the same device, one
@@ -151,6 +154,7 @@ class Clocked:
     copy_s: float = 0.0
     bases_s: tuple[float, ...] = ()
     repeated_s: tuple[float, ...] = ()
+    spread_s: float = 0.0
     read: bool = False
     unlike: tuple[int, ...] = ()
     error: str = ""
@@ -183,6 +187,7 @@ class Clocked:
             "copy_s": self.copy_s,
             "base_round_trips_s": list(self.bases_s),
             "repeated_round_trips_s": list(self.repeated_s),
+            "spread_s": self.spread_s,
             "results_read": self.read,
             "seconds": self.seconds,
         }
@@ -305,6 +310,7 @@ def clock(
         copy_s=copy_s,
         bases_s=tuple(bases),
         repeated_s=tuple(repeated),
+        spread_s=max(max(bases) - min(bases), max(repeated) - min(repeated)) / repeats,
         read=read,
         unlike=tuple(sorted(unlike)),
         seconds=time.perf_counter() - began,
