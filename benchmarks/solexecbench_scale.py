@@ -415,8 +415,11 @@ def summary(
     outcomes: list[Outcome], runs: list[dict[str, Any]], remaining: int, cut_short: list[str]
 ) -> dict[str, Any]:
     """Counts by status and verdict, the audits' seconds, throughput, the FAILs and the
-    errors; how many problems were never handed out, and those whose audit the stop ended."""
+    errors; how many problems were never handed out, and those whose audit the stop ended.
+    The median and 90th percentile are of the audits that ended; `*_with_timeouts_s` count a
+    timed-out audit at the seconds it was cut at (a lower bound of what it would take)."""
     seconds = sorted(o.seconds for o in outcomes if o.status == "done")
+    cut = sorted(o.seconds for o in outcomes if o.status in ("done", "timeout"))
     wall = sum(float(r["wall_s"]) for r in runs)
     audited = sum(int(r["audited"]) for r in runs)
     return {
@@ -424,6 +427,8 @@ def summary(
         "by_verdict": dict(Counter(o.verdict for o in outcomes if o.verdict)),
         "median_s": _rank(seconds, 0.5),
         "p90_s": _rank(seconds, 0.9),
+        "median_with_timeouts_s": _rank(cut, 0.5),
+        "p90_with_timeouts_s": _rank(cut, 0.9),
         "wall_s": round(wall, 1),
         "audited": audited,
         "problems_per_hour": round(audited * 3600 / wall, 1) if wall > 0 else None,
