@@ -234,8 +234,8 @@ def _clock_failures(observation: Observation, place: Any) -> list[Failure]:
             )
         )
     below = beats_floor(observation.measurements, clocked.most_s, observation.device)
-    spread = clocked.most_s + clocked.spread_s
-    if below is not None and beats_floor(observation.measurements, spread, observation.device):
+    widest = clocked.most_s + clocked.spread_s  # the figure, off by as much as the host moved
+    if below is not None and beats_floor(observation.measurements, widest, observation.device):
         failures.append(
             Failure(
                 key="clock-beats-floor",

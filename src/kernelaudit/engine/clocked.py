@@ -250,7 +250,7 @@ def clock(
 
     def pair(number: int) -> InvocationResult | None:
         nonlocal read, outputs
-        times = {}
+        times: dict[int, float] = {}
         for count in (0, repeats) if number % 2 == 0 else (repeats, 0):
             seconds, result = run(count)
             times[count] = seconds
@@ -324,7 +324,9 @@ def _net(samples: Sequence[float], copy_s: float) -> tuple[float, ...]:
 
 
 COPIES = 16
-"""Copies made back to back for each measurement of `copy_seconds`."""
+"""Copies made back to back for each measurement of `copy_seconds`, of results up to
+`COPY_BYTES` together; fewer of larger ones, whose copy outlasts a wait for the device."""
+COPY_BYTES = 64 << 20
 
 
 def copy_seconds(slots: Sequence[OutputSlot], device: str, times: int = 5) -> float:
@@ -339,13 +341,14 @@ def copy_seconds(slots: Sequence[OutputSlot], device: str, times: int = 5) -> fl
     target = torch.device(device)
     sources = [torch.zeros(s.shape, dtype=s.dtype, device=target) for s in slots]
     targets = [torch.empty_like(t) for t in sources]
+    copies = max(1, min(COPIES, COPY_BYTES // max(1, slots_bytes(slots))))
     best = float("inf")
     for _ in range(times):
         synchronize(target)
         start = time.perf_counter()
-        for _ in range(COPIES):
+        for _ in range(copies):
             for source, copy in zip(sources, targets, strict=True):
                 copy.copy_(source)
         synchronize(target)
-        best = min(best, (time.perf_counter() - start) / COPIES)
+        best = min(best, (time.perf_counter() - start) / copies)
     return best
