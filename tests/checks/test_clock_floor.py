@@ -56,6 +56,7 @@ def test_calls_below_the_floor_on_a_steady_clock_fail(monkeypatch: pytest.Monkey
     report = _audit_with_clock(monkeypatch, spread_s=1e-6)
     assert report.verdict == "FAIL"
     assert "clock-beats-floor" in _keys(report, "fail")
+    assert "timing" not in dict(report.unverified)
 
 
 def test_calls_below_the_floor_on_a_busy_host_are_a_warning_not_a_failure(
@@ -68,3 +69,7 @@ def test_calls_below_the_floor_on_a_busy_host_are_a_warning_not_a_failure(
     assert warned and warned[0].severity == "warn"
     assert "too busy" in warned[0].title and "not verified" in warned[0].title
     assert report.verdict == "PASS"
+    # and the report says what this audit could not verify, as --strict counts it
+    unverified = dict(report.unverified)
+    assert "too busy" in unverified["timing"]
+    assert dict(report.coverage)["timing"].startswith("ran in part: ")

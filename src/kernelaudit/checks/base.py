@@ -385,15 +385,24 @@ def not_run(check: object, ctx: PlanContext) -> str:
     return str(method(ctx)) if method is not None else ""
 
 
+def ran_in_part(check: object, ctx: PlanContext) -> str:
+    """What `check`, having run, could not settle in this audit ("" when nothing): the host too
+    busy for a measurement to tell, say. Said through a `ran_in_part(ctx)` method, asked once
+    the audit has ended; listed with what this machine leaves unverified."""
+    method = getattr(check, "ran_in_part", None)
+    return str(method(ctx)) if method is not None else ""
+
+
 def coverage(check: object, ctx: PlanContext) -> str:
     """What `check` did in an audit that has ended: "ran", "ran in part: why" (some of it
-    cannot be seen here), "could not run here: why" (this machine, or this audit: `not_run`),
-    or "not applicable: why" (the problem or the candidate gives it nothing to look at,
-    through a `not_applicable(ctx)` method)."""
+    cannot be seen here, or could not be settled in this audit: `ran_in_part`), "could not
+    run here: why" (this machine, or this audit: `not_run`), or "not applicable: why" (the
+    problem or the candidate gives it nothing to look at, through a `not_applicable(ctx)`
+    method)."""
     why = unavailable(check, ctx.device, ctx.profile) or not_run(check, ctx)
     if why:
         return f"could not run here: {why}"
-    why = unverified(check, ctx.device, ctx.profile)
+    why = unverified(check, ctx.device, ctx.profile) or ran_in_part(check, ctx)
     if why:
         return f"ran in part: {why}"
     method = getattr(check, "not_applicable", None)

@@ -50,8 +50,15 @@ class Timing:
         "and no time beats the device's physical floor"
     )
 
+    def __init__(self) -> None:
+        self._unsettled = ""
+
     def plan(self, ctx: PlanContext) -> list[Probe]:
+        self._unsettled = ""
         return [timing_probe(ctx)]
+
+    def ran_in_part(self, ctx: PlanContext) -> str:
+        return self._unsettled
 
     def judge(self, observation: Observation) -> list[Failure]:
         result = observation.result
@@ -88,7 +95,13 @@ class Timing:
                     shrinks=False,  # the floor of the timed workload
                 )
             )
-        failures += _clock_failures(observation, place)
+        clocked = _clock_failures(observation, place)
+        if any(f.key == "clock-unresolved" for f in clocked):
+            self._unsettled = (
+                "the auditor's clock could not tell whether calls made again skip work: the "
+                "host was too busy"
+            )
+        failures += clocked
         profile = outcome.kernels
         if profile is not None and profile.calls:
             gap, text = agreement(outcome.timing, profile)

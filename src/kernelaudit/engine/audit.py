@@ -16,7 +16,15 @@ import torch
 
 import kernelaudit
 from kernelaudit.checks import build_checks
-from kernelaudit.checks.base import Check, PlanContext, Probe, coverage, not_run, unverified
+from kernelaudit.checks.base import (
+    Check,
+    PlanContext,
+    Probe,
+    coverage,
+    not_run,
+    ran_in_part,
+    unverified,
+)
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.device_copies import DEVICE_COPIES
@@ -267,7 +275,11 @@ def _audit(
     missing = tuple(
         (check.name, why)
         for check in checks
-        if (why := unverified(check, device, profile) or not_run(check, ctx))
+        if (
+            why := unverified(check, device, profile)
+            or not_run(check, ctx)
+            or ran_in_part(check, ctx)
+        )
     )
     return AuditReport(
         problem=problem.name,
