@@ -21,7 +21,7 @@ FIXTURES = Path(__file__).parent.parent / "redteam" / "fixtures"
 FLOOR_S = 1e-4
 
 
-def _audit_with_clock(monkeypatch: pytest.MonkeyPatch, spread_s: float) -> AuditReport:
+def _audit_with_clock(monkeypatch: pytest.MonkeyPatch, spread_s: float, device: str) -> AuditReport:
     """An honest candidate audited with the timing check alone, its clock's figures those of
     calls back to back at 1 us each (a hundredth of the floor), the round trips varying by
     `spread_s` a call, on a device whose floor is 100 us."""
@@ -45,25 +45,27 @@ def _audit_with_clock(monkeypatch: pytest.MonkeyPatch, spread_s: float) -> Audit
     monkeypatch.setattr(timing, "beats_floor", floor)
     problem = load_problem(FIXTURES / "problem" / "double.py")
     spec = f"{FIXTURES / 'candidates' / 'slow_and_honest'}.py::double"
-    return audit(problem, spec, "quick", "cpu", ["timing"])
+    return audit(problem, spec, "quick", device, ["timing"])
 
 
 def _keys(report: AuditReport, severity: str) -> set[str]:
     return {f.key for f in report.findings if f.check == "timing" and f.severity == severity}
 
 
-def test_calls_below_the_floor_on_a_steady_clock_fail(monkeypatch: pytest.MonkeyPatch) -> None:
-    report = _audit_with_clock(monkeypatch, spread_s=1e-6)
+def test_calls_below_the_floor_on_a_steady_clock_fail(
+    monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    report = _audit_with_clock(monkeypatch, spread_s=1e-6, device=device)
     assert report.verdict == "FAIL"
     assert "clock-beats-floor" in _keys(report, "fail")
     assert "timing" not in dict(report.unverified)
 
 
 def test_calls_below_the_floor_on_a_busy_host_are_a_warning_not_a_failure(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, device: str
 ) -> None:
     # the round trips varied by 200 us a call, twice the floor: the clock cannot tell
-    report = _audit_with_clock(monkeypatch, spread_s=2e-4)
+    report = _audit_with_clock(monkeypatch, spread_s=2e-4, device=device)
     assert "clock-beats-floor" not in _keys(report, "fail")
     warned = [f for f in report.findings if f.key == "clock-unresolved"]
     assert warned and warned[0].severity == "warn"
