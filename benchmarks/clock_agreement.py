@@ -26,6 +26,8 @@ CLOCK_KEYS = (
     "clock-tampered",
     "clock-failed",
 )
+"""The clock's failing keys (a warning that the host was too busy, `clock-unresolved`, is
+counted apart)."""
 
 
 def rows(path: Path) -> list[dict[str, Any]]:
@@ -64,6 +66,7 @@ def rows(path: Path) -> list[dict[str, Any]]:
                 "results_read": clocked.get("results_read"),
                 "clock_seconds": clocked.get("seconds"),
                 "clock_error": clocked.get("error", ""),
+                "clock_unresolved": any(f.get("key") == "clock-unresolved" for f in timing),
                 "clock_failures": sorted(
                     f["key"]
                     for f in timing

@@ -115,6 +115,7 @@ def main() -> None:
         "timed_again_slower": sum(bool(r.get("timed_again_slower")) for r in found),
         "cores": os.cpu_count(),
         "failing_on_the_clock": sum(bool(r["clock_failures"]) for r in found),
+        "unresolved_on_the_clock": sum(bool(r.get("clock_unresolved")) for r in found),
         "confirmed_pairs": sum(1 for r in found if r["pairs"] and r["pairs"] > 1),
         "seconds": round(time.perf_counter() - began, 1),
     }

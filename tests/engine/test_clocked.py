@@ -191,3 +191,26 @@ def test_round_trips_that_vary_more_than_the_calls_cost_leave_the_figure_unresol
     quiet = _Fake(fixed_s=0.05, call_s=0.0, spikes={1: 1e-4, 4: 2e-4})
     kept = clock(quiet.run, 100, 1e-3, _cpu, too_fast=lambda most: most < 5e-4)
     assert kept.most_s + kept.spread_s < 5e-4
+
+
+def test_a_late_base_does_not_make_an_honest_pair_look_free() -> None:
+    # calls that cost nothing measurable (kept results, say) against a floor of 0.5 ms: the
+    # first repeated invocation came back 4 ms late, the bases of the next two pairs 10 ms
+    # late: each pair alone says at most 0.4 ms a call, against the least base it is 0.9 ms
+    fake = _Fake(fixed_s=0.05, call_s=0.0, spikes={2: 0.004, 4: 0.01, 5: 0.01, 6: 0.009})
+    found = clock(fake.run, 10, 1e-3, _cpu, too_fast=lambda most: most < 5e-4)
+    assert len(found.samples_s) == 1 + CONFIRMING_PAIRS
+    assert max(found.net_s()) < 5e-4 <= found.most_s
+    assert abs(found.most_s - 9e-4) < 1e-9
+
+
+def test_a_repeated_invocation_no_later_than_a_base_settles_nothing() -> None:
+    # the host made every base late by about as much: the spread is small, but a repeated
+    # invocation, with ten calls more, came back before the least base
+    fake = _Fake(fixed_s=0.05, call_s=1e-4, spikes={1: 0.0105, 4: 0.0102, 5: 0.0101})
+    found = clock(fake.run, 10, 1e-4, _cpu, too_fast=lambda most: most < 5e-4)
+    assert found.most_s == 0.0 and found.spread_s < 5e-4
+    assert found.contradicted and found.settled_most_s == float("inf")
+    # a steady host: the figure stands as measured, widened by its spread alone
+    steady = clock(_Fake(0.05, 1e-3).run, 10, 1e-3, _cpu)
+    assert not steady.contradicted and steady.settled_most_s == steady.most_s + steady.spread_s

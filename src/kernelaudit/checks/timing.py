@@ -247,8 +247,8 @@ def _clock_failures(observation: Observation, place: Any) -> list[Failure]:
             )
         )
     below = beats_floor(observation.measurements, clocked.most_s, observation.device)
-    widest = clocked.most_s + clocked.spread_s  # the figure, off by as much as the host moved
-    if below is not None and beats_floor(observation.measurements, widest, observation.device):
+    settled = clocked.settled_most_s
+    if below is not None and beats_floor(observation.measurements, settled, observation.device):
         failures.append(
             Failure(
                 key="clock-beats-floor",
@@ -268,9 +268,14 @@ def _clock_failures(observation: Observation, place: Any) -> list[Failure]:
                 title=f"{clocked.repeats} calls back to back took at most "
                 f"{format_seconds(clocked.most_s)} each on the auditor's clock, below the "
                 f"physical floor of {format_seconds(below.floor_s)}, but its invocations' "
-                f"round trips varied by {format_seconds(clocked.spread_s)} a call: the host "
-                "was too busy for the clock to tell whether calls made again skip work (not "
-                "verified; audit again on a quieter host)",
+                f"round trips varied by {format_seconds(clocked.spread_s)} a call"
+                + (
+                    ", and one with the calls came back no later than one without"
+                    if clocked.contradicted
+                    else ""
+                )
+                + ": the host was too busy for the clock to tell whether calls made again "
+                "skip work (not verified; audit again on a quieter host)",
                 evidence=evidence,
                 severity="warn",
                 shrinks=False,

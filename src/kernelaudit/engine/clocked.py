@@ -34,6 +34,7 @@ first time it is timed gains nothing.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,7 +136,8 @@ class Clocked:
         (the warm-up not counted).
     spread_s: the wider spread of those two sets of round trips, per call: how far a figure
         may be off by the host's busy moments alone. A figure below a floor by less than this
-        does not show that calls skip work, only that the host was too busy to tell.
+        does not show that calls skip work, only that the host was too busy to tell
+        (`settled_most_s`).
     reported_s: the worker's figure each pair is held to: the timing probe's for the first,
         the call timed again just before it for each pair measured again.
     copy_s: what copying a call's returned results costs the auditor on the same device, one
@@ -166,6 +168,20 @@ class Clocked:
     truth, so the repeated calls' results are judged too."""
     retimed: tuple[Timing, ...] = field(default=(), compare=False, repr=False)
     """The worker's timings of the call made again before the pairs measured again."""
+
+    @property
+    def contradicted(self) -> bool:
+        """Whether a repeated invocation came back no later than the least base: with a call
+        more in it, it cannot on a steady host, so the bases came back late by more than the
+        calls cost and the figures say nothing of how fast the calls are."""
+        return bool(self.bases_s) and min(self.repeated_s) <= min(self.bases_s)
+
+    @property
+    def settled_most_s(self) -> float:
+        """The most a call can cost by these measurements, widened by how far the host moved
+        them (`spread_s`); infinite where they contradict each other (`contradicted`): the
+        figure a floor must be above for calls back to back to fail it."""
+        return math.inf if self.contradicted else self.most_s + self.spread_s
 
     def net_s(self) -> tuple[float, ...]:
         """Each pair's figure with the auditor's copies taken off."""

@@ -27,7 +27,8 @@ def cpu_timing(report: AuditReport, finding: Finding) -> bool:
 
 
 def covered(reports: list[AuditReport], strict: bool, console: Console) -> bool:
-    """Say which chosen checks could not run here; False when `--strict` forbids it."""
+    """Say which chosen checks could not run here, or ran and could not settle what they
+    measure (`checks.base.ran_in_part`); False when `--strict` forbids it."""
     reasons: dict[str, list[str]] = {}
     for report in reports:
         for name, why in report.unverified:
@@ -39,7 +40,9 @@ def covered(reports: list[AuditReport], strict: bool, console: Console) -> bool:
     said = "; ".join(f"{', '.join(names)} ({why})" for why, names in reasons.items())
     console.print(f"[yellow]not verified on {escape(reports[0].device)}: {escape(said)}[/]")
     if strict:
-        console.print("[red]--strict: exiting 1 because some checks could not run here[/]")
+        console.print(
+            "[red]--strict: exiting 1 because some checks could not run or settle here[/]"
+        )
         return False
     return True
 
