@@ -35,7 +35,6 @@ from kernelaudit.problem.dims import dim_size, resolve_shape
 from kernelaudit.problem.spec import IndexInput, MaskInput, Problem, ScalarInput, TensorInput
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import ChildExit, finish_python, start_python
-from kernelaudit.runner.limits import passed_bound
 
 
 @dataclass(frozen=True)
@@ -220,16 +219,9 @@ def run_large(
 
 
 def _read(result: Path, done: ChildExit, timeout_s: float) -> LargeRun:
-    if done.timed_out:
-        return LargeRun(
-            error=f"the candidate did not return within {timeout_s:.0f} s", kind="timeout"
-        )
-    kind, why = passed_bound(done.over_memory, done.over_disk)
+    kind, why = done.failure(result.is_file(), timeout_s, "the candidate's")
     if kind:
         return LargeRun(error=why, kind=kind)
-    if not result.is_file():
-        died = f"the candidate's process died (exit {done.returncode}): "
-        return LargeRun(error=died + (done.stderr_tail or "no message"), kind="crash")
     data = torch.load(result, weights_only=True)
     if data.get("error"):
         return LargeRun(error=str(data["error"]), kind=str(data.get("kind", "exception")))

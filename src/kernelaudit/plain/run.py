@@ -14,7 +14,6 @@ import torch
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.launch import run_python
-from kernelaudit.runner.limits import passed_bound
 from kernelaudit.runner.messages import Call, StateChange, TensorArg
 from kernelaudit.runner.state import FLAG_NAMES, FUNCTION_NAMES, RNG_NAMES
 
@@ -80,14 +79,9 @@ def run_plain(
             folder,
             host_memory_bytes=host_memory_bytes,
         )
-        if done.timed_out:
-            return PlainRun(error=f"no result within {timeout_s:.0f} s", kind="timeout")
-        kind, why = passed_bound(done.over_memory, done.over_disk)
+        kind, why = done.failure(answer.is_file(), timeout_s, "its")
         if kind:
             return PlainRun(error=why, kind=kind)
-        if not answer.is_file():
-            died = f"its process died (exit {done.returncode}): "
-            return PlainRun(error=died + (done.stderr_tail or "no message"), kind="crash")
         size = answer.stat().st_size
         if size > result_bytes:
             return PlainRun(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 import kernelaudit
-from kernelaudit.runner.limits import wait_within
+from kernelaudit.runner.limits import passed_bound, wait_within
 from kernelaudit.runner.sandbox import cache_bound, for_candidate, isolation
 from kernelaudit.runner.threads import THREADS_VARIABLE, thread_environment, thread_share
 
@@ -58,6 +58,20 @@ class ChildExit:
     """Why it was killed for the host memory its processes held ("" when it was not)."""
     over_disk: str = ""
     """Why it was killed for what it wrote to its cache folder ("" when it was not)."""
+
+    def failure(self, written: bool, timeout_s: float, whose: str) -> tuple[str, str]:
+        """Why there is no result to read, as a stopped run's kind ("timeout", "host-memory",
+        "disk", "crash") and words naming `whose` process ("its", "the candidate's"); ("",
+        "") when the child ended and `written` its result."""
+        if self.timed_out:
+            return "timeout", f"no result from {whose} process within {timeout_s:.0f} s"
+        kind, why = passed_bound(self.over_memory, self.over_disk)
+        if kind:
+            return kind, why
+        if not written:
+            tail = self.stderr_tail or "no message"
+            return "crash", f"{whose} process died (exit {self.returncode}): {tail}"
+        return "", ""
 
 
 def start_python(
