@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|some-tests|clock|clock-busy|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|some-tests|casts|clock|clock-busy|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -121,6 +121,11 @@ for step in ${steps[@]}; do
         done
         sides=("${sides[1]}" "${sides[0]}")
       done
+      ;;
+    casts)
+      # a host tensor sent to the GPU at float64: cast on the host, or sent as it is and cast
+      # there (device_copies.moved), by size, dtype and kind of host memory
+      python3 benchmarks/device_casts.py --out "$out/device-casts.json" 2>&1 | tail -n 20
       ;;
     clock-busy)
       # the auditor's clock on a busy host: chosen SOL-ExecBench references (CLOCK_PROBLEMS)

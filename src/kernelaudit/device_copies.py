@@ -71,11 +71,11 @@ class DeviceCopies:
         self, value: torch.Tensor, where: torch.device, dtype: torch.dtype | None = None
     ) -> torch.Tensor:
         """`value` on `where` at `dtype` (its own when None): the copy held there when there is
-        one (cast on the device if asked), else `value.to(where, dtype)`. Never write to what
+        one (cast on the device if asked), else `moved(value, where, dtype)`. Never write to what
         this returns: it may be the held copy itself, or `value`."""
         held = self._get(value, where)
         if held is None:
-            return value.to(where, dtype or value.dtype)
+            return moved(value, where, dtype)
         return held.to(dtype or held.dtype)
 
     def copied(self, value: torch.Tensor, where: torch.device) -> torch.Tensor:
@@ -117,6 +117,31 @@ class DeviceCopies:
 
     def _most(self, device: torch.device) -> int:
         return share_of(device, SHARE) if self.most_bytes is None else self.most_bytes
+
+
+def moved(
+    value: torch.Tensor,
+    where: torch.device | str,
+    dtype: torch.dtype | None = None,
+    copy: bool = False,
+) -> torch.Tensor:
+    """`value` on `where` at `dtype` (its own when None), as `value.to(where, dtype, copy=copy)`
+    gives it, but a host tensor going to a device at a wider dtype crosses the bus at its own
+    and is widened there (every such cast is exact: the same values either way).
+
+    Asked for both at once, torch casts on the host first (ATen's copies between a CPU and a
+    GPU convert on the CPU), into fresh pageable memory, then sends the wider bytes from
+    there: a bfloat16 result judged in float64 made four times the traffic, none of it from
+    page-locked memory, and that cast was the largest single line of the auditor's main
+    thread in sampled audits of SOL-ExecBench problems on an H200 (13% and 22%:
+    docs/benchmarks.md, "Casts on the device"). A narrowing cast stays on the host, where it
+    makes fewer bytes to send."""
+    target = torch.device(where)
+    wanted = dtype or value.dtype
+    widening = value.dtype != wanted and value.element_size() < wanted.itemsize
+    if widening and value.device.type == "cpu" and target.type != "cpu":
+        return value.to(target).to(wanted)  # both steps make new tensors: a copy either way
+    return value.to(target, wanted, copy=copy)
 
 
 def share_of(device: torch.device, share: int) -> int:

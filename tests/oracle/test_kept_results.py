@@ -3,6 +3,9 @@ comparisons there take that copy instead of copying the host's again, and judge 
 the host's copy would."""
 
 import gc
+import math
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -175,3 +178,78 @@ def test_a_large_result_laid_out_otherwise_comes_to_the_host_through_the_staging
     assert torch.equal(host, result.double().cpu())
     held = DEVICE_COPIES.on(host, result.device)
     assert held.device == result.device and torch.equal(held, result.double())
+
+
+class _Moves(torch.overrides.TorchFunctionMode):
+    """The tensors' `to` calls made while it is on: (source device, source dtype, result
+    device, result dtype)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.moves: list[tuple[str, torch.dtype, str, torch.dtype]] = []
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: object,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        result = func(*args, **(kwargs or {}))
+        if func is torch.Tensor.to:
+            source = args[0]
+            self.moves.append((source.device.type, source.dtype, result.device.type, result.dtype))
+        return result
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.uint8])
+def test_a_host_tensor_judged_wider_elsewhere_crosses_at_its_own_dtype(
+    dtype: torch.dtype,
+) -> None:
+    """A result or a kept draw sent to the device at float64 is not cast on the host first
+    (four times the bytes for a bfloat16 one, from fresh pageable memory): it crosses as it
+    is and is widened there."""
+    host = torch.arange(12).reshape(3, 4).to(dtype)
+    with _Moves() as seen:
+        there = DeviceCopies(most_bytes=1 << 20).on(host, ELSEWHERE, torch.float64)
+    assert there.device == ELSEWHERE and there.dtype == torch.float64
+    assert there.shape == host.shape
+    assert seen.moves[0] == ("cpu", dtype, "meta", dtype)
+    assert all(source != "cpu" for source, _, _, wanted in seen.moves if wanted != dtype)
+
+
+def test_a_narrowing_move_is_cast_on_the_host_and_a_copy_asked_for_is_one() -> None:
+    """A float64 draw sent at bfloat16 is cast where it is (fewer bytes cross); one asked to be
+    copied is never the tensor given, wherever it goes."""
+    from kernelaudit.device_copies import moved
+
+    drawn = torch.linspace(-3, 3, 8, dtype=torch.float64)
+    with _Moves() as seen:
+        sent = moved(drawn, ELSEWHERE, torch.bfloat16)
+    assert sent.dtype == torch.bfloat16 and sent.device == ELSEWHERE
+    assert seen.moves == [("cpu", torch.float64, "meta", torch.bfloat16)]
+    same = moved(drawn, "cpu", torch.float64, copy=True)
+    assert same is not drawn and torch.equal(same, drawn)
+
+
+def test_results_widened_on_a_device_hold_the_bits_the_host_cast_gives(device: str) -> None:
+    """Cast there or on the host, a widened result holds the same values to the bit (a NaN
+    as a NaN), infinities, signed zeros, subnormals and strided views included."""
+    from kernelaudit.device_copies import moved
+
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        info = torch.finfo(dtype)
+        special = torch.tensor(
+            [math.inf, -math.inf, math.nan, 0.0, -0.0, info.tiny / 4, info.max, -info.min],
+            dtype=torch.float64,
+        ).to(dtype)
+        values = torch.cat([special, torch.randn(4088, dtype=torch.float64).to(dtype)])
+        strided = values.reshape(64, -1)[:, ::3]
+        for host in (values, strided):
+            there = moved(host, device, torch.float64)
+            assert there.device.type == torch.device(device).type
+            expected, got = host.to(torch.float64), there.cpu()
+            nan = expected.isnan()
+            assert torch.equal(got.isnan(), nan)
+            # bit for bit where there is a number: the sign of a zero, a subnormal's last bit
+            assert torch.equal(got[~nan].view(torch.int64), expected[~nan].view(torch.int64))

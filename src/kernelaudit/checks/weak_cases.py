@@ -10,7 +10,7 @@ import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.sweep import activations
-from kernelaudit.device_copies import DEVICE_COPIES
+from kernelaudit.device_copies import DEVICE_COPIES, moved
 from kernelaudit.inputs.case import Case
 from kernelaudit.oracle.compare import compare, judging_device
 from kernelaudit.oracle.metrics import absolute_floor
@@ -109,7 +109,7 @@ def _impostors(
             and value.shape == truth.shape
             and value.dtype.is_floating_point
         ):
-            impostors.append((f"input {name!r} passed through", value.to(where, dtype)))
+            impostors.append((f"input {name!r} passed through", moved(value, where, dtype)))
     return impostors
 
 

@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 
-from kernelaudit.device_copies import DEVICE_COPIES
+from kernelaudit.device_copies import DEVICE_COPIES, moved
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.oracle.conditioning import Nudged
 from kernelaudit.oracle.metrics import ErrorMetrics, all_clean, error_metrics
@@ -219,7 +219,7 @@ def _compare_floating(
         if nudged is not None:
             nudged = Nudged(_interleaved(nudged.truth), _interleaved(nudged.baseline))
         dtype = dtype.to_real()
-    candidate = values.to(where, torch.float64)
+    candidate = moved(values, where, torch.float64)
     truth = DEVICE_COPIES.on(truth, where, torch.float64)
 
     clean = all_clean(candidate, truth, dtype)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelaudit.device_copies import moved
 from kernelaudit.inputs import draws
 
 NUDGE_SEED = 0x6E75
@@ -61,7 +62,7 @@ def nudged(value: object, position: int) -> object:
     eps = torch.finfo(real).eps
     generator = torch.Generator().manual_seed(NUDGE_SEED + position)
     signs = draws.randint(0, 2, tuple(value.shape), generator, dtype=torch.uint8)
-    factor = 1.0 + eps * (2.0 * signs.to(value.device, torch.float64) - 1.0)
+    factor = 1.0 + eps * (2.0 * moved(signs, value.device, torch.float64) - 1.0)
     del signs
     wide = torch.complex128 if value.dtype.is_complex else torch.float64
     return value.to(wide).mul_(factor).to(value.dtype)

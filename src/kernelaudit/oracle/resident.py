@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import torch
 
-from kernelaudit.device_copies import DEVICE_COPIES, share_of
+from kernelaudit.device_copies import DEVICE_COPIES, moved, share_of
 from kernelaudit.inputs.reuse import DRAWS, Draws
 
 Made = TypeVar("Made")
@@ -75,7 +75,7 @@ class Resident:
             return None
         if derived is None:
             self._room_for(size, most)  # before the copy: the device never holds both
-            made = value.detach().to(device=device, dtype=dtype, copy=True)
+            made = moved(value.detach(), device, dtype, copy=True)
         else:
             native = self.get(value, dtype, device)
             if native is None:

@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 import torch
 
 from kernelaudit.checks.base import Expected
+from kernelaudit.device_copies import moved
 from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.oracle.compare import is_exact
@@ -178,7 +179,7 @@ def native_copy(value: object, dtype: torch.dtype | None, device: str) -> object
     kept = _on_device(value, dtype, device)
     if kept is not None:
         return kept.clone()
-    return value.detach().to(device=device, dtype=dtype or value.dtype, copy=True)
+    return moved(value.detach(), device, dtype, copy=True)
 
 
 def _nudged_native(value: object, dtype: torch.dtype | None, position: int, device: str) -> object:
@@ -211,7 +212,7 @@ def _promoted_on(value: object, dtype: torch.dtype | None, device: str) -> objec
     kept = _on_device(value, dtype, device)
     if kept is not None:
         return promoted_copy(kept)  # a copy, whatever the dtype: `kept` is shared
-    return promoted_copy(value.detach().to(device=device, dtype=dtype or value.dtype))
+    return promoted_copy(moved(value.detach(), device, dtype))
 
 
 def _on_device(
