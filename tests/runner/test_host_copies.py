@@ -72,12 +72,16 @@ def test_a_large_pageable_copy_from_a_gpu_goes_through_the_staging_buffers_intac
     assert staged_copies == [value.numel()]
     assert not copy.is_pinned() and copy.shape == value.shape and copy.dtype == value.dtype
     assert torch.equal(copy, value.cpu())
-    # another dtype, a view that is not contiguous, a small tensor: the device's own copy
+    # another dtype, a small tensor: the device's own copy
     assert torch.equal(host_copy(value, torch.float32, page_locked=False), value.float().cpu())
-    assert torch.equal(host_copy(value.t(), page_locked=False), value.t().cpu())
     assert torch.equal(host_copy(value[:, :10], page_locked=False), value[:, :10].cpu())
     assert staged_copies == [value.numel()]
+    # a large one laid out otherwise (a transposed result): made contiguous on the device,
+    # then staged, not copied into pageable memory page by page
+    transposed = host_copy(value.t(), page_locked=False)
+    assert transposed.is_contiguous() and torch.equal(transposed, value.t().cpu())
+    assert staged_copies == [value.numel(), value.numel()]
     # integers and booleans come through bit for bit too
     flags = torch.rand(5 << 20, device="cuda") > 0.5
     assert torch.equal(host_copy(flags, page_locked=False), flags.cpu())
-    assert staged_copies == [value.numel(), flags.numel()]
+    assert staged_copies == [value.numel(), value.numel(), flags.numel()]
