@@ -54,6 +54,8 @@ def plan_one(definition: Path, profile_name: str, device: str) -> dict:
         "planned_s": round(fitted.estimate_s, 2),
         "planned_probes": len(fitted.probes),
         "untried_probes": len(fitted.untried),
+        "required_cut": len(fitted.cut),
+        "required_cut_s": round(sum(probe_seconds(problem, p, device) for p in fitted.cut), 2),
         "base_workload": names.index(base_workload(ctx)) if names else None,
     }
 

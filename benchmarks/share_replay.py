@@ -7,6 +7,9 @@ what the audit would at least have saved, not a measurement.
 
     python benchmarks/share_replay.py build/solexecbench REPORT.json ... \\
         --shares 0.45 0.35 --results RESULTS.json ... --out share-replay.json
+
+`--constant REQUIRED_MOST` varies the budgets the required probes may take instead
+(`engine.budget.REQUIRED_MOST`; `--audited-share inf` for reports made before it existed).
 """
 
 from __future__ import annotations
@@ -58,8 +61,10 @@ def _record_key(record: dict[str, Any]) -> str:
     )
 
 
-def _planned(root: Path, report: dict[str, Any], shares: list[float]) -> Iterator[set[str]]:
-    """The keys of the probes planned at each share."""
+def _planned(
+    root: Path, report: dict[str, Any], shares: list[float], constant: str = "PROBE_SHARE"
+) -> Iterator[set[str]]:
+    """The keys of the probes planned at each value of the budget's `constant`."""
     folder = Path(report["problem_path"])
     folder = folder.parent if folder.suffix else folder  # .../<level>/<problem>/definition.json
     problem = read_problem(root / folder.parent.name / folder.name)
@@ -67,21 +72,26 @@ def _planned(root: Path, report: dict[str, Any], shares: list[float]) -> Iterato
     ctx = PlanContext(problem, profile, "cuda", SMS, None)
     probing = [check for check in build_checks() if not hasattr(check, "conclude")]
     planned = [p for check in probing for p in check.plan(ctx)]
-    kept = budget.PROBE_SHARE
+    kept = getattr(budget, constant)
     try:
         for share in shares:
-            budget.PROBE_SHARE = share
+            setattr(budget, constant, share)
             fitted = budget.fit(planned, problem, "cuda", profile.budget_s)
             yield {_probe_key(p) for p in fitted.probes}
     finally:
-        budget.PROBE_SHARE = kept
+        setattr(budget, constant, kept)
 
 
 def replay(
-    root: Path, path: Path, shares: list[float], walls: dict[str, float], audited: float
+    root: Path,
+    path: Path,
+    shares: list[float],
+    walls: dict[str, float],
+    audited: float,
+    constant: str = "PROBE_SHARE",
 ) -> dict[str, Any]:
     report = json.loads(path.read_text())["reports"][0]
-    plans = list(_planned(root, report, [audited, *shares]))
+    plans = list(_planned(root, report, [audited, *shares], constant))
     recorded: dict[str, float] = {}
     found_by: dict[str, set[str]] = {}  # each finding's key: the probes that found it
     for record in report["cases"]:
@@ -130,6 +140,12 @@ def main() -> int:
     parser.add_argument(
         "--results", type=Path, nargs="*", default=[], help="results files with wall seconds"
     )
+    parser.add_argument(
+        "--constant",
+        default="PROBE_SHARE",
+        choices=["PROBE_SHARE", "REQUIRED_MOST"],
+        help="the budget's constant the values are of",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     walls = {
@@ -141,7 +157,9 @@ def main() -> int:
     rows = []
     for path in args.reports:
         try:
-            rows.append(replay(args.root, path, args.shares, walls, args.audited_share))
+            rows.append(
+                replay(args.root, path, args.shares, walls, args.audited_share, args.constant)
+            )
         except (OSError, KeyError, ValueError, ProblemError) as error:
             print(f"{path}: {type(error).__name__}: {error}", file=sys.stderr)
             continue

@@ -168,8 +168,9 @@ class AuditReport:
     budget: tuple[tuple[str, float], ...] = ()
     """The time budget and the plan fitted to it: budget_s, planned_s (the estimated seconds of
     the probing phases: the probes that ran, and on a GPU what an audit's probing costs
-    besides), probes_planned, probes_untried, probes_sharing_a_run (judged on another probe's
-    run of the same calls on the same case)."""
+    besides), probes_planned, probes_untried, probes_required_untried (of those untried, probes
+    every audit runs, left out past `engine.budget.REQUIRED_MOST` budgets), probes_sharing_a_run
+    (judged on another probe's run of the same calls on the same case)."""
     untried: tuple[tuple[str, int], ...] = ()
     """Optional probes the budget left out, counted by check and shape."""
     isolation: str = ""

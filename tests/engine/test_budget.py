@@ -21,7 +21,14 @@ from kernelaudit.checks.sweep import (
     value_variants,
 )
 from kernelaudit.checks.timing import timing_probe
-from kernelaudit.engine.budget import PROBE_SHARE, fit, probe_seconds, untried_summary
+from kernelaudit.engine.budget import (
+    PROBE_SHARE,
+    REQUIRED_MOST,
+    fit,
+    fit_ahead,
+    probe_seconds,
+    untried_summary,
+)
 from kernelaudit.errors import UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import cost_model
@@ -57,16 +64,18 @@ def _context(problem: Problem, profile: str = "default", budget_s: float | None 
     return PlanContext(problem, chosen, "cuda", 132)
 
 
-def test_required_probes_run_even_past_the_budget_and_optional_ones_only_within_it():
+def test_required_probes_run_past_the_budget_and_optional_ones_only_within_it():
     problem = _problem([{"rows": 64, "cols": 64}])
     case = Case((("rows", 64), ("cols", 64)))
     required = [Probe("numerics", replace(case, seed=s)) for s in range(3)]
     optional = [Probe("numerics", replace(case, seed=10 + s), rank=1) for s in range(3)]
     one = probe_seconds(problem, required[0], "cuda")
 
-    tight = fit(required + optional, problem, "cuda", budget_s=one / 10)
+    # the required probes are four budgets' worth: all of them run, and no optional one
+    tight = fit(required + optional, problem, "cuda", budget_s=(3 * one + _FIXED) / 4)
     assert tight.probes == tuple(required)
     assert tight.untried == tuple(optional)
+    assert tight.cut == ()
 
     # room for exactly two optional probes beyond the required ones and the device's own
     # probing cost
@@ -74,6 +83,42 @@ def test_required_probes_run_even_past_the_budget_and_optional_ones_only_within_
     assert roomy.probes == tuple(required + optional[:2])
     assert roomy.untried == (optional[2],)
     assert untried_summary(roomy.untried) == (("numerics @ ", 1),)
+
+
+def test_required_probes_past_their_most_keep_every_check_and_are_taken_a_round_at_a_time():
+    problem = _problem([{"rows": 1024, "cols": 1024}])
+    case = Case((("rows", 1024), ("cols", 1024)))
+    numerics = [Probe("numerics", replace(case, seed=s)) for s in range(6)]
+    replay = [Probe("replay", replace(case, seed=20)), Probe("replay", _costly())]
+    races = [Probe("races", replace(case, seed=30)), Probe("races", replace(case, seed=31))]
+    one = probe_seconds(problem, numerics[0], "cuda")
+    big = probe_seconds(problem, replay[1], "cuda")
+    assert big > 5 * one
+    # room for the device's own probing cost and six and a half of the small probes
+    budget = (_FIXED + 6.5 * one) / REQUIRED_MOST
+    fitted = fit([*numerics, *replay, *races], problem, "cuda", budget)
+    # every check's first probe, then a round at a time while they fit: the costly second
+    # replay gives way to the races' second, and numerics takes the room left
+    assert fitted.probes == (*numerics[:3], replay[0], *races)
+    assert fitted.cut == (*numerics[3:], replay[1])
+    assert fitted.untried == fitted.cut
+    assert fitted.cut_from("numerics") == 3 and fitted.cut_from("races") == 0
+    assert fitted.estimate_s == pytest.approx(_FIXED + 6 * one)
+    assert untried_summary(fitted.untried) == (("numerics @ ", 3), ("replay @ ", 1))
+    # a probe making the calls of one taken costs nothing more, and is taken
+    again = Probe("races", numerics[0].case)
+    fitted = fit([*numerics, *replay, *races, again], problem, "cuda", budget)
+    assert again in fitted.probes and fitted.cut == (*numerics[3:], replay[1])
+    # a first probe runs whatever it costs
+    alone = fit([replay[1], numerics[0]], problem, "cuda", budget)
+    assert alone.probes == (replay[1], numerics[0]) and alone.cut == ()
+    # with room for them all, nothing is cut
+    roomy = fit([*numerics, *replay, *races], problem, "cuda", (_FIXED + big + 9 * one) / 4)
+    assert roomy.cut == () and len(roomy.probes) == 10
+
+
+def _costly() -> Case:
+    return Case((("rows", 4096), ("cols", 4096)))
 
 
 def test_probes_of_other_checks_making_the_same_calls_are_counted_once():
@@ -121,11 +166,15 @@ def test_every_value_variant_runs_where_they_fit_the_budget():
             assert (tuple(sorted(values)), config) in ran
 
 
-def test_every_family_input_and_boundary_shape_runs_whatever_the_budget():
+def test_every_family_input_and_boundary_shape_runs_however_tight_the_budget_of_a_sweep():
     problem = _problem([{"rows": 8192, "cols": 8192}, {"rows": 4096, "cols": 4096}])
     ctx = _context(problem, budget_s=0.001)
     probes = Numerics().plan(ctx)
-    fitted = fit(probes, problem, "cuda", 0.001)
+    # the sweep's covering set, planned for a budget far below it, fitted to one that holds
+    # its required probes within `REQUIRED_MOST` budgets but leaves no room for another
+    required = fit([p for p in probes if p.rank == 0], problem, "cuda", 1e9).estimate_s
+    fitted = fit(probes, problem, "cuda", required / (REQUIRED_MOST - 0.5))
+    assert fitted.cut == ()
     variants = value_variants(ctx)
     for config in range(2):
         ran = [dict(p.case.values) for p in fitted.probes if p.case.dtype_config == config]
@@ -268,3 +317,21 @@ def test_time_left_leans_on_the_pace_this_machine_kept_until_the_audits_say_othe
     rate = (100.0 + 0.5 * 150.0) / (100.0 + 150.0)
     left = time_left(estimates, {0: 100.0}, 2, elapsed_s=100.0, pace=0.5, ended_s=[100.0])
     assert left == pytest.approx(50.0 * rate) == 35.0
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_no_bundled_example_has_its_required_probes_cut_in_any_profile(device: str) -> None:
+    """The required probes are cut only past `REQUIRED_MOST` budgets, which no bundled
+    example's come near: the demo, the hostile corpus's problems and every check's fixtures
+    keep every case they had."""
+    from pathlib import Path
+
+    from kernelaudit.formats import read_problem
+
+    examples = sorted(Path(__file__).parents[2].joinpath("examples").glob("*/problem.py"))
+    assert examples
+    for path in examples:
+        problem = read_problem(path)
+        for name in ("quick", "default", "thorough"):
+            fitted = fit_ahead(PlanContext(problem, profile_named(name), device, 132))
+            assert fitted.probes and fitted.cut == (), (path.parent.name, name)

@@ -75,7 +75,7 @@ def test_a_check_whose_optional_cases_the_budget_left_out_ran_in_part():
     # a problem with optional cases (value variants past the covering set, at two dtypes)
     problem = ROOT.parent / "examples" / "layernorm" / "problem.py"
     candidate = ROOT / "oracle" / "fixtures" / "single_pass_layernorms.py"
-    tight = replace(PROFILES["default"], budget_s=1.0, layouts=())
+    tight = replace(PROFILES["default"], budget_s=8.0, layouts=())
     report = audit(problem, f"{candidate}::single_pass", tight, "cpu", ["numerics"])
     left = sum(count for where, count in report.untried if where.startswith("numerics @"))
     assert left > 0, report.untried  # the budget's doing, listed case by case
@@ -86,3 +86,23 @@ def test_a_check_whose_optional_cases_the_budget_left_out_ran_in_part():
     )
     # the user's budget, not the machine's limit: nothing unverified for --strict
     assert "numerics" not in dict(report.unverified)
+
+
+def test_a_check_whose_required_cases_the_budget_left_out_is_not_verified():
+    """Past `REQUIRED_MOST` budgets even the cases every audit runs are cut: the check says how
+    many, lists them, and is not verified, which --strict turns into exit code 1."""
+    problem = ROOT.parent / "examples" / "layernorm" / "problem.py"
+    candidate = ROOT / "oracle" / "fixtures" / "single_pass_layernorms.py"
+    tiny = replace(PROFILES["default"], budget_s=0.15, layouts=())
+    report = audit(problem, f"{candidate}::single_pass", tiny, "cpu", ["numerics"])
+    left = sum(count for where, count in report.untried if where.startswith("numerics @"))
+    said = dict(report.coverage)["numerics"]
+    assert said.startswith("ran in part: the time budget left ")
+    cut = int(said.split("left ")[1].split(" ")[0])
+    assert 0 < cut <= left
+    assert said.endswith(
+        "of the cases every audit runs untried, their estimate being past 10 budgets "
+        "(--budget SECONDS or --profile thorough runs more)"
+    )
+    assert dict(report.unverified)["numerics"] == said
+    assert report.verdict == "PASS"  # what did run, the candidate got right

@@ -28,7 +28,13 @@ from kernelaudit.checks.base import (
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.device_copies import DEVICE_COPIES
-from kernelaudit.engine.budget import SHRINK_SHARE, fit, unavailable_summary, untried_summary
+from kernelaudit.engine.budget import (
+    REQUIRED_MOST,
+    SHRINK_SHARE,
+    fit,
+    unavailable_summary,
+    untried_summary,
+)
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.grouping import finding_of
 from kernelaudit.engine.probing import (
@@ -272,6 +278,8 @@ def _audit(
     )
     findings = [replace(f, id=f"{finding_prefix}F{i}") for i, f in enumerate(findings, start=1)]
     verdict = "FAIL" if any(f.severity == "fail" for f in findings) else "PASS"
+    untried = fitted.untried + (backward.untried if backward else ())
+    cut = fitted.cut + (backward.cut if backward else ())
     missing = tuple(
         (check.name, why)
         for check in checks
@@ -279,6 +287,7 @@ def _audit(
             why := unverified(check, device, profile)
             or not_run(check, ctx)
             or ran_in_part(check, ctx)
+            or _cut_short(check.name, cut)
         )
     )
     return AuditReport(
@@ -296,7 +305,7 @@ def _audit(
         environment=environment(device),
         isolation=_confinement(device),
         unverified=missing,
-        coverage=_covered(checks, ctx, fitted.untried + (backward.untried if backward else ())),
+        coverage=_covered(checks, ctx, untried, cut),
         assumed=problem.assumed,
         phases=tuple((name, round(t, 3)) for name, t in phases.items()),
         interpretation=problem.notes,
@@ -311,9 +320,10 @@ def _audit(
             ("planned_s", round(fitted.estimate_s, 3)),
             ("probes_planned", len(fitted.probes)),
             ("probes_untried", len(fitted.untried)),
+            ("probes_required_untried", len(fitted.cut)),
             ("probes_sharing_a_run", probing.shared),
         ),
-        untried=untried_summary(fitted.untried + (backward.untried if backward else ()))
+        untried=untried_summary(untried)
         + unavailable_summary((*probing.unavailable, *(backward.unavailable if backward else ()))),
     )
 
@@ -349,20 +359,44 @@ def _backward_pass(
         ]
     unavailable = tuple(probing.unavailable)
     return _Backward(
-        findings, probing.records, time.perf_counter() - began, fitted.untried, unavailable
+        findings,
+        probing.records,
+        time.perf_counter() - began,
+        fitted.untried,
+        unavailable,
+        fitted.cut,
+    )
+
+
+def _cut_short(check: str, cut: tuple[Probe, ...]) -> str:
+    """Why `check` is not verified where the budget left out some of the cases every audit
+    runs (`engine.budget.REQUIRED_MOST`); "" where it left none of them."""
+    count = sum(1 for probe in cut if probe.check == check)
+    if not count:
+        return ""
+    return (
+        f"ran in part: the time budget left {count} of the cases every audit runs untried, "
+        f"their estimate being past {REQUIRED_MOST:g} budgets (--budget SECONDS or "
+        "--profile thorough runs more)"
     )
 
 
 def _covered(
-    checks: list[Check], ctx: PlanContext, untried: tuple[Probe, ...]
+    checks: list[Check],
+    ctx: PlanContext,
+    untried: tuple[Probe, ...],
+    cut: tuple[Probe, ...] = (),
 ) -> tuple[tuple[str, str], ...]:
     """What each check did (`checks.base.coverage`); a check that ran while the time budget
-    left some of its optional cases untried ran in part, and says how many."""
+    left some of its cases untried ran in part, and says how many: of the cases every audit
+    runs (`_cut_short`), or of its optional ones."""
     left = Counter(probe.check for probe in untried)
     said = []
     for check in checks:
         what = coverage(check, ctx)
-        if what == "ran" and left[check.name]:
+        if what == "ran" and _cut_short(check.name, cut):
+            what = _cut_short(check.name, cut)
+        elif what == "ran" and left[check.name]:
             count = left[check.name]
             what = (
                 f"ran in part: the time budget left {count} optional case{'s' * (count != 1)} "
@@ -388,6 +422,8 @@ class _Backward:
     """Probes the budget left out."""
     unavailable: tuple[tuple[Probe, str], ...]
     """Probes whose case the problem cannot make inputs for."""
+    cut: tuple[Probe, ...] = ()
+    """Of the probes every audit runs, those the budget left out (also in `untried`)."""
 
 
 def _confinement(device: str) -> str:

@@ -1,20 +1,23 @@
 """Fit an audit's probes to its time budget.
 
 Every probe of rank 0 runs: each value distribution, boundary size and layout at least once,
-and every check's own probes. The optional ones (rank 1 and up: the same variants at more
-workloads, more dtype configurations, more seeds, workloads left out of a sample) are added
-lowest rank first while the estimated time of everything planned, with what the device's
-probing costs besides (`CostModel.per_audit_s`), fits the probes' share of the budget. The
-estimate comes from `kernelaudit.inputs.cost`, never from the clock, so which
-cases run, and the verdict, do not depend on how busy the host is. A probe that makes the same
-calls on the same case as one already counted costs nothing more: it is judged on that
-probe's run (`engine.probing`, unless the run is too large to hold until then).
+and every check's own probes, unless together they are estimated past `REQUIRED_MOST` times
+the budget (a problem whose every call moves gigabytes); then each check's first probe runs,
+the others are taken a round at a time across the checks while they fit, and the rest are
+reported as untried, their checks as run in part (`FittedPlan.cut`). The optional ones (rank 1
+and up: the same variants at more workloads, more dtype configurations, more seeds, workloads
+left out of a sample) are added lowest rank first while the estimated time of everything
+planned, with what the device's probing costs besides (`CostModel.per_audit_s`), fits the
+probes' share of the budget. The estimate comes from `kernelaudit.inputs.cost`, never from
+the clock, so which cases run, and the verdict, do not depend on how busy the host is. A probe
+that makes the same calls on the same case as one already counted costs nothing more: it is
+judged on that probe's run (`engine.probing`, unless the run is too large to hold until then).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kernelaudit.checks import build_checks
@@ -40,6 +43,15 @@ PROBING_SHARE_OF_AUDIT = 0.6
 into the audit's (`expected_seconds`): 62% summed over the bundled examples' `quick` audits on
 a 2-core CPU (probing 450 s of 721 s, the training check most of the rest)."""
 
+REQUIRED_MOST = 10.0
+"""The probes every audit runs may be estimated at up to this many times the budget (300 s of
+`default`'s 30 s). On the 211 runnable SOL-ExecBench problems the cost model puts the median
+audit's required probes at 21 s and 46 of them past 120 s, up to 11,887 s: problems whose cases
+hold a key-value cache, a video or an expert's weights of gigabytes, whose audits took 75 s to
+past 180 s on an H200 where the median took 29 s. The bundled examples' required probes come
+to at most 6.5 budgets (the backward of RMSNorm, `quick`, on a CPU), so none of them is cut
+(docs/benchmarks.md, "The required probes held to ten budgets")."""
+
 SHRINK_SHARE = 0.3
 """The share of the budget, in estimated seconds, that shrinking every finding of an audit may
 spend (`engine.shrink.ShrinkAllowance`)."""
@@ -50,11 +62,18 @@ class FittedPlan:
     probes: tuple[Probe, ...]
     """What runs, in order: every rank-0 probe as planned, then the optional ones taken."""
     untried: tuple[Probe, ...]
-    """Optional probes the budget left out."""
+    """Probes the budget left out: optional ones, and any in `cut`."""
     estimate_s: float
     """The estimated seconds of the probing: the probes that run, and what the device's
     probing costs besides (`CostModel.per_audit_s`)."""
     budget_s: float
+    cut: tuple[Probe, ...] = ()
+    """Probes every audit runs that were left out, being estimated past `REQUIRED_MOST`
+    budgets (also in `untried`)."""
+
+    def cut_from(self, check: str) -> int:
+        """How many of `check`'s probes every audit runs were left out."""
+        return sum(1 for probe in self.cut if probe.check == check)
 
 
 def probe_seconds(problem: Problem, probe: Probe, device: str) -> float:
@@ -80,6 +99,7 @@ def fit(planned: list[Probe], problem: Problem, device: str, budget_s: float) ->
         return 0.0 if counted else probe_seconds(problem, probe, device)
 
     estimate = cost_model(device).per_audit_s
+    required, cut = _within(required, REQUIRED_MOST * budget_s - estimate, seconds)
     for probe in required:
         estimate += seconds(probe)
         runs.add((probe.case, probe.plan))
@@ -93,7 +113,41 @@ def fit(planned: list[Probe], problem: Problem, device: str, budget_s: float) ->
             estimate += cost
         else:
             untried.append(probe)
-    return FittedPlan(tuple(required + taken), tuple(untried), estimate, budget_s)
+    return FittedPlan(tuple(required + taken), tuple(cut + untried), estimate, budget_s, tuple(cut))
+
+
+def _within(
+    required: list[Probe], room_s: float, seconds: Callable[[Probe], float]
+) -> tuple[list[Probe], list[Probe]]:
+    """The probes every audit runs that it does run, in their planned order, and those left
+    out: all of them where their estimate fits `room_s`; otherwise each check's first, then a
+    round at a time across the checks (every check's second, then its third...), each taken
+    where it still fits, so that no check's probes crowd out the others' and a costly probe
+    gives way to cheaper ones after it. A probe making the same calls on the same case as one
+    taken costs nothing more, and is taken."""
+    costs: dict[tuple[Case, RunPlan], float] = {}
+    for probe in required:
+        costs.setdefault((probe.case, probe.plan), seconds(probe))
+    if sum(costs.values()) <= room_s:
+        return required, []
+    by_check: dict[str, list[Probe]] = {}
+    for probe in required:
+        by_check.setdefault(probe.check, []).append(probe)
+    taken: set[Probe] = set()
+    counted: set[tuple[Case, RunPlan]] = set()
+    spent = 0.0
+    for turn in range(max(len(probes) for probes in by_check.values())):
+        for probes in by_check.values():
+            if turn >= len(probes):
+                continue
+            probe = probes[turn]
+            run = (probe.case, probe.plan)
+            cost = 0.0 if run in counted else costs[run]
+            if turn == 0 or spent + cost <= room_s:
+                taken.add(probe)
+                counted.add(run)
+                spent += cost
+    return [p for p in required if p in taken], [p for p in required if p not in taken]
 
 
 def untried_summary(untried: tuple[Probe, ...]) -> tuple[tuple[str, int], ...]:

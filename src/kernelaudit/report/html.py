@@ -163,10 +163,13 @@ def _budget(report: AuditReport) -> str:
     def said(key: str) -> str:
         return value_text(key, budget.get(key, 0))
 
+    required = int(budget.get("probes_required_untried", 0))
+    optional = value_text("probes_untried", budget.get("probes_untried", 0) - required)
     text = (
         f"<p>Plan: {said('probes_planned')} probes for a budget of {said('budget_s')} "
-        f"(estimated {said('planned_s')} of probing); {said('probes_untried')} optional "
-        f"probes left untried; {said('probes_sharing_a_run')} judged on another probe's run.</p>"
+        f"(estimated {said('planned_s')} of probing); {optional} optional probes left untried"
+        + (f", and {required} of the probes every audit runs" if required else "")
+        + f"; {said('probes_sharing_a_run')} judged on another probe's run.</p>"
     )
     if report.untried:
         rows = [[escape(what), str(count)] for what, count in report.untried]
