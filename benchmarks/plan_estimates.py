@@ -55,6 +55,8 @@ def plan_one(definition: Path, profile_name: str, device: str) -> dict:
         "planned_probes": len(fitted.probes),
         "untried_probes": len(fitted.untried),
         "required_cut": len(fitted.cut),
+        # each cut probe's own estimate: probes on one run counted once each, so more than
+        # the plan would have spent on them
         "required_cut_s": round(sum(probe_seconds(problem, p, device) for p in fitted.cut), 2),
         "base_workload": names.index(base_workload(ctx)) if names else None,
     }

@@ -44,9 +44,11 @@ def plans(root: Path, device: str, profiles: list[str]) -> dict[str, dict[str, o
             except Exception as error:  # a plan this host cannot make (an nvfp4 dtype on a CPU)
                 result[f"{name} {profile}"] = {"error": f"{type(error).__name__}: {error}"}
                 continue
+            # every rank-0 probe, those cut past ten budgets too (`FittedPlan.cut`), so that
+            # plans compare across versions whatever the budget leaves out
             required = sorted(
                 json.dumps([p.check, p.case.to_json(), p.plan.to_json()], sort_keys=True)
-                for p in fitted.probes
+                for p in (*fitted.probes, *fitted.cut)
                 if p.rank == 0
             )
             result[f"{name} {profile}"] = {

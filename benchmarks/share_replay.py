@@ -135,7 +135,8 @@ def main() -> int:
         "--audited-share",
         type=float,
         default=0.6,
-        help="the share of the code that made the reports (0.6 before 2026-11-29's change)",
+        help="the value of --constant in the code that made the reports (PROBE_SHARE: 0.6 "
+        "before 2026-11-29's change; REQUIRED_MOST: inf before 2026-12-01's)",
     )
     parser.add_argument(
         "--results", type=Path, nargs="*", default=[], help="results files with wall seconds"

@@ -197,13 +197,15 @@ def _common(parser: argparse.ArgumentParser, default_profile: str = "default") -
         metavar="SECONDS",
         help="time to plan each candidate's audit for, overriding the profile's (quick 10, "
         "default 30, thorough 300, for an H100); optional cases beyond it are left untried and "
-        "listed in the report",
+        "listed in the report, and past ten times it even cases every audit runs (their checks "
+        "then not verified)",
     )
     parser.add_argument(
         "--strict",
         action="store_true",
         help="exit 1 when candidates could not run in their sandbox (bubblewrap) or a chosen "
-        "check could not run here (a race check on a CPU), whatever the verdicts",
+        "check could not run here (a race check on a CPU), could not settle what it measured, "
+        "or had cases every audit runs left out by the time budget, whatever the verdicts",
     )
     add_output_options(parser)
 

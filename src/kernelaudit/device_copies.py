@@ -119,6 +119,11 @@ class DeviceCopies:
         return share_of(device, SHARE) if self.most_bytes is None else self.most_bytes
 
 
+_EXACTLY_WIDENED = (torch.bool, torch.uint8, torch.int8, torch.int16)
+"""Integer dtypes every value of which a wider floating dtype holds exactly (a 16-bit
+integer's in float32's 24 bits; not an int32's or int64's in every case)."""
+
+
 def moved(
     value: torch.Tensor,
     where: torch.device | str,
@@ -126,8 +131,10 @@ def moved(
     copy: bool = False,
 ) -> torch.Tensor:
     """`value` on `where` at `dtype` (its own when None), as `value.to(where, dtype, copy=copy)`
-    gives it, but a host tensor going to a device at a wider dtype crosses the bus at its own
-    and is widened there (every such cast is exact: the same values either way).
+    gives it, but a host tensor going to a device at a wider floating dtype crosses the bus at
+    its own and is widened there, where the widening is exact (from a floating dtype, or from
+    booleans and integers of at most 16 bits: `_EXACTLY_WIDENED`), so that the values are the
+    same either way.
 
     Asked for both at once, torch casts on the host first (ATen's copies between a CPU and a
     GPU convert on the CPU), into fresh pageable memory, then sends the wider bytes from
@@ -138,7 +145,10 @@ def moved(
     makes fewer bytes to send."""
     target = torch.device(where)
     wanted = dtype or value.dtype
-    widening = value.dtype != wanted and value.element_size() < wanted.itemsize
+    exact = value.dtype.is_floating_point or value.dtype.is_complex
+    exact = exact or value.dtype in _EXACTLY_WIDENED
+    widening = (wanted.is_floating_point or wanted.is_complex) and exact
+    widening = widening and value.element_size() < wanted.itemsize
     if widening and value.device.type == "cpu" and target.type != "cpu":
         return value.to(target).to(wanted)  # both steps make new tensors: a copy either way
     return value.to(target, wanted, copy=copy)

@@ -172,7 +172,8 @@ class AuditReport:
     every audit runs, left out past `engine.budget.REQUIRED_MOST` budgets), probes_sharing_a_run
     (judged on another probe's run of the same calls on the same case)."""
     untried: tuple[tuple[str, int], ...] = ()
-    """Optional probes the budget left out, counted by check and shape."""
+    """Probes the budget left out (optional ones, and any of those every audit runs cut past
+    `engine.budget.REQUIRED_MOST` budgets), counted by check and shape."""
     isolation: str = ""
     """How the candidate's processes were confined: "bubblewrap: ..." or "none (why)"."""
     unverified: tuple[tuple[str, str], ...] = ()

@@ -70,28 +70,16 @@ def host_copy(
     if copy is None:
         copy = torch.empty(shape, dtype=dtype)
         if value.is_cuda and value.dtype == dtype and nbytes >= STAGED_LEAST_BYTES:
-            contiguous = _contiguous_on_device(value.detach())
-            if contiguous is not None:
-                _staged(contiguous, copy)
-                return copy
+            # laid out otherwise, made contiguous on the device first: the temporary torch's
+            # own copy would make there anyway, before copying into fresh pageable memory page
+            # by page. A worker's results laid out otherwise (a patch embedding's transposed
+            # output of 0.4 to 10 G elements) came back that way: in a sampled audit on an
+            # H200, 30% of the worker's time (docs/benchmarks.md, "Casts on the device")
+            _staged(value.detach().contiguous(), copy)
+            return copy
     with torch.no_grad():
         copy.copy_(value.detach())
     return copy
-
-
-def _contiguous_on_device(value: torch.Tensor) -> torch.Tensor | None:
-    """`value` itself where it is contiguous, else a contiguous copy made on its device (the
-    temporary torch would make there anyway before copying it to the host, which it then
-    copies into fresh pageable memory page by page); None where the device has no room for
-    it. A worker's results laid out otherwise, a patch embedding's transposed output of 0.4 to
-    10 G elements say, came back that way: in a sampled audit on an H200, 30% of the worker's
-    time (docs/benchmarks.md, "Casts on the device")."""
-    if value.is_contiguous():
-        return value
-    try:
-        return value.contiguous()
-    except torch.cuda.OutOfMemoryError:
-        return None
 
 
 def _staged(value: torch.Tensor, copy: torch.Tensor) -> None:

@@ -96,13 +96,34 @@ def test_a_check_whose_required_cases_the_budget_left_out_is_not_verified():
     tiny = replace(PROFILES["default"], budget_s=0.15, layouts=())
     report = audit(problem, f"{candidate}::single_pass", tiny, "cpu", ["numerics"])
     left = sum(count for where, count in report.untried if where.startswith("numerics @"))
+    cut = int(dict(report.budget)["probes_required_untried"])
+    assert 0 < cut <= left == dict(report.budget)["probes_untried"]
+    optional = left - cut
     said = dict(report.coverage)["numerics"]
-    assert said.startswith("ran in part: the time budget left ")
-    cut = int(said.split("left ")[1].split(" ")[0])
-    assert 0 < cut <= left
-    assert said.endswith(
-        "of the cases every audit runs untried, their estimate being past 10 budgets "
-        "(--budget SECONDS or --profile thorough runs more)"
+    assert said == (
+        f"ran in part: the time budget left {cut} of the cases every audit runs and "
+        f"{optional} optional case{'s' * (optional != 1)} untried, their estimate being past "
+        "10 budgets (--budget SECONDS or --profile thorough runs more)"
     )
-    assert dict(report.unverified)["numerics"] == said
+    # the same words in every audit, for a corpus's runs to group by
+    assert dict(report.unverified)["numerics"] == (
+        "ran in part: the time budget left some of the cases every audit runs untried, their "
+        "estimate being past 10 budgets (--budget SECONDS or --profile thorough runs more)"
+    )
     assert report.verdict == "PASS"  # what did run, the candidate got right
+
+
+def test_checks_that_watch_the_sweep_alone_are_not_verified_where_its_cases_were_cut():
+    """Chosen alone, the execution and bounds checks judge the numerics sweep's cases: what the
+    budget cut of those is theirs, and --strict counts it."""
+    problem = ROOT.parent / "examples" / "layernorm" / "problem.py"
+    candidate = ROOT / "oracle" / "fixtures" / "single_pass_layernorms.py"
+    tiny = replace(PROFILES["default"], budget_s=0.15, layouts=())
+    report = audit(problem, f"{candidate}::single_pass", tiny, "cpu", ["execution", "bounds"])
+    cut = int(dict(report.budget)["probes_required_untried"])
+    assert cut > 0
+    for name in ("execution", "bounds"):
+        assert dict(report.coverage)[name].startswith(
+            f"ran in part: the time budget left {cut} of the cases every audit runs"
+        )
+        assert "cases every audit runs untried" in dict(report.unverified)[name]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from kernelaudit.device_copies import DEVICE_COPIES, DeviceCopies
+from kernelaudit.device_copies import DEVICE_COPIES, DeviceCopies, moved
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
 from kernelaudit.oracle import resident as resident_module
@@ -218,36 +218,45 @@ def test_a_host_tensor_judged_wider_elsewhere_crosses_at_its_own_dtype(
     assert all(source != "cpu" for source, _, _, wanted in seen.moves if wanted != dtype)
 
 
-def test_a_narrowing_move_is_cast_on_the_host_and_a_copy_asked_for_is_one() -> None:
-    """A float64 draw sent at bfloat16 is cast where it is (fewer bytes cross); one asked to be
+def test_a_narrowing_or_inexact_move_is_cast_on_the_host_and_a_copy_asked_for_is_one() -> None:
+    """A float64 draw sent at bfloat16 is cast where it is (fewer bytes cross), and so are
+    integers that a float may not hold exactly (the host's rounding, as torch's own move has
+    it); a 16-bit integer widened to float32 is exact, and crosses as it is. One asked to be
     copied is never the tensor given, wherever it goes."""
-    from kernelaudit.device_copies import moved
-
     drawn = torch.linspace(-3, 3, 8, dtype=torch.float64)
     with _Moves() as seen:
         sent = moved(drawn, ELSEWHERE, torch.bfloat16)
+        moved(torch.arange(8), ELSEWHERE, torch.float64)
+        moved(torch.arange(8, dtype=torch.int32), ELSEWHERE, torch.complex128)
     assert sent.dtype == torch.bfloat16 and sent.device == ELSEWHERE
-    assert seen.moves == [("cpu", torch.float64, "meta", torch.bfloat16)]
+    assert seen.moves == [
+        ("cpu", torch.float64, "meta", torch.bfloat16),
+        ("cpu", torch.int64, "meta", torch.float64),
+        ("cpu", torch.int32, "meta", torch.complex128),
+    ]
+    with _Moves() as seen:
+        moved(torch.arange(8, dtype=torch.int16), ELSEWHERE, torch.float32)
+    assert seen.moves[0] == ("cpu", torch.int16, "meta", torch.int16)
     same = moved(drawn, "cpu", torch.float64, copy=True)
     assert same is not drawn and torch.equal(same, drawn)
 
 
-def test_results_widened_on_a_device_hold_the_bits_the_host_cast_gives(device: str) -> None:
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_results_widened_on_a_device_hold_the_bits_the_host_cast_gives() -> None:
     """Cast there or on the host, a widened result holds the same values to the bit (a NaN
     as a NaN), infinities, signed zeros, subnormals and strided views included."""
-    from kernelaudit.device_copies import moved
-
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         info = torch.finfo(dtype)
         special = torch.tensor(
-            [math.inf, -math.inf, math.nan, 0.0, -0.0, info.tiny / 4, info.max, -info.min],
+            [math.inf, -math.inf, math.nan, 0.0, -0.0, info.tiny / 4, info.max, info.min],
             dtype=torch.float64,
         ).to(dtype)
         values = torch.cat([special, torch.randn(4088, dtype=torch.float64).to(dtype)])
         strided = values.reshape(64, -1)[:, ::3]
         for host in (values, strided):
-            there = moved(host, device, torch.float64)
-            assert there.device.type == torch.device(device).type
+            there = moved(host, "cuda", torch.float64)
+            assert there.is_cuda
             expected, got = host.to(torch.float64), there.cpu()
             nan = expected.isnan()
             assert torch.equal(got.isnan(), nan)

@@ -405,3 +405,20 @@ def test_every_row_binned_by_its_ids_count_is_drawn_behind_the_worst_rows() -> N
     largest = next(line for line in axes.get_lines() if line.get_gid() == "bins-largest")
     assert list(largest.get_ydata()) == [4e-5, 9e-5, 0.012]
     assert axes.get_yscale() == "log"  # errors spanning three orders of magnitude
+
+
+def test_the_plan_says_which_of_the_cases_left_untried_every_audit_runs() -> None:
+    budget = (
+        ("budget_s", 30.0),
+        ("planned_s", 290.0),
+        ("probes_planned", 13),
+        ("probes_untried", 50),
+        ("probes_required_untried", 41),
+        ("probes_sharing_a_run", 2),
+    )
+    cut = replace(report("wide_accumulator", "PASS"), budget=budget)
+    text = " ".join(page([cut]).split())
+    assert "9 optional probes left untried, and 41 of the probes every audit runs;" in text
+    within = replace(cut, budget=(*budget[:4], ("probes_sharing_a_run", 2)))
+    text = " ".join(page([within]).split())
+    assert "50 optional probes left untried; 2 judged on another probe's run" in text

@@ -100,6 +100,7 @@ def everything(finding: Callable[..., Finding], report: Callable[..., AuditRepor
             ("planned_s", 8.5),
             ("probes_planned", 12),
             ("probes_untried", 3),
+            ("probes_required_untried", 1),
             ("probes_sharing_a_run", 1),
         ),
         untried=(("numerics @ workload 0", 3), ("numerics @ boundary n=1: no inputs", 1)),

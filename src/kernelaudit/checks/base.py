@@ -187,8 +187,9 @@ class Probe:
     case: Case
     plan: RunPlan = field(default_factory=RunPlan)
     rank: int = field(default=0, compare=False)
-    """0: the probe runs whatever the time budget; 1, 2, ...: optional, run lowest rank first
-    while the audit's budget allows (`kernelaudit.engine.budget`), else reported as untried."""
+    """0: the probe runs whatever the time budget, up to `engine.budget.REQUIRED_MOST` budgets
+    for all of them together; 1, 2, ...: optional, run lowest rank first while the audit's
+    budget allows (`kernelaudit.engine.budget`), else reported as untried."""
 
 
 @dataclass(frozen=True)

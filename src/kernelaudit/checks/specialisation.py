@@ -32,7 +32,7 @@ class Specialisation:
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
         """A held-back shape near every workload: near the first, the smallest and the largest
-        whatever the budget, near the others while it allows."""
+        as probes every audit runs, near the others while the budget allows."""
         problem = ctx.problem
         workloads = {w.name: w for w in problem.workloads}
         held_back = held_back_sizes(problem)

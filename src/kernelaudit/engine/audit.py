@@ -7,7 +7,6 @@ import contextlib
 import platform
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,7 +19,6 @@ from kernelaudit.checks.base import (
     Check,
     PlanContext,
     Probe,
-    coverage,
     not_run,
     ran_in_part,
     unverified,
@@ -28,13 +26,7 @@ from kernelaudit.checks.base import (
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.device_copies import DEVICE_COPIES
-from kernelaudit.engine.budget import (
-    REQUIRED_MOST,
-    SHRINK_SHARE,
-    fit,
-    unavailable_summary,
-    untried_summary,
-)
+from kernelaudit.engine.budget import SHRINK_SHARE, fit, unavailable_summary, untried_summary
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.grouping import finding_of
 from kernelaudit.engine.probing import (
@@ -47,6 +39,7 @@ from kernelaudit.engine.probing import (
 )
 from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.engine.shrink import ShrinkAllowance
+from kernelaudit.engine.untried import Untried, covered, cut_short
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, CaseRecord, Finding
 from kernelaudit.host_copies import release as release_page_locked
@@ -223,7 +216,8 @@ def _audit(
     # the worker imports torch and the candidate while the probes are planned
     with worker or Worker(candidate, device, limits=limits_for(profile, device)) as worker:
         planned = [p for check in checks for p in check.plan(ctx)]
-        if not planned and not any(hasattr(check, "conclude") for check in checks):
+        borrowed = not planned and not any(hasattr(check, "conclude") for check in checks)
+        if borrowed:
             # checks that only watch (execution, bounds, mutation) judge the cases others run:
             # chosen alone, they watch the numerics sweep; a concluding check (tripwires,
             # training) runs its own experiment
@@ -278,8 +272,11 @@ def _audit(
     )
     findings = [replace(f, id=f"{finding_prefix}F{i}") for i, f in enumerate(findings, start=1)]
     verdict = "FAIL" if any(f.severity == "fail" for f in findings) else "PASS"
-    untried = fitted.untried + (backward.untried if backward else ())
-    cut = fitted.cut + (backward.cut if backward else ())
+    untried = Untried(
+        fitted.untried + (backward.untried if backward else ()),
+        fitted.cut + (backward.cut if backward else ()),
+        borrowed,
+    )
     missing = tuple(
         (check.name, why)
         for check in checks
@@ -287,7 +284,7 @@ def _audit(
             why := unverified(check, device, profile)
             or not_run(check, ctx)
             or ran_in_part(check, ctx)
-            or _cut_short(check.name, cut)
+            or cut_short(check.name, untried, ctx)
         )
     )
     return AuditReport(
@@ -305,7 +302,7 @@ def _audit(
         environment=environment(device),
         isolation=_confinement(device),
         unverified=missing,
-        coverage=_covered(checks, ctx, untried, cut),
+        coverage=covered(checks, ctx, untried),
         assumed=problem.assumed,
         phases=tuple((name, round(t, 3)) for name, t in phases.items()),
         interpretation=problem.notes,
@@ -319,11 +316,11 @@ def _audit(
             ("budget_s", profile.budget_s),
             ("planned_s", round(fitted.estimate_s, 3)),
             ("probes_planned", len(fitted.probes)),
-            ("probes_untried", len(fitted.untried)),
-            ("probes_required_untried", len(fitted.cut)),
+            ("probes_untried", len(untried.untried)),
+            ("probes_required_untried", len(untried.cut)),
             ("probes_sharing_a_run", probing.shared),
         ),
-        untried=untried_summary(untried)
+        untried=untried_summary(untried.untried)
         + unavailable_summary((*probing.unavailable, *(backward.unavailable if backward else ()))),
     )
 
@@ -366,44 +363,6 @@ def _backward_pass(
         unavailable,
         fitted.cut,
     )
-
-
-def _cut_short(check: str, cut: tuple[Probe, ...]) -> str:
-    """Why `check` is not verified where the budget left out some of the cases every audit
-    runs (`engine.budget.REQUIRED_MOST`); "" where it left none of them."""
-    count = sum(1 for probe in cut if probe.check == check)
-    if not count:
-        return ""
-    return (
-        f"ran in part: the time budget left {count} of the cases every audit runs untried, "
-        f"their estimate being past {REQUIRED_MOST:g} budgets (--budget SECONDS or "
-        "--profile thorough runs more)"
-    )
-
-
-def _covered(
-    checks: list[Check],
-    ctx: PlanContext,
-    untried: tuple[Probe, ...],
-    cut: tuple[Probe, ...] = (),
-) -> tuple[tuple[str, str], ...]:
-    """What each check did (`checks.base.coverage`); a check that ran while the time budget
-    left some of its cases untried ran in part, and says how many: of the cases every audit
-    runs (`_cut_short`), or of its optional ones."""
-    left = Counter(probe.check for probe in untried)
-    said = []
-    for check in checks:
-        what = coverage(check, ctx)
-        if what == "ran" and _cut_short(check.name, cut):
-            what = _cut_short(check.name, cut)
-        elif what == "ran" and left[check.name]:
-            count = left[check.name]
-            what = (
-                f"ran in part: the time budget left {count} optional case{'s' * (count != 1)} "
-                "untried (--budget SECONDS gives it more)"
-            )
-        said.append((check.name, what))
-    return tuple(said)
 
 
 _BACKWARD_JUDGES = ("execution", Gradients.name, "bounds", "mutation")

@@ -45,7 +45,8 @@ a 2-core CPU (probing 450 s of 721 s, the training check most of the rest)."""
 
 REQUIRED_MOST = 10.0
 """The probes every audit runs may be estimated at up to this many times the budget (300 s of
-`default`'s 30 s). On the 211 runnable SOL-ExecBench problems the cost model puts the median
+`default`'s 30 s; an autograd-enabled candidate's backward, planned as a problem of its own,
+has as much again). On the 211 runnable SOL-ExecBench problems the cost model puts the median
 audit's required probes at 21 s and 46 of them past 120 s, up to 11,887 s: problems whose cases
 hold a key-value cache, a video or an expert's weights of gigabytes, whose audits took 75 s to
 past 180 s on an H200 where the median took 29 s. The bundled examples' required probes come
@@ -60,7 +61,8 @@ spend (`engine.shrink.ShrinkAllowance`)."""
 @dataclass(frozen=True)
 class FittedPlan:
     probes: tuple[Probe, ...]
-    """What runs, in order: every rank-0 probe as planned, then the optional ones taken."""
+    """What runs, in order: the rank-0 probes as planned (those `cut` aside), then the optional
+    ones taken."""
     untried: tuple[Probe, ...]
     """Probes the budget left out: optional ones, and any in `cut`."""
     estimate_s: float
@@ -70,10 +72,6 @@ class FittedPlan:
     cut: tuple[Probe, ...] = ()
     """Probes every audit runs that were left out, being estimated past `REQUIRED_MOST`
     budgets (also in `untried`)."""
-
-    def cut_from(self, check: str) -> int:
-        """How many of `check`'s probes every audit runs were left out."""
-        return sum(1 for probe in self.cut if probe.check == check)
 
 
 def probe_seconds(problem: Problem, probe: Probe, device: str) -> float:
@@ -128,7 +126,7 @@ def _within(
     costs: dict[tuple[Case, RunPlan], float] = {}
     for probe in required:
         costs.setdefault((probe.case, probe.plan), seconds(probe))
-    if sum(costs.values()) <= room_s:
+    if not required or sum(costs.values()) <= room_s:
         return required, []
     by_check: dict[str, list[Probe]] = {}
     for probe in required:
@@ -143,7 +141,7 @@ def _within(
             probe = probes[turn]
             run = (probe.case, probe.plan)
             cost = 0.0 if run in counted else costs[run]
-            if turn == 0 or spent + cost <= room_s:
+            if turn == 0 or run in counted or spent + cost <= room_s:
                 taken.add(probe)
                 counted.add(run)
                 spent += cost

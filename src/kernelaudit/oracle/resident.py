@@ -74,7 +74,9 @@ class Resident:
         if size > most:
             return None
         if derived is None:
-            self._room_for(size, most)  # before the copy: the device never holds both
+            # before the copy: the device never holds both (but for the moment a widened
+            # copy is sent at its own dtype, `moved`)
+            self._room_for(size, most)
             made = moved(value.detach(), device, dtype, copy=True)
         else:
             native = self.get(value, dtype, device)

@@ -28,7 +28,8 @@ def cpu_timing(report: AuditReport, finding: Finding) -> bool:
 
 def covered(reports: list[AuditReport], strict: bool, console: Console) -> bool:
     """Say which chosen checks could not run here, or ran and could not settle what they
-    measure (`checks.base.ran_in_part`); False when `--strict` forbids it."""
+    measure (`checks.base.ran_in_part`) or judge every case every audit runs (the time
+    budget's doing, `engine.untried.cut_short`); False when `--strict` forbids it."""
     reasons: dict[str, list[str]] = {}
     for report in reports:
         for name, why in report.unverified:
@@ -41,7 +42,8 @@ def covered(reports: list[AuditReport], strict: bool, console: Console) -> bool:
     console.print(f"[yellow]not verified on {escape(reports[0].device)}: {escape(said)}[/]")
     if strict:
         console.print(
-            "[red]--strict: exiting 1 because some checks could not run or settle here[/]"
+            "[red]--strict: exiting 1 because some checks could not run, settle or run in full "
+            "here[/]"
         )
         return False
     return True
