@@ -186,12 +186,12 @@ def shapes_for(ctx: PlanContext) -> list[tuple[dict[str, int], str]]:
 
 def kept_workloads(ctx: PlanContext) -> tuple[list[str], list[str], list[str]]:
     """The workloads an audit runs as required probes (`Probe.rank` 0), those it runs first
-    among the optional
-    cases, and those it runs only if the budget still allows. All of them are required when
-    they are cheap; otherwise the first, the base (`base_workload`), the smallest, the largest
-    and the cheapest odd-sized one are, and up to `_SAMPLED_ODD` other odd-sized ones, spread
-    over the list, come first among the optional cases. A workload one call of which costs
-    more than the whole budget is never required unless it is the smallest."""
+    among the optional cases, and those it runs only if the budget still allows. All of them
+    are required when they are cheap; otherwise the first, the base (`base_workload`), the
+    smallest, the largest and the cheapest odd-sized one are, and up to `_SAMPLED_ODD` other
+    odd-sized ones, spread over the list, come first among the optional cases. A workload one
+    call of which costs more than the whole budget is never required unless it is the
+    smallest."""
     problem = ctx.problem
     names = [w.name for w in problem.workloads]
     model = cost_model(ctx.device)
