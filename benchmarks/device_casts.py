@@ -15,30 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from host_copies import median_s
 
 from kernelaudit.device_copies import moved
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-def _timed(send: Callable[[], torch.Tensor], repeats: int) -> float:
-    send()
-    torch.cuda.synchronize()
-    seconds = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        began = time.perf_counter()
-        sent = send()
-        torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - began)
-        del sent
-    return statistics.median(seconds)
 
 
 def main() -> None:
@@ -56,8 +41,8 @@ def main() -> None:
             for memory in ("page-locked", "pageable"):
                 host = torch.empty(millions << 20, dtype=dtype, pin_memory=memory == "page-locked")
                 host.copy_(torch.randn(host.shape, dtype=torch.float32))
-                on_host = _timed(lambda h=host: h.to(device, torch.float64), args.repeats)
-                on_device = _timed(lambda h=host: moved(h, device, torch.float64), args.repeats)
+                on_host = median_s(lambda h: h.to(device, torch.float64), host, args.repeats)
+                on_device = median_s(lambda h: moved(h, device, torch.float64), host, args.repeats)
                 row = {
                     "elements": host.numel(),
                     "dtype": str(dtype).removeprefix("torch."),

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kernelaudit.checks.base import PlanContext, Probe, coverage
+from kernelaudit.checks.base import Check, PlanContext, Probe, coverage
 from kernelaudit.engine.budget import REQUIRED_MOST
 
 
@@ -51,14 +51,14 @@ def cut_short(check: str, untried: Untried, ctx: PlanContext) -> str:
 
 
 def covered(
-    checks: Sequence[object], ctx: PlanContext, untried: Untried
+    checks: Sequence[Check], ctx: PlanContext, untried: Untried
 ) -> tuple[tuple[str, str], ...]:
     """What each check did (`checks.base.coverage`); a check that ran while the time budget
     left some of its cases untried ran in part, and says how many: of the cases every audit
     runs, and of its optional ones."""
     said = []
     for check in checks:
-        name = str(getattr(check, "name", ""))
+        name = check.name
         what = coverage(check, ctx)
         cut, optional = untried.cut_from(name), untried.optional_from(name)
         if what == "ran" and cut:
