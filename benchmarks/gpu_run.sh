@@ -360,7 +360,8 @@ for step in ${steps[@]}; do
       # binary carried in build/pyspy; the sandbox off, so py-spy follows the worker), and the
       # samples summed by benchmarks/sampled_profile.py (SAMPLED="PROBLEM CANDIDATE", or
       # SAMPLED_SOL="L2/016_" for a SOL-ExecBench reference as its own candidate; RATE samples a
-      # second, LIMIT seconds at most; SAMPLED_WARM=1 audits it once unsampled first)
+      # second, LIMIT seconds at most; SAMPLED_PROFILE the profile, default `default`;
+      # SAMPLED_WARM=1 audits it once unsampled first)
       if [ -n "${SAMPLED_SOL:-}" ]; then
         folder=$(realpath "$(ls -d "${PROBLEMS:-build/solexecbench}"/${SAMPLED_SOL}* | head -n 1)")
         shim=$(cd benchmarks && python3 -c 'import sys; from pathlib import Path; from solexecbench_scale import write_shim; print(write_shim(Path(sys.argv[1]), Path("/tmp/shims")))' "$folder")
@@ -371,13 +372,13 @@ for step in ${steps[@]}; do
         # (the sandbox off has a cache of its own): where a candidate's later audits go
         KERNELAUDIT_SANDBOX=off timeout "${LIMIT:-600}" python3 -m kernelaudit.cli check \
           ${SAMPLED:-examples/layernorm/problem.py examples/layernorm/candidates.py::masked_statistics} \
-          --profile default --json /tmp/sampled-warm.json > "$out/sampled-warm.log" 2>&1
+          --profile "${SAMPLED_PROFILE:-default}" --json /tmp/sampled-warm.json > "$out/sampled-warm.log" 2>&1
       fi
       timeout -s INT "${LIMIT:-600}" "${PYSPY:-build/pyspy/py-spy}" record --rate "${RATE:-200}" \
         --idle --threads --subprocesses --format raw -o /tmp/sampled.txt -- \
         env KERNELAUDIT_SANDBOX=off python3 -m kernelaudit.cli check \
         ${SAMPLED:-examples/layernorm/problem.py examples/layernorm/candidates.py::masked_statistics} \
-        --profile default --json "$out/sampled.json" > "$out/sampled.log" 2>&1
+        --profile "${SAMPLED_PROFILE:-default}" --json "$out/sampled.json" > "$out/sampled.log" 2>&1
       # an audit cut short by LIMIT (the pattern anchored: a shell whose command line names the
       # audit, the one that called this script say, is not it)
       pkill -INT -f '^(\S*/)?python3 -m kernelaudit.cli check' && sleep 5
