@@ -2,7 +2,9 @@
 # Chosen SOL-ExecBench references audited as their own candidates by an older tree's code
 # ($BASE/src, default build/base) and by this one, each cut at LIMIT seconds, the sides taking
 # turns going first: each audit's progress log and JSON report side by side in $OUT (an audit
-# cut short still shows how far it got, which the scale benchmark's record does not).
+# cut short still shows how far it got, which the scale benchmark's record does not). Each is
+# run as `python -m kernelaudit check`, as the `kernelaudit` command starts it: its first
+# worker starting before the auditor imports torch (`runner.prestart`).
 #   OUT=... AB_PROBLEMS="L1/026_ L2/028_" LIMIT=120 bash benchmarks/ab_logs.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +18,7 @@ for problem in ${AB_PROBLEMS:-L1/026_ L2/028_}; do
   for side in "${sides[@]}"; do
     src="$PWD/src"; [ "$side" = base ] && src="$PWD/${BASE:-build/base}/src"
     began=$(date +%s.%N)
-    PYTHONPATH="$src" timeout -s INT "${LIMIT:-120}" python3 -m kernelaudit.cli check "$folder" "$shim" \
+    PYTHONPATH="$src" timeout -s INT "${LIMIT:-120}" python3 -m kernelaudit check "$folder" "$shim" \
       --profile "${AB_PROFILE:-default}" --json "$out/$name-$side.json" > "$out/$name-$side.log" 2>&1
     echo "$name $side exit $? in $(python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 1))" "$began") s" | tee -a "$out/ab-logs.txt"
   done

@@ -40,7 +40,13 @@ from kernelaudit.formats.solexecbench.trace import write_traces
 from kernelaudit.guarding.demonstration import GuardRun, demonstrate, show_demonstration
 from kernelaudit.inputs.recorded import with_recorded
 from kernelaudit.interpret.versions import interpreter_defects
-from kernelaudit.outputs import add_output_options, check_outputs, write_outputs, written
+from kernelaudit.outputs import (
+    add_output_options,
+    check_outputs,
+    load_figures_ahead,
+    write_outputs,
+    written,
+)
 from kernelaudit.problem.domain import assuming, parse_assumption
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import PROFILES, profile_named, profile_with_budget
@@ -335,6 +341,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     # a reader may refine the problem for its candidate: the assumptions hold there too, and
     # the recorded calls are its cases
     jobs = [(with_recorded(assuming(p, problem.assumed), args.case), ref) for p, ref in jobs]
+    load_figures_ahead(resolve_device(args.device))
     reports = _audit_all(jobs, args, console, checks, read=read)
     write_outputs(reports, args, "kernelaudit check")
     console.print(verdict_table(reports))

@@ -25,6 +25,7 @@ import torch
 
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.sanitizer.cases import Arguments
+from kernelaudit.timing.kernels import device_session
 from kernelaudit.timing.measure import synchronize
 
 _MESSAGE_CHARS = 2000
@@ -156,9 +157,7 @@ def _placed(case: dict[str, Any], device: torch.device) -> tuple[str, list[objec
 
 def _launched(call: Callable[[], object], device: torch.device) -> list[dict[str, Any]]:
     """The kernels one call launches, from the profiler's trace."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as session:
+    with device_session() as session:
         call()
         synchronize(device)
     with tempfile.TemporaryDirectory() as folder:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.autograd.profiler import profile
 
 from kernelaudit.errors import UsageError
 from kernelaudit.timing.measure import (
@@ -50,6 +50,16 @@ seconds a session, and its kernels' times per call are averages over those launc
 The profiler's own start-up in a process is not counted (`_started`): the first session of a
 fresh process took the whole budget by itself, and its call was profiled once, not three
 times."""
+
+
+def device_session() -> profile:
+    """A profiler session that records the device's activity alone (kernels, copies, memsets):
+    torch's autograd profiler asked for the CUDA activity and not the host's. Not
+    `torch.profiler.profile`, whose start asks `hasattr(torch, "_inductor")`, which imports
+    the compiler stack (torch._inductor and torch._dynamo, a second or more) in every process
+    that profiles; the session underneath, and its Chrome trace, are the same."""
+    return profile(use_cpu=False, use_device="cuda", use_kineto=True)
+
 
 _profiler_started: set[torch.device] = set()
 """The devices this process's profiler has recorded on (its start-up paid, `_started`)."""
@@ -131,7 +141,7 @@ def profile_kernels(
             if flush_l2:
                 flush_l2_cache(device)
             synchronize(device)
-            with profile(activities=[ProfilerActivity.CUDA]) as session:
+            with device_session() as session:
                 call()
                 synchronize(device)
             session.export_chrome_trace(str(trace))
@@ -166,7 +176,7 @@ def _started(device: torch.device) -> None:
     if device in _profiler_started:
         return
     with tempfile.TemporaryDirectory(prefix="profile-") as folder:
-        with profile(activities=[ProfilerActivity.CUDA]) as session:
+        with device_session() as session:
             torch.zeros(1, device=device).add_(1.0)
             synchronize(device)
         session.export_chrome_trace(str(Path(folder) / "trace.json"))

@@ -26,6 +26,17 @@ _ID = re.compile(r'\bid="([^"]+)"')
 _REFERENCE = re.compile(r'(href="#|url\(#)([^")]+)')
 
 
+def load() -> None:
+    """Import what drawing a figure and writing it as SVG needs (matplotlib and its font
+    list: half a second or more in a fresh process), so that a later figure does not wait for
+    it. A command that audits on a GPU calls it in a thread of its own while the audit runs
+    (`outputs.load_figures_ahead`)."""
+    import matplotlib.backends.backend_agg
+    import matplotlib.backends.backend_svg
+    import matplotlib.figure
+    import matplotlib.font_manager  # noqa: F401
+
+
 def new_figure(width: float, height: float) -> Figure:
     """An empty figure of `width` x `height` inches on the Agg canvas."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
