@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from kernelaudit.checks.base import Failure
+from kernelaudit.checks.tripwires import Tripwires
 from kernelaudit.findings import AuditReport
 from kernelaudit.report.terminal import verdict_table
+from kernelaudit.tripwires import scan_candidate
 
 HONEST = "row_scale_kernels.py::scale"
 
@@ -66,6 +69,76 @@ def test_on_a_cpu_a_side_stream_the_scan_saw_is_an_unverified_risk(
     console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(verdict_table([report]))
     assert "PASS (unconfirmed on cpu: tripwires)" in console.file.getvalue()
+
+
+_ROW_SCALE_TRITON = """import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, w_ptr, y_ptr, n, cols, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < n
+    x = tl.load(x_ptr + offsets, mask=inside)
+    w = tl.load(w_ptr + offsets % cols, mask=inside)
+    {write}
+
+
+def scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    x, w = x.contiguous(), w.contiguous()
+    y = torch.zeros_like(x)
+    _scale[(triton.cdiv(x.numel(), 64),)](x, w, y, x.numel(), x.shape[1], BLOCK=64)
+    return y
+"""
+
+
+@pytest.mark.parametrize(
+    ("write", "unverified"),
+    [
+        # each element added once to a zero: right on a CPU, where the programs run one after
+        # another, and a risk only a GPU run can confirm or rule out
+        (
+            "tl.atomic_add(y_ptr + offsets, x * w, mask=inside)",
+            "atomics at atomic_scale.py:12: only a run on a GPU can confirm or rule out",
+        ),
+        ("tl.store(y_ptr + offsets, x * w, mask=inside)", None),
+    ],
+)
+def test_on_a_cpu_atomics_are_a_risk_the_verdict_states_and_no_warning(
+    tiny_audit: Callable[..., AuditReport], tmp_path: Path, write: str, unverified: str | None
+) -> None:
+    path = tmp_path / "atomic_scale.py"
+    path.write_text(_ROW_SCALE_TRITON.format(write=write))
+    report = tiny_audit("row_scale", f"{path}::scale", ["numerics", "tripwires"])
+    assert report.verdict == "PASS"
+    # honest in most kernels that have them: a note where the risk cannot be shown, no warning
+    found = [(f.severity, f.key.split(":")[0]) for f in report.findings if f.check == "tripwires"]
+    assert found == ([("note", "atomics")] if unverified else [])
+    assert dict(report.unverified).get("tripwires") == unverified
+    # the verdict says it: a risk of this candidate's own, not a check the CPU cannot run
+    assert report.unconfirmed == (("tripwires",) if unverified else ())
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(verdict_table([report]))
+    shown = "PASS (unconfirmed on cpu: tripwires)" in console.file.getvalue()
+    assert shown == bool(unverified)
+
+
+def test_on_a_gpu_atomics_say_nothing_unless_a_check_they_risk_fails(tmp_path: Path) -> None:
+    # where the determinism and races checks run, they speak for the atomics: an atomic kernel
+    # that passes them carries no finding, one that fails them is pointed at its atomics
+    path = tmp_path / "atomic_scale.py"
+    path.write_text(_ROW_SCALE_TRITON.format(write="tl.atomic_add(y_ptr + offsets, x * w)"))
+    check = Tripwires()
+    check.found = scan_candidate(path)
+    check.on_gpu = True
+    assert check.conclude([]) == []
+    differing = Failure("differs", "runs differ in their last bits", severity="warn")
+    assert check.conclude([("determinism", differing)]) == []
+    (confirmed,) = check.conclude([("races", Failure("race", "outputs differ under contention"))])
+    assert confirmed.severity == "fail"
+    assert confirmed.title.startswith("atomics at atomic_scale.py:12: tl.atomic_add(")
+    assert confirmed.title.endswith("(confirmed by the races check)")
 
 
 def test_a_file_the_scan_cannot_read_is_listed_as_unverified(

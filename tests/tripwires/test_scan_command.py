@@ -37,3 +37,17 @@ def test_a_file_the_scan_cannot_read_fails_and_a_missing_one_is_a_usage_error(
     assert main(["scan", str(broken)]) == 1
     assert "not read" in capsys.readouterr().out
     assert main(["scan", str(tmp_path / "missing.py")]) == 2
+
+
+def test_atomics_alone_are_not_reported_as_gaming_a_benchmark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a hook that failed every kernel with an atomic addition would be switched off: an audit
+    # confirms or clears them (the determinism and races checks, on a GPU)
+    (tmp_path / "totals.py").write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def _total(x_ptr, out_ptr):\n    tl.atomic_add(out_ptr, tl.load(x_ptr))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["scan", "totals.py"]) == 0
+    assert capsys.readouterr().out == ""

@@ -3,7 +3,9 @@ its strings) read before it runs, for constructs that game a benchmark: patched 
 frame or `gc` walking, `ctypes`, caches keyed on addresses, module-level state, threads and
 streams, environment sniffing, dynamic code, package installs. Each is a warning with its
 line; it becomes a failure only when a runtime check that can confirm it failed too, or, for
-a write into kernelaudit's own modules, on its own."""
+a write into kernelaudit's own modules, on its own. A construct with honest uses in most
+kernels that have it (atomics) is no warning: it fails where a runtime check confirms it, and is
+a note where only a GPU could (on a CPU)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,10 @@ class Tripwires(ConcludingOnly):
         super().__init__()
         self.found: tuple[Tripwire, ...] = ()
         self.unread: tuple[tuple[str, str], ...] = ()
+        self.on_gpu = False
 
     def plan(self, ctx: PlanContext) -> list[Probe]:
+        self.on_gpu = ctx.device.startswith("cuda")
         if ctx.candidate is not None:
             scanned = scan(*_scanned(ctx.candidate))
             self.found, self.unread = scanned.tripwires, scanned.unread
@@ -53,13 +57,19 @@ class Tripwires(ConcludingOnly):
         concluded = []
         for wire in self.found:
             confirmed = sorted(failing.intersection(wire.confirmed_by))
-            alone = RULES[wire.rule].fails_alone
+            rule = RULES[wire.rule]
+            unshown = rule.gpu_only and not self.on_gpu
+            if rule.quiet and not confirmed and not unshown:
+                continue  # honest in most kernels that have it: not a warning of its own
+            alone = rule.fails_alone
             where = f"{Path(wire.path).name}:{wire.line}"
             title = f"{wire.rule} at {where}: {wire.text}"
             if confirmed:
                 title += f" (confirmed by the {', '.join(confirmed)} check)"
             elif alone:
                 title += " (no kernel has a reason for it: a failure on its own)"
+            elif rule.quiet:
+                title += " (only a run on a GPU can confirm or rule out what it risks)"
             concluded.append(
                 Failure(
                     key=f"{wire.rule}:{wire.path}:{wire.line}",
@@ -73,7 +83,7 @@ class Tripwires(ConcludingOnly):
                         ("confirmed by", confirmed),
                         ("checks that could confirm it", list(wire.confirmed_by)),
                     ),
-                    severity="fail" if confirmed or alone else "warn",
+                    severity="fail" if confirmed or alone else "note" if rule.quiet else "warn",
                 )
             )
         return concluded

@@ -35,6 +35,10 @@ CODE_PATTERNS = _compiled(
         ("streams", r"\bgetStreamFromPool\s*\("),
         ("streams", r"\bcudaLaunchHostFunc\s*\("),
         ("streams", r"\bcudaStreamAddCallback\s*\("),
+        (
+            "atomics",
+            r"\batomic(?:Add|Sub|Exch|Min|Max|Inc|Dec|CAS|And|Or|Xor)(?:_block|_system)?\s*\(",
+        ),
         ("threads", r"\bstd\s*::\s*(?:thread|jthread|async)\b"),
         ("threads", r"\bpthread_create\s*\("),
         ("environment", r"\b(?:secure_)?getenv\s*\("),

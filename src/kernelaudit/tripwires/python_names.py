@@ -200,8 +200,18 @@ REFERENCES: Mapping[str, str] = MappingProxyType(
 
 # Harmless to mention (`torch.cuda.Stream.null`, `isinstance(s, torch.cuda.Stream)`); what
 # matters is making one.
+_ATOMICS = tuple(
+    f"triton.language.{module}atomic_{op}"
+    for module in ("", "core.")
+    for op in ("add", "and", "cas", "max", "min", "or", "xchg", "xor")
+)
+
 CALLS: Mapping[str, str] = MappingProxyType(
     {
+        **_names(
+            "atomics",
+            *_ATOMICS,
+        ),
         **_names(
             "streams",
             "torch.cuda.Stream",

@@ -21,6 +21,10 @@ class Rule:
     a tripwire of the rule always stays a warning, unless it `fails_alone`.
     gpu_only: whether the construct does anything only on a GPU (a side stream, a CUDA graph):
     an audit on a CPU can neither confirm nor rule it out, and says so.
+    quiet: whether the construct has honest uses in most kernels that have it (atomics): a
+    tripwire of the rule is no warning of its own, fails only where a runtime check confirms it,
+    and is left out of `kernelaudit scan`'s list; an audit that cannot run those checks (on a
+    CPU, for a `gpu_only` rule) still lists it as a risk it could not rule out.
     """
 
     name: str
@@ -28,6 +32,7 @@ class Rule:
     why: str
     confirmed_by: tuple[str, ...]
     gpu_only: bool = False
+    quiet: bool = False
     fails_alone: bool = False
     """A construct no kernel has a reason for: a tripwire of the rule fails without a runtime
     check to confirm it."""
@@ -114,6 +119,17 @@ _TABLE = (
         "can stop before it finishes and a reader can see unfinished outputs.",
         ("deferred-work",),
         gpu_only=True,
+    ),
+    Rule(
+        "atomics",
+        "atomic read-modify-writes: triton.language's atomic_add, atomic_max, atomic_cas and "
+        "the rest in Triton kernels; atomicAdd and its family in CUDA source",
+        "Atomics let a GPU's programs update one place in whatever order they run, so a float "
+        "sum differs from run to run in its last bits and an update only partly atomic races; "
+        "a CPU runs a Triton kernel's programs one after another and shows neither.",
+        ("determinism", "races"),
+        gpu_only=True,
+        quiet=True,
     ),
     Rule(
         "environment",
