@@ -1,7 +1,10 @@
 """Where a `kernelaudit check` command's time goes outside its audit: torch's import,
-kernelaudit's, the audit itself (the report's phases), the reports written, and the rest
-(Python's start and end), for one command run in-process with those parts timed, its first
-worker started before torch is imported as the `kernelaudit` command starts it.
+kernelaudit's, the audits themselves (the reports' phases), the reports written, and the rest of
+the command (reading the problem and candidates before, the terminal's tables after), for one
+command run in-process with those parts timed. It starts as the `kernelaudit` command does
+(`kernelaudit.__main__`): the host's idle threads told to sleep soon, and the first
+candidate's worker started before torch is imported. Python's own start and end are outside
+it: the record's `wall_s` runs from this script's first line to the command's end.
 
     python benchmarks/command_parts.py --out parts.json -- PROBLEM CANDIDATE --profile quick
 
@@ -17,9 +20,10 @@ _BEGAN = time.perf_counter()
 
 import sys  # noqa: E402
 
-from kernelaudit.runner import prestart  # noqa: E402
+from kernelaudit.runner import prestart, threads  # noqa: E402
 
 _COMMAND = sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
+threads.settle_waits()
 prestart.start_for(["check", *_COMMAND])
 
 import argparse  # noqa: E402
@@ -39,8 +43,11 @@ _KERNELAUDIT = time.perf_counter()
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
+    args = parser.parse_args(
+        sys.argv[1 : sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+    )
+    if not _COMMAND:
+        parser.error("give the command's arguments after --: PROBLEM CANDIDATE [options]")
     command = list(_COMMAND)
     report = Path(tempfile.mkdtemp()) / "report.json"
     if "--json" not in command:
@@ -64,17 +71,24 @@ def main() -> int:
     for name in ("_audit_all", "write_outputs"):
         timed(cli, name)
     began = time.perf_counter()
-    code = cli.main(["check", *command])
+    try:
+        code = cli.main(["check", *command])
+    finally:
+        prestart.discard()
     ended = time.perf_counter()
+    if not report.is_file():
+        print(f"the command wrote no report (exit {code}): see its output above", file=sys.stderr)
+        return 1
     audited = json.loads(report.read_text())["reports"]
     record = {
         "command": command,
         "exit": code,
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "wall_s": round(ended - _BEGAN, 3),
         "import torch_s": round(_TORCH - _BEGAN, 3),
         "import kernelaudit_s": round(_KERNELAUDIT - _TORCH, 3),
-        "before the audit_s": round(ended - began - sum(parts.values()), 3),
+        "rest of the command_s": round(ended - began - sum(parts.values()), 3),
         "audits_s": round(parts.get("_audit_all", 0.0), 3),
         "reports written_s": round(parts.get("write_outputs", 0.0), 3),
         "audit seconds": [r["seconds"] for r in audited],

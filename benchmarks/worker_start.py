@@ -1,8 +1,11 @@
-"""Where a worker's start goes: each step `runner.worker.main` takes before it says it is ready,
-timed in a fresh process as the worker takes them (Python and torch, the device, the memory
-cap, the stream count, the state snapshots, the candidate's import, the canary pattern), and
-the same process's wait for the auditor's first message left out. Run several times: the first
-run of a machine also pays the bytecode and the driver's caches.
+"""Where a worker's start goes: the steps `runner.worker.main` takes before it says it is ready,
+repeated in a fresh process in the worker's order and timed one by one (Python and torch, the
+device, the memory cap, the stream count, the state snapshots, the candidate's import, the
+canary pattern), the wait for the auditor's first message left out. Not the worker itself:
+no sandbox around it (which adds its own start, docs/benchmarks.md "The sandbox's cost"), no
+canary drawn by an auditor, no page-locked arguments region, and the device memory capped at
+half the device. Run it several times: the first run of a machine also pays the bytecode and
+the driver's caches.
 
     python benchmarks/worker_start.py FILE::FUNCTION --device cuda --runs 3 --out start.json
 """

@@ -329,8 +329,9 @@ def _as_read(report: AuditReport, read: ReadJob) -> AuditReport:
 
 def _check(args: argparse.Namespace, console: Console) -> int:
     checks = [c.strip() for c in args.checks.split(",")] if args.checks else None
+    device = resolve_device(args.device)
     # and unknown names, before any work starts
-    refuse_unavailable(checks, [resolve_device(args.device)], profile_named(args.profile))
+    refuse_unavailable(checks, [device], profile_named(args.profile))
     read = prestart.files_as_read(args.problem, args.candidates)
     assumed = [parse_assumption(text) for text in args.assume]  # refused before any work
     problem = assuming(read_problem(args.problem), [(n, d.describe()) for n, d in assumed])
@@ -341,7 +342,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     # a reader may refine the problem for its candidate: the assumptions hold there too, and
     # the recorded calls are its cases
     jobs = [(with_recorded(assuming(p, problem.assumed), args.case), ref) for p, ref in jobs]
-    load_figures_ahead(resolve_device(args.device))
+    load_figures_ahead(device)
     reports = _audit_all(jobs, args, console, checks, read=read)
     write_outputs(reports, args, "kernelaudit check")
     console.print(verdict_table(reports))

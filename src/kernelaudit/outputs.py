@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from kernelaudit.engine import beside
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport, write_reports
 from kernelaudit.report import plots
@@ -105,11 +105,12 @@ def write_outputs(
 def load_figures_ahead(device: str) -> None:
     """On a GPU, import the HTML report's drawing library in a thread while the audit runs:
     the auditor mostly waits there for the worker and the device, and the report is otherwise
-    drawn only after the last audit, with the import in front of it. Not on a CPU, whose
-    cores the candidate's calls use: there the import took as long from the audit as it gave
-    back (docs/benchmarks.md)."""
+    drawn only after the last audit, with the import in front of it. Every measurement waits
+    for it to end (`engine.beside`), and so does the first figure (`plots.load`). Not on a
+    CPU, whose cores the candidate's calls use: there the import took as long from the audit
+    as it gave back (docs/benchmarks.md)."""
     if device.startswith("cuda"):
-        threading.Thread(target=plots.load, name="figures-ahead", daemon=True).start()
+        beside.start(plots.load, "figures-ahead")
 
 
 def html_path(args: argparse.Namespace) -> Path:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from kernelaudit.checks.base import Expected, Observation, Probe, Step
+from kernelaudit.engine import beside
 from kernelaudit.engine.calls import call_for, declared_outputs, reply_limit
 from kernelaudit.engine.clocked import (
     Clocked,
@@ -118,6 +119,7 @@ class Executor:
             inputs = shapes_only(self.problem, case)
             if inputs is not None:
                 self._counted[case] = count_flops(self.problem, case, inputs)
+        beside.settle()  # the auditor's own work beside the audit is over before it measures
         measure_roofline(self.device)
 
     def _wait_ahead(self) -> None:
@@ -288,6 +290,7 @@ class Executor:
             return found
         began = time.perf_counter()
         self._wait_ahead()
+        beside.settle()
         inputs = [self._inputs(case) for case in cases]
         self._measure_reference(steps, cases, inputs, found)
         self.seconds["reference timing"] = (

@@ -19,7 +19,7 @@ from kernelaudit.report.causes import follow_ons
 from kernelaudit.report.caveats import cpu_timing
 from kernelaudit.report.evidence import evidence_html, value_text
 from kernelaudit.report.page import counts_html, document, escape, severity_counts, table
-from kernelaudit.report.plots import svg
+from kernelaudit.report.plots import load, svg
 from kernelaudit.report.plots.cases import case_grid_figure
 from kernelaudit.report.plots.region import region_figure, region_of
 from kernelaudit.report.plots.rows import row_figure, row_plot
@@ -282,6 +282,7 @@ def _figure(scope: str, draw: Callable[[], Figure | None]) -> str:
     """A drawn figure as inline SVG; "" when the data holds nothing to draw. A figure that
     cannot be drawn says why in its place: the rest of the report still stands."""
     try:
+        load()  # after a load begun ahead of the report, never beside it
         figure = draw()
         if figure is None:
             return ""

@@ -57,7 +57,9 @@ def device_session() -> profile:
     torch's autograd profiler asked for the CUDA activity and not the host's. Not
     `torch.profiler.profile`, whose start asks `hasattr(torch, "_inductor")`, which imports
     the compiler stack (torch._inductor and torch._dynamo, a second or more) in every process
-    that profiles; the session underneath, and its Chrome trace, are the same."""
+    that profiles. It builds this same session and writes the same trace; what it adds is left
+    out: a distributed run's metadata, an execution trace asked for by the environment, its
+    step counting, and a setting of CUPTI's for CUDA graphs captured by the compiler."""
     return profile(use_cpu=False, use_device="cuda", use_kineto=True)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,11 +27,21 @@ _ID = re.compile(r'\bid="([^"]+)"')
 _REFERENCE = re.compile(r'(href="#|url\(#)([^")]+)')
 
 
+_LOADING = threading.Lock()
+
+
 def load() -> None:
     """Import what drawing a figure and writing it as SVG needs (matplotlib and its font
-    list: half a second or more in a fresh process), so that a later figure does not wait for
-    it. A command that audits on a GPU calls it in a thread of its own while the audit runs
-    (`outputs.load_figures_ahead`)."""
+    list: half a second or more in a fresh process). A command that audits on a GPU calls it in
+    a thread of its own while the audit runs (`outputs.load_figures_ahead`), and the report
+    calls it before its first figure: one at a time, so that the report never imports a part
+    of matplotlib while the thread is inside another (two threads importing one package's
+    modules in opposite orders leave it half-initialised for the whole process)."""
+    with _LOADING:
+        _imported()
+
+
+def _imported() -> None:
     import matplotlib.backends.backend_agg
     import matplotlib.backends.backend_svg
     import matplotlib.figure
