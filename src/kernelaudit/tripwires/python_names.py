@@ -198,20 +198,18 @@ REFERENCES: Mapping[str, str] = MappingProxyType(
     }
 )
 
-# Harmless to mention (`torch.cuda.Stream.null`, `isinstance(s, torch.cuda.Stream)`); what
-# matters is making one.
+# Triton's atomic read-modify-writes, as `triton.language` and its `core` module name them.
 _ATOMICS = tuple(
     f"triton.language.{module}atomic_{op}"
     for module in ("", "core.")
     for op in ("add", "and", "cas", "max", "min", "or", "xchg", "xor")
 )
 
+# Harmless to mention (`torch.cuda.Stream.null`, `isinstance(s, torch.cuda.Stream)`); what
+# matters is making one.
 CALLS: Mapping[str, str] = MappingProxyType(
     {
-        **_names(
-            "atomics",
-            *_ATOMICS,
-        ),
+        **_names("atomics", *_ATOMICS),
         **_names(
             "streams",
             "torch.cuda.Stream",
