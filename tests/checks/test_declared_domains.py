@@ -23,6 +23,7 @@ KERNELS = FIXTURES / "domain_kernels.py"
 
 DEFAULT = replace(PROFILES["default"], boundary_sizes_per_axis=1)
 """The default profile's draws and layouts, at fewer boundary sizes."""
+QUICK = replace(PROFILES["quick"], boundary_sizes_per_axis=1)
 
 
 def _audit(stem: str, candidate: str, assumed: tuple[tuple[str, str], ...] = ()) -> AuditReport:
@@ -160,3 +161,24 @@ def test_a_scatter_that_needs_its_ids_sorted_or_unique_passes_once_it_is_stated(
         # sorted ids still repeat: not what this scatter needs
         sorted_only = _audit("scatter_add_rows", candidate, (("ids", "sorted"),))
         assert sorted_only.verdict == "FAIL"
+
+
+def test_a_softmax_that_needs_a_kept_element_per_row_passes_once_masks_keep_one():
+    # the bundled masked softmax that leaves NaN on fully masked rows: right wherever a row
+    # keeps an element, which is what callers that never pad a whole row guarantee (the quick
+    # profile's draws: the default's also hold rows of -inf in x, the same empty row another
+    # way, which stating the mask alone does not excuse)
+    softmax = Path(__file__).parents[2] / "examples" / "softmax"
+    candidate = f"{softmax / 'candidates.py'}::nan_on_masked_rows"
+
+    def audited(assumed: tuple[tuple[str, str], ...]) -> AuditReport:
+        problem = assuming(load_problem(softmax / "problem.py"), assumed)
+        return audit(problem, candidate, QUICK, "cpu", ["numerics"])
+
+    loose = audited(())
+    assert loose.verdict == "FAIL"
+    assert {dict(r.case.values).get("mask") for r in loose.records if r.failures} == {"masked_rows"}
+    stated = audited((("mask", "min_kept:1"),))
+    assert stated.verdict == "PASS"
+    assert stated.assumed == (("mask", "min_kept:1"),)
+    assert "masked_rows" not in {dict(r.case.values).get("mask") for r in stated.records}
