@@ -82,6 +82,7 @@ def runs() -> Iterator[dict[str, InterpretedRun]]:
         "hoards_before_launching": run(
             "hoards_before_launching", scale_of(3), host_memory_bytes=3 << 29
         ),
+        "crashes_before_launching": run("crashes_before_launching", scale_of(3)),
     }
     yield started
     for started_run in started.values():
@@ -245,6 +246,21 @@ def test_a_run_stopped_before_any_launch_is_a_note_and_an_unverified_check(
     said = coverage(check, ctx)
     assert said.startswith("could not run here: the interpreted run stopped before any kernel")
     assert f"still going after {HANG_LIMIT_S:.0f} s" in said
+
+
+def test_a_run_that_crashes_on_its_first_call_is_a_note_and_an_unverified_check(
+    runs: dict[str, InterpretedRun],
+) -> None:
+    check = TritonBounds()
+    check._run = runs["crashes_before_launching"]
+    (note,) = check.conclude([])
+    assert note.severity == "note" and note.key == "not-watched:crash"
+    assert "could not watch every call" in note.title
+    assert "was killed by signal SIGSEGV" in note.title
+    ctx = PlanContext(load_problem(FIXTURES / "scale.py"), PROFILES["quick"], "cpu", 132, None)
+    assert coverage(check, ctx).startswith(
+        "could not run here: the interpreted run stopped before any kernel"
+    )
 
 
 def test_a_run_that_watched_its_calls_leaves_nothing_unverified(

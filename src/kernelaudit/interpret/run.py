@@ -26,7 +26,7 @@ import torch
 
 from kernelaudit.interpret.records import Interpretation, UnreadableResult
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import start_python
+from kernelaudit.runner.launch import exit_description, start_python
 from kernelaudit.runner.limits import FolderBound, passed_bound, wait_within
 from kernelaudit.runner.messages import Call
 from kernelaudit.runner.sandbox import cache_bound
@@ -160,7 +160,7 @@ class InterpretedRun:
             ended = (
                 "left a result that could not be read"
                 if written and seen is None
-                else f"stopped (exit status {self._process.returncode})"
+                else f"stopped (it {exit_description(self._process, 0.0)})"
             )
             last = " / ".join(tail[-_STDERR_TAIL_LINES:]) or "no message"
             done = seen.calls_done if seen else 0
