@@ -928,6 +928,16 @@ def test_a_syntax_error_yields_no_tripwires_and_says_the_file_went_unread(tmp_pa
     assert where == str(path.resolve()) and why.startswith("SyntaxError at line 3")
 
 
+def test_a_local_module_that_is_not_text_is_said_to_have_gone_unread(tmp_path: Path) -> None:
+    # a module the candidate imports whose bytes are not UTF-8 and declare no encoding: its
+    # code was not read, so nothing in it was checked
+    path = write(tmp_path, "import helper\n\n\ndef candidate(x):\n    return helper.twice(x)\n")
+    (tmp_path / "helper.py").write_bytes(b"# \xff\xfe\ndef twice(x):\n    return 2 * x\n")
+    ((where, why),) = scan(path, "candidate").unread
+    assert where == str((tmp_path / "helper.py").resolve())
+    assert why == "SyntaxError: invalid or missing encoding declaration"
+
+
 def test_an_expression_too_deep_for_the_scan_is_reported_not_skipped(tmp_path: Path) -> None:
     # Python compiles it; walking its tree one node per level runs out of stack
     body = " + ".join(["x"] * 1000)

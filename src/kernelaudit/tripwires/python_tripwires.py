@@ -60,7 +60,8 @@ def read_python(path: Path, scan: Scan) -> Reading | str:
     try:
         file = parse_python(path)
     except SyntaxError as error:
-        return f"{type(error).__name__} at line {error.lineno}: {error.msg}"
+        where = f" at line {error.lineno}" if error.lineno else ""
+        return f"{type(error).__name__}{where}: {error.msg}"
     except RecursionError:
         return "an expression nested too deeply to parse"
     except (ValueError, UnicodeDecodeError, OSError) as error:
