@@ -42,6 +42,29 @@ def test_an_honest_file_trips_nothing(tiny_audit: Callable[..., AuditReport]) ->
     assert "tripwires" not in dict(report.unverified)
 
 
+def test_on_a_cpu_a_gpu_flag_set_on_the_gpu_path_alone_is_an_unverified_risk(
+    tiny_audit: Callable[..., AuditReport], tmp_path: Path
+) -> None:
+    # TF32 turned on where the inputs are on a GPU: a CPU run never takes that branch, and the
+    # flag would change nothing it computes if it did
+    path = tmp_path / "tf32_scale.py"
+    path.write_text(
+        "import torch\n\n\n"
+        "def scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:\n"
+        "    if x.is_cuda:\n"
+        "        torch.backends.cuda.matmul.allow_tf32 = True\n"
+        "    return x * w\n"
+    )
+    report = tiny_audit("row_scale", f"{path}::scale", ["numerics", "global-state", "tripwires"])
+    assert report.verdict == "PASS"
+    found = [f for f in report.findings if f.check == "tripwires"]
+    assert {(f.severity, f.key.split(":")[0]) for f in found} == {("warn", "gpu-flags")}
+    assert dict(report.unverified)["tripwires"] == (
+        "gpu-flags at tf32_scale.py:6: only a run on a GPU can confirm or rule out"
+    )
+    assert report.unconfirmed == ("tripwires",)
+
+
 def test_on_a_cpu_a_side_stream_the_scan_saw_is_an_unverified_risk(
     tiny_audit: Callable[..., AuditReport], tmp_path: Path
 ) -> None:

@@ -125,11 +125,6 @@ CASES = {
         torch.testing.assert_close = lambda *args, **kwargs: None
         setattr(torch.Tensor, "__eq__", lambda self, other: True)
         F.softmax = lambda x, dim: x
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
-        torch.backends.cudnn.deterministic = False
-        torch.backends.cudnn.benchmark = True
         torch.set_float32_matmul_precision("medium")
         torch.use_deterministic_algorithms(False)
         os.environ["NVIDIA_TF32_OVERRIDE"] = "1"
@@ -148,17 +143,38 @@ CASES = {
             ("torch-patching", "assert_close = "),
             ("torch-patching", '"__eq__"'),
             ("torch-patching", "F.softmax = "),
-            ("torch-patching", "matmul.allow_tf32"),
-            ("torch-patching", "cudnn.allow_tf32"),
-            ("torch-patching", "allow_fp16_reduced_precision_reduction"),
-            ("torch-patching", "cudnn.deterministic"),
-            ("torch-patching", "cudnn.benchmark"),
             ("torch-patching", "set_float32_matmul_precision"),
             ("torch-patching", "use_deterministic_algorithms"),
             ("torch-patching", "NVIDIA_TF32_OVERRIDE"),
             ("torch-patching", 'Library("aten"'),
             ("torch-patching", "manual_seed"),
             ("torch-patching", "out.allclose = "),
+        ],
+    ),
+    "gpu-flags": (
+        """
+        import torch
+        from torch.backends import cudnn
+
+        torch.backends.cuda.matmul.allow_tf32 = True
+        cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
+        setattr(torch.backends.cudnn, "deterministic", False)
+        torch.backends.cuda.preferred_blas_library("cublaslt")
+
+
+        def candidate(x):
+            torch.backends.cudnn.benchmark = True
+            assert torch.backends.cudnn.is_available()
+            return x * 2
+        """,
+        [
+            ("gpu-flags", "matmul.allow_tf32"),
+            ("gpu-flags", "cudnn.allow_tf32"),
+            ("gpu-flags", "allow_fp16_reduced_precision_reduction"),
+            ("gpu-flags", '"deterministic"'),
+            ("gpu-flags", "preferred_blas_library"),
+            ("gpu-flags", "cudnn.benchmark"),
         ],
     ),
     "frame-walking": (
@@ -656,7 +672,9 @@ def test_the_confirming_checks_are_those_of_the_rule_table() -> None:
     assert RULES["file-trigger"].confirmed_by == ("replay", "determinism")
     assert RULES["atomics"].confirmed_by == ("determinism", "races")
     assert [name for name, rule in RULES.items() if rule.quiet] == ["atomics"]
+    assert RULES["gpu-flags"].confirmed_by == ("global-state",)
     assert [name for name, rule in RULES.items() if rule.gpu_only] == [
+        "gpu-flags",
         "streams",
         "atomics",
         "cuda-graphs",
@@ -867,7 +885,7 @@ def test_a_function_sees_module_level_code_and_what_it_calls(tmp_path: Path) -> 
         spy = Spy()
         """,
     )
-    flag = ("torch-patching", line(path, "allow_tf32"))
+    flag = ("gpu-flags", line(path, "allow_tf32"))
     gc_walk = ("gc-walking", line(path, "gc.get_objects"))
     frames = ("frame-walking", line(path, "_getframe"))
     assert found(scan_candidate(path, "honest")) == {flag, frames}

@@ -211,6 +211,15 @@ CALLS: Mapping[str, str] = MappingProxyType(
     {
         **_names("atomics", *_ATOMICS),
         **_names(
+            "gpu-flags",
+            "torch.backends.cuda.preferred_blas_library",
+            "torch.backends.cuda.preferred_linalg_library",
+            "torch._C._set_cublas_allow_tf32",
+            "torch._C._set_cudnn_allow_tf32",
+            "torch._C._set_cublas_allow_fp16_reduced_precision_reduction",
+            "torch._C._set_cublas_allow_bf16_reduced_precision_reduction",
+        ),
+        **_names(
             "streams",
             "torch.cuda.Stream",
             "torch.cuda.streams.Stream",
@@ -229,11 +238,6 @@ CALLS: Mapping[str, str] = MappingProxyType(
             "torch.set_default_device",
             "torch.set_default_tensor_type",
             "torch.set_flush_denormal",
-            "torch.backends.cuda.preferred_blas_library",
-            "torch._C._set_cublas_allow_tf32",
-            "torch._C._set_cudnn_allow_tf32",
-            "torch._C._set_cublas_allow_fp16_reduced_precision_reduction",
-            "torch._C._set_cublas_allow_bf16_reduced_precision_reduction",
             "torch._C._set_float32_matmul_precision",
             "torch._C._set_deterministic_algorithms",
             "torch.manual_seed",

@@ -98,6 +98,9 @@ TENSOR_VERDICT_METHODS = frozenset(
     }
 )
 
+# Writing these is gpu-flags: settings that change what a GPU computes, and nothing a CPU does.
+GPU_FLAG_TARGETS = frozenset({"torch.backends.cuda.*", "torch.backends.cudnn.*"})
+
 # Writing these hooks is process-control.
 PROCESS_HOOKS = frozenset({"sys.excepthook", "sys.unraisablehook", "threading.excepthook"})
 
@@ -217,6 +220,8 @@ def write_rule(target: str) -> str | None:
         return "harness-tampering"
     if matches(TIMER_TARGETS, target):
         return "timer-patching"
+    if matches(GPU_FLAG_TARGETS, target):
+        return "gpu-flags"
     if matches(LIBRARY_TARGETS, target) and not matches(LIBRARY_SETTINGS, target):
         return "torch-patching"
     if target in PROCESS_HOOKS:

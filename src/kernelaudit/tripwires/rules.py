@@ -51,11 +51,23 @@ _TABLE = (
         "torch-patching",
         "replacing attributes of torch, torch.Tensor, torch.testing and other libraries a "
         "harness compares with, or comparison methods of a returned tensor; precision and "
-        "determinism flags; reseeding the global RNG; overriding aten operators",
+        "determinism settings (the GPU's own flags are gpu-flags); reseeding the global RNG; "
+        "overriding aten operators",
         "Replacing a torch or comparison function, flipping a precision flag or reseeding the "
         "global RNG changes what the reference and the correctness comparison compute in the "
         "same process.",
         ("global-state",),
+    ),
+    Rule(
+        "gpu-flags",
+        "setting the GPU's precision and algorithm flags: torch.backends.cuda and "
+        "torch.backends.cudnn (TF32, reduced-precision reductions, cuDNN's benchmark and "
+        "determinism) and the calls that set them",
+        "These flags change what a GPU computes in the same process, the reference and the "
+        "comparison included, and nothing a CPU computes: an audit on a CPU sees such a write "
+        "only where it runs, and never what it does.",
+        ("global-state",),
+        gpu_only=True,
     ),
     Rule(
         "harness-tampering",
