@@ -212,6 +212,35 @@ def test_the_verdict_says_what_it_does_not_cover() -> None:
     assert "Isolation: bubblewrap" in document
 
 
+def test_a_risk_of_the_candidates_own_that_this_device_cannot_show_is_said_with_its_verdict() -> (
+    None
+):
+    atomics = finding(
+        "F1",
+        "tripwires",
+        "atomics:/problems/embedding_backward/candidates.py:45",
+        "note",
+        "atomics at candidates.py:45: tl.atomic_add( (only a run on a GPU can confirm or rule "
+        "out what it risks)",
+        {"rule": "atomics"},
+    )
+    seen = replace(
+        report("wide_accumulator", "PASS", (atomics,)),
+        unverified=(
+            ("races", "needs a CUDA device"),
+            (
+                "tripwires",
+                "atomics at candidates.py:45: only a run on a GPU can confirm or rule out",
+            ),
+        ),
+    )
+    document = page([seen])
+    said = "PASS</span> <span class='muted'>(unconfirmed on cpu: tripwires)</span>"
+    assert document.count(said) == 2  # the summary's row and the candidate's heading
+    # a check this device cannot run at all is what the verdict does not cover, not a risk seen
+    assert "unconfirmed" not in page([report("wide_accumulator", "PASS")])
+
+
 def test_records_give_a_heatmap_of_cases_by_distribution_and_size(tmp_path: Path) -> None:
     failing = report("low_precision", "FAIL", (numerics_failure(),), numerics_records())
     grid = report_grid(failing)

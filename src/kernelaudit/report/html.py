@@ -74,7 +74,7 @@ def _summary(reports: list[AuditReport], anchors: list[str]) -> str:
         [
             escape(r.problem),
             f"<a href='#{a}'>{escape(r.candidate)}</a>",
-            f"<span class='{r.verdict}'>{r.verdict}</span>",
+            _verdict(r),
             escape(", ".join(sorted({f.check for f in r.failures})) or "-"),
             counts_html(severity_counts(r.findings)),
             str(len(r.records)),
@@ -86,11 +86,22 @@ def _summary(reports: list[AuditReport], anchors: list[str]) -> str:
     return table(head, rows)
 
 
+def _verdict(report: AuditReport) -> str:
+    """The verdict, and the checks that found a risk of the candidate's own they could not
+    confirm or rule out on this device (a side stream or atomics seen on a CPU), as the
+    terminal's table says them."""
+    said = f"<span class='{report.verdict}'>{report.verdict}</span>"
+    if report.unconfirmed:
+        checks = ", ".join(report.unconfirmed)
+        said += f" <span class='muted'>(unconfirmed on {escape(report.device)}: {checks})</span>"
+    return said
+
+
 def _report(report: AuditReport, anchor: str) -> str:
     source = f"{report.candidate_path}::{report.candidate_function}"
     parts = [
         f"<h2 id='{anchor}'>{escape(report.candidate)} on {escape(report.problem)}: "
-        f"<span class='{report.verdict}'>{report.verdict}</span></h2>",
+        f"{_verdict(report)}</h2>",
         f"<p class='muted'>candidate {escape(source)}; problem {escape(report.problem_path)}; "
         f"profile {escape(report.profile)}; device {escape(report.device)}; "
         f"{len(report.records)} cases in {report.seconds:.1f} s</p>",
