@@ -212,9 +212,7 @@ def test_the_verdict_says_what_it_does_not_cover() -> None:
     assert "Isolation: bubblewrap" in document
 
 
-def test_a_risk_of_the_candidates_own_that_this_device_cannot_show_is_said_with_its_verdict() -> (
-    None
-):
+def test_a_risk_this_device_cannot_show_is_said_beside_the_verdict() -> None:
     atomics = finding(
         "F1",
         "tripwires",
