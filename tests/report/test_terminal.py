@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from pathlib import Path
 
 from rich.console import Console
 
 from kernelaudit.checks.base import Probe
+from kernelaudit.demo import ExampleCandidate
 from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.inputs.case import Case
-from kernelaudit.report.terminal import cpu_timings_left_out, print_findings
+from kernelaudit.report.terminal import cpu_timings_left_out, expectations_table, print_findings
 
 
 def _finding(
@@ -91,3 +93,22 @@ def test_a_shrunk_finding_leads_with_its_worst_case_then_the_smallest(
     assert "worst case: x~offset @ boundary cols=1 [float32]" in lines[headline + 1]
     assert "smallest failing case: rows=1 cols=1" in lines[headline + 2]
     assert lines[headline + 3].strip() == f"there: {finding.title}"
+
+
+def test_the_demos_table_says_a_risk_this_device_cannot_show_beside_the_verdict(
+    report: Callable[..., AuditReport],
+) -> None:
+    # the embedding gradient's atomics, audited on a CPU: a PASS this device could not confirm
+    atomics = _finding("tripwires", "atomics:/e/candidates.py:45", "note")
+    seen = report(
+        atomics,
+        unverified=(("tripwires", "atomics at candidates.py:45: only a run on a GPU can ..."),),
+    )
+    example = ExampleCandidate(Path("problem.py"), "candidates.py::scale", "PASS")
+    text = io.StringIO()
+    Console(file=text, width=400, color_system=None).print(
+        expectations_table([example, example], [seen, report()], "quick")
+    )
+    said = text.getvalue()
+    assert said.count("PASS (unconfirmed on cpu: tripwires)") == 1  # the first row alone
+    assert said.count("PASS") == 4  # both rows' expected and verdict columns

@@ -95,16 +95,10 @@ def verdict_table(reports: list[AuditReport]) -> Table:
         table.add_column(column, justify="right" if column in ("cases", "seconds") else "left")
     for report in reports:
         folded = follow_ons(report)  # symptoms of another check's finding: listed with it
-        unconfirmed = ", ".join(report.unconfirmed)
         table.add_row(
             escape(report.problem),
             escape(report.candidate),
-            f"[{_STYLE[report.verdict]}]{report.verdict}[/]"
-            + (
-                f" [yellow](unconfirmed on {escape(report.device)}: {unconfirmed})[/]"
-                if unconfirmed
-                else ""
-            ),
+            f"[{_STYLE[report.verdict]}]{report.verdict}[/]" + _unconfirmed(report),
             ", ".join(sorted({f.check for f in report.failures if f.id not in folded})) or "-",
             str(len(report.records)),
             f"{report.seconds:.1f}",
@@ -129,10 +123,19 @@ def expectations_table(
             escape(report.problem),
             escape(report.candidate.split("::")[-1]),
             expected,
-            f"[{'green' if met else 'red'}]{report.verdict}{'' if met else ' (unexpected)'}[/]",
+            f"[{'green' if met else 'red'}]{report.verdict}{'' if met else ' (unexpected)'}[/]"
+            + _unconfirmed(report),
             escape(f"{top.id} [{top.check}] {short(top.title, 90)}") if top else "-",
         )
     return table
+
+
+def _unconfirmed(report: AuditReport) -> str:
+    """ " (unconfirmed on DEVICE: CHECKS)" where checks found a risk of the candidate's own they
+    could not confirm or rule out on this device (atomics seen on a CPU); "" otherwise."""
+    if not report.unconfirmed:
+        return ""
+    return f" [yellow](unconfirmed on {escape(report.device)}: {', '.join(report.unconfirmed)})[/]"
 
 
 def print_findings(
