@@ -131,8 +131,9 @@ def expectations_table(
 
 
 def _unconfirmed(report: AuditReport) -> str:
-    """ " (unconfirmed on DEVICE: CHECKS)" where checks found a risk of the candidate's own they
-    could not confirm or rule out on this device (atomics seen on a CPU); "" otherwise."""
+    """What follows a verdict where checks found a risk of the candidate's own they could not
+    confirm or rule out on this device (atomics seen on a CPU): "(unconfirmed on DEVICE:
+    CHECKS)"; nothing otherwise."""
     if not report.unconfirmed:
         return ""
     return f" [yellow](unconfirmed on {escape(report.device)}: {', '.join(report.unconfirmed)})[/]"
