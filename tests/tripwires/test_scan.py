@@ -127,7 +127,6 @@ CASES = {
         F.softmax = lambda x, dim: x
         torch.set_float32_matmul_precision("medium")
         torch.use_deterministic_algorithms(False)
-        os.environ["NVIDIA_TF32_OVERRIDE"] = "1"
         torch._inductor.config.max_autotune = True
         _aten = torch.library.Library("aten", "IMPL")
 
@@ -145,7 +144,6 @@ CASES = {
             ("torch-patching", "F.softmax = "),
             ("torch-patching", "set_float32_matmul_precision"),
             ("torch-patching", "use_deterministic_algorithms"),
-            ("torch-patching", "NVIDIA_TF32_OVERRIDE"),
             ("torch-patching", 'Library("aten"'),
             ("torch-patching", "manual_seed"),
             ("torch-patching", "out.allclose = "),
@@ -153,8 +151,13 @@ CASES = {
     ),
     "gpu-flags": (
         """
+        import os
+
         import torch
         from torch.backends import cudnn
+
+        os.environ["NVIDIA_TF32_OVERRIDE"] = "1"
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
         torch.backends.cuda.matmul.allow_tf32 = True
         cudnn.allow_tf32 = True
@@ -169,6 +172,8 @@ CASES = {
             return x * 2
         """,
         [
+            ("gpu-flags", "NVIDIA_TF32_OVERRIDE"),
+            ("gpu-flags", "CUBLAS_WORKSPACE_CONFIG"),
             ("gpu-flags", "matmul.allow_tf32"),
             ("gpu-flags", "cudnn.allow_tf32"),
             ("gpu-flags", "allow_fp16_reduced_precision_reduction"),

@@ -190,7 +190,7 @@ class PythonReader(ModuleWalk):
         if target is not None:
             self._flag_write(target, node)
         if sets_precision(self.names, node, name):
-            self.flag("torch-patching", node)
+            self.flag("gpu-flags", node)
         if name == "next" and node.args and self.in_function():
             # `next(_calls)` on a module-level counter
             root = root_name(node.args[0])
@@ -346,7 +346,7 @@ class PythonReader(ModuleWalk):
             self.qualname(target.value) in ("os.environ", "os.environb")
             and string(target.slice) in PRECISION_ENVIRONMENT
         ):
-            self.flag("torch-patching", node)
+            self.flag("gpu-flags", node)
         root = root_name(target)
         if (
             root is not None

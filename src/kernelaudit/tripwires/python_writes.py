@@ -104,7 +104,8 @@ GPU_FLAG_TARGETS = frozenset({"torch.backends.cuda.*", "torch.backends.cudnn.*"}
 # Writing these hooks is process-control.
 PROCESS_HOOKS = frozenset({"sys.excepthook", "sys.unraisablehook", "threading.excepthook"})
 
-# Environment variables that change numerics or the allocator of the process that sets them.
+# Environment variables that change a GPU's numerics or allocator in the process that sets
+# them (gpu-flags, as the flags they override are).
 PRECISION_ENVIRONMENT = frozenset(
     {
         "NVIDIA_TF32_OVERRIDE",
@@ -277,8 +278,8 @@ def _attribute_target(
 
 
 def sets_precision(names: Names, call: ast.Call, name: str | None) -> bool:
-    """Whether a call sets an environment variable that changes numerics: os.putenv, or a
-    method of os.environ."""
+    """Whether a call sets an environment variable that changes a GPU's numerics or
+    allocator: os.putenv, or a method of os.environ."""
     if name == "os.putenv":
         return string(argument(call, 0)) in PRECISION_ENVIRONMENT
     func = call.func

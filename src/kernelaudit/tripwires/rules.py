@@ -62,7 +62,8 @@ _TABLE = (
         "gpu-flags",
         "setting the GPU's precision and algorithm flags: torch.backends.cuda and "
         "torch.backends.cudnn (TF32, reduced-precision reductions, cuDNN's benchmark and "
-        "determinism) and the calls that set them",
+        "determinism), the calls that set them, and the environment variables that override "
+        "them (NVIDIA_TF32_OVERRIDE, CUBLAS_WORKSPACE_CONFIG and the like)",
         "These flags change what a GPU computes in the same process, the reference and the "
         "comparison included, and nothing a CPU computes: an audit on a CPU sees such a write "
         "only where it runs, and never what it does.",
