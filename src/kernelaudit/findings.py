@@ -236,6 +236,7 @@ class AuditReport:
             "untried": dict(self.untried),
             "isolation": self.isolation,
             "unverified": dict(self.unverified),
+            "unconfirmed": list(self.unconfirmed),
             "coverage": dict(self.coverage),
             "assumed": dict(self.assumed),
             "files_sha256": dict(self.files_sha256),

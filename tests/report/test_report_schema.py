@@ -105,7 +105,10 @@ def everything(finding: Callable[..., Finding], report: Callable[..., AuditRepor
         ),
         untried=(("numerics @ workload 0", 3), ("numerics @ boundary n=1: no inputs", 1)),
         isolation="none (bubblewrap is missing)",
-        unverified=(("races", "needs a CUDA device"),),
+        unverified=(
+            ("races", "needs a CUDA device"),
+            ("tripwires", "timer-patching at k.py:3: only a run on a GPU can confirm it"),
+        ),
         coverage=(("replay", "ran"), ("races", "could not run here: needs a CUDA device")),
         assumed=(("x", "finite"),),
         files_sha256=(("problem", "0" * 64), ("candidate", "f" * 64)),
@@ -149,6 +152,22 @@ def test_a_report_with_every_optional_field_filled_holds_to_the_schema(
     write_reports([everything(finding, report)], path)
     document = json.loads(path.read_text())
     assert document["reports"][0]["workload_errors"]["workload 0"]["max_relative_error"] == "inf"
+    validate_document(document)
+
+
+def test_the_json_names_the_risks_of_the_candidate_this_device_could_not_confirm(
+    tmp_path: Path, finding: Callable[..., Finding], report: Callable[..., AuditReport]
+) -> None:
+    # atomics the static scan saw, on a CPU: a PASS the device could not confirm; races, a
+    # check no CPU audit can run for any candidate, is not the candidate's own risk
+    cpu = ("races", "needs a CUDA device")
+    atomics = finding("tripwires", "note", "atomics at k.py:9", {"file": "/k.py", "line": 9})
+    seen = report(atomics, unverified=(cpu, ("tripwires", "atomics at k.py:9: needs a GPU")))
+    path = tmp_path / "report.json"
+    write_reports([seen, report(unverified=(cpu,)), report(atomics)], path)
+    document = json.loads(path.read_text())
+    assert [r["unconfirmed"] for r in document["reports"]] == [["tripwires"], [], []]
+    assert [r["verdict"] for r in document["reports"]] == ["PASS", "PASS", "PASS"]
     validate_document(document)
 
 
