@@ -116,6 +116,63 @@ def test_memory_held_by_a_process_that_left_the_workers_group_counts(tmp_path: P
     assert _survivors("kernelaudit-redteam-hoard") == []
 
 
+def _can_forbid_user_namespaces() -> bool:
+    """Whether the bubblewrap here has `--disable-userns` (0.8 and later), runs unprivileged,
+    and makes a user namespace here: asked of bubblewrap itself, not of the code under test."""
+    wrapper = shutil.which("bwrap")
+    if wrapper is None or os.stat(wrapper).st_mode & 0o4000:
+        return False
+    said = subprocess.run([wrapper, "--help"], capture_output=True, text=True, check=False)
+    if "--disable-userns" not in said.stdout + said.stderr:
+        return False
+    trial = [wrapper, "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "true"]
+    return subprocess.run(trial, capture_output=True, check=False).returncode == 0
+
+
+forbids = pytest.mark.skipif(
+    not _can_forbid_user_namespaces(),
+    reason="this bubblewrap cannot forbid user namespaces (older than 0.8, or setuid)",
+)
+
+
+@confined
+@forbids
+def test_memory_held_in_a_namespace_the_candidate_made_counts(tmp_path: Path) -> None:
+    root = _copy(tmp_path)
+    problem = load_problem(root / "problem" / "double.py")
+    spec = f"{root / 'candidates' / 'hides_its_memory_in_a_namespace'}.py::double"
+    profile = replace(PROFILES["quick"], host_memory_bytes=3 << 29)
+    report = audit(problem, spec, profile, "cpu", ["numerics", "execution"])
+    assert report.verdict == "FAIL"
+    (memory,) = [f for f in report.failures if f.key == "memory:"]
+    assert "GiB of host memory, more than the limit of 1.50 GiB" in memory.title
+    deadline = time.monotonic() + 10
+    while _survivors("kernelaudit-redteam-nested-hoard") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _survivors("kernelaudit-redteam-nested-hoard") == []
+
+
+_MAKES_A_USER_NAMESPACE = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "made = libc.unshare(0x10000000) == 0\n"  # CLONE_NEWUSER
+    "print('made' if made else os.strerror(ctypes.get_errno()))\n"
+)
+
+
+@confined
+@forbids
+def test_a_confined_process_cannot_make_a_user_namespace_of_its_own() -> None:
+    said = subprocess.run(
+        sandbox.confine([sys.executable, "-c", _MAKES_A_USER_NAMESPACE]),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    assert said != "made" and said
+
+
 @confined
 def test_a_candidate_cannot_signal_the_auditor(tmp_path: Path) -> None:
     began = time.monotonic()

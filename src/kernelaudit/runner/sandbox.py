@@ -7,7 +7,8 @@ folder of its own (Triton's compiled kernels), read-write; a private /tmp. It se
 else the auditor reads or writes: problem files, other candidates, reports, result databases,
 other candidates' caches, the auditor's working directory. It runs in namespaces of its own:
 process ids (everything it starts dies with it, and it can signal no process outside), user
-(the auditor's own uid, with no capability), network (none), IPC and hostname. GPU device
+(the auditor's own uid, with no capability, and where bubblewrap can forbid it, no user
+namespace of its own to get them back), network (none), IPC and hostname. GPU device
 nodes are passed through.
 
 Where bubblewrap is missing or cannot start (no user namespaces, a container without the
@@ -121,6 +122,7 @@ def confine(
     arguments = [
         wrapper,
         "--unshare-all",  # user, process ids, network, IPC, hostname, cgroup
+        *(_NO_NESTED_USER_NAMESPACES if _forbids_user_namespaces(wrapper) else ()),
         "--die-with-parent",
         # the auditor's own ids, as a plain program of this user has them: a fixed uid
         # (nobody's) would tell a candidate it runs confined; every capability dropped, which
@@ -175,6 +177,37 @@ def _scratch(wrapper: str, folder: str) -> list[str]:
 def _sizes_tmpfs(wrapper: str) -> bool:
     """Whether this bubblewrap takes `--size` for a tmpfs: 0.7 and later do, unless installed
     setuid (where it refuses the option, and every confined start would fail)."""
+    return _takes(wrapper, "--size")
+
+
+_NO_NESTED_USER_NAMESPACES = ("--unshare-user", "--disable-userns")
+"""A user namespace of the sandbox's own that allows no more of them. Inside a user namespace
+of its own a process has every capability back, so it could start processes in a process-id
+namespace of their own: the worker's memory limit counts the sandbox's process-id namespace,
+not those."""
+
+
+@functools.cache
+def _forbids_user_namespaces(wrapper: str) -> bool:
+    """Whether this bubblewrap can keep a confined process from making user namespaces of its
+    own (`--disable-userns`: 0.8 and later, unless installed setuid) here: a trial run says,
+    since a user namespace is not available everywhere bubblewrap runs (as root, say)."""
+    if not _takes(wrapper, "--disable-userns"):
+        return False
+    trial = [wrapper, *_NO_NESTED_USER_NAMESPACES, "--ro-bind", "/", "/", "true"]
+    try:
+        done = subprocess.run(
+            trial, capture_output=True, timeout=_TRIAL_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+@functools.cache
+def _takes(wrapper: str, option: str) -> bool:
+    """Whether this bubblewrap takes `option`: its help lists it, and it is not installed
+    setuid (which refuses the options that need privileges bubblewrap does not keep)."""
     try:
         if os.stat(shutil.which(wrapper) or wrapper).st_mode & stat.S_ISUID:
             return False
@@ -183,7 +216,7 @@ def _sizes_tmpfs(wrapper: str) -> bool:
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return b"--size" in said.stdout + said.stderr
+    return option.encode() in said.stdout + said.stderr
 
 
 def _bind_system(folder: str) -> list[str]:
