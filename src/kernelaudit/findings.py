@@ -165,6 +165,9 @@ class AuditReport:
     """Seconds per check: its probes (run and judged) and its concluding experiment."""
     judging_seconds: tuple[tuple[str, float], ...] = ()
     """Seconds each check spent judging, over every observation: where `judging` went."""
+    planning_seconds: tuple[tuple[str, float], ...] = ()
+    """Seconds each check's plan took, and "batch axes" for inferring them from the reference
+    (whichever check asked first): where `planning` went."""
     budget: tuple[tuple[str, float], ...] = ()
     """The time budget and the plan fitted to it: budget_s, planned_s (the estimated seconds of
     the probing phases: the probes that ran, and on a GPU what an audit's probing costs
@@ -232,6 +235,7 @@ class AuditReport:
             "workload_errors": dict(self.workload_errors),
             "check_seconds": dict(self.check_seconds),
             "judging_seconds": dict(self.judging_seconds),
+            "planning_seconds": dict(self.planning_seconds),
             "budget": dict(self.budget),
             "untried": dict(self.untried),
             "isolation": self.isolation,
@@ -265,6 +269,7 @@ class AuditReport:
             workload_errors=tuple(data.get("workload_errors", {}).items()),
             check_seconds=tuple(data.get("check_seconds", {}).items()),
             judging_seconds=tuple(data.get("judging_seconds", {}).items()),
+            planning_seconds=tuple(data.get("planning_seconds", {}).items()),
             budget=tuple(data.get("budget", {}).items()),
             untried=tuple(data.get("untried", {}).items()),
             isolation=str(data.get("isolation", "")),

@@ -95,6 +95,7 @@ def everything(finding: Callable[..., Finding], report: Callable[..., AuditRepor
         interpretation=("input 'x' read as a float input",),
         check_seconds=(("replay", 1.5),),
         judging_seconds=(("replay", 0.2),),
+        planning_seconds=(("replay", 0.01), ("batch axes", 2.5)),
         budget=(
             ("budget_s", 10.0),
             ("planned_s", 8.5),

@@ -29,6 +29,7 @@ from kernelaudit.device_copies import DEVICE_COPIES
 from kernelaudit.engine.budget import SHRINK_SHARE, fit, unavailable_summary, untried_summary
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.grouping import finding_of
+from kernelaudit.engine.planning import plan_all, planning_said
 from kernelaudit.engine.probing import (
     check_seconds,
     concluded,
@@ -215,7 +216,7 @@ def _audit(
     ctx = PlanContext(problem, profile, device, sm_count(device), candidate)
     # the worker imports torch and the candidate while the probes are planned
     with worker or Worker(candidate, device, limits=limits_for(profile, device)) as worker:
-        planned = [p for check in checks for p in check.plan(ctx)]
+        planned, plan_seconds = plan_all(checks, ctx)
         borrowed = not planned and not any(hasattr(check, "conclude") for check in checks)
         if borrowed:
             # checks that only watch (execution, bounds, mutation) judge the cases others run:
@@ -224,7 +225,8 @@ def _audit(
             planned = Numerics().plan(ctx)
         fitted = fit(planned, problem, device, profile.budget_s)
         planning = time.perf_counter() - started
-        tell(progress, ProgressEvent("phase", 0, len(fitted.probes), "planning", planning))
+        said = planning_said(plan_seconds)
+        tell(progress, ProgressEvent("phase", 0, len(fitted.probes), said, planning))
         executor = Executor(problem, worker, device)
         executor.measure_ahead(fitted.probes)
         quiet = [hook for check in checks if (hook := getattr(check, "quiet", None))]
@@ -312,6 +314,7 @@ def _audit(
             (name, round(seconds, 3)) for name, seconds in check_seconds(records, probing)
         ),
         judging_seconds=tuple((name, round(s, 3)) for name, s in probing.judged.items()),
+        planning_seconds=tuple((name, round(s, 3)) for name, s in plan_seconds.items()),
         budget=(
             ("budget_s", profile.budget_s),
             ("planned_s", round(fitted.estimate_s, 3)),

@@ -16,8 +16,10 @@ the axis, equals the same rows of the whole case's truth.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -48,6 +50,25 @@ _AGREEMENT = 1e-9
 the same rows: summation orders change with the batch even in float64."""
 
 _inferred: dict[Problem, tuple[str, ...]] = {}
+_SPENT = [0.0]
+
+
+def seconds_inferring() -> float:
+    """Seconds this process has spent so far inferring batch axes and keyed rows from
+    references (on the host, before any probe; planning pays them, whichever check asks
+    first)."""
+    return _SPENT[0]
+
+
+_T = TypeVar("_T")
+
+
+def _timed(infer: Callable[[Problem], _T], problem: Problem) -> _T:
+    began = time.perf_counter()
+    try:
+        return infer(problem)
+    finally:
+        _SPENT[0] += time.perf_counter() - began
 
 
 @dataclass(frozen=True)
@@ -72,9 +93,9 @@ def batch_axes(problem: Problem) -> tuple[str, ...]:
     try:
         hash(problem)
     except TypeError:  # a problem holding unhashable values is inferred every time
-        return infer_batch_axes(problem)
+        return _timed(infer_batch_axes, problem)
     if problem not in _inferred:
-        _inferred[problem] = infer_batch_axes(problem)
+        _inferred[problem] = _timed(infer_batch_axes, problem)
     return _inferred[problem]
 
 
@@ -164,9 +185,11 @@ def keyed_rows(problem: Problem) -> tuple[Keyed, ...]:
     elements holding one id (the last element's, then a middle one's) equals that id's rows of
     the whole case's truth. Only one-axis index inputs are tried."""
     try:
-        return _keyed.setdefault(problem, _infer_keyed(problem))
+        if problem not in _keyed:
+            _keyed[problem] = _timed(_infer_keyed, problem)
+        return _keyed[problem]
     except TypeError:  # a problem holding unhashable values is inferred every time
-        return _infer_keyed(problem)
+        return _timed(_infer_keyed, problem)
 
 
 def select_keyed(
