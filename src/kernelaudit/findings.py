@@ -188,6 +188,11 @@ class AuditReport:
     assumed: tuple[tuple[str, str], ...] = ()
     """(input, guarantees) the problem or the command line stated for its callers
     (`problem.domain`): values and layouts outside them were not tried."""
+    unconfirmed: tuple[str, ...] = ()
+    """Checks that found something in this candidate they cannot confirm or rule out on this
+    device, and failed nothing (atomics the static scan saw, on a CPU): unlike a check this
+    machine cannot run at all, a risk of this candidate's own, which its verdict states
+    (`checks.base.unconfirmed`)."""
     files_sha256: tuple[tuple[str, str], ...] = ()
     """("problem", sha256), ("candidate", sha256): the files `kernelaudit check` read before
     any candidate ran (`corpus.jobs.as_read`), which `kernelaudit repro` compares with the
@@ -196,14 +201,6 @@ class AuditReport:
     @property
     def confined(self) -> bool:
         return self.isolation.startswith("bubblewrap")
-
-    @property
-    def unconfirmed(self) -> tuple[str, ...]:
-        """Checks that found something in this candidate they cannot confirm or rule out here
-        (a side stream the static scan saw, on a CPU): unlike a check this machine cannot run
-        at all, a risk of this candidate's own, which its verdict states."""
-        found = {f.check for f in self.findings}
-        return tuple(name for name, _ in self.unverified if name in found)
 
     @property
     def failures(self) -> tuple[Finding, ...]:
@@ -277,7 +274,18 @@ class AuditReport:
             coverage=tuple(data.get("coverage", {}).items()),
             assumed=tuple(data.get("assumed", {}).items()),
             files_sha256=tuple(data.get("files_sha256", {}).items()),
+            unconfirmed=tuple(data["unconfirmed"])
+            if "unconfirmed" in data
+            else _unconfirmed_before(data),
         )
+
+
+def _unconfirmed_before(data: dict[str, Any]) -> tuple[str, ...]:
+    """`unconfirmed` for a report written before it was a field: the checks it lists as not
+    verified that found something in the candidate and failed nothing."""
+    found = {f["check"] for f in data["findings"]}
+    failed = {f["check"] for f in data["findings"] if f["severity"] == "fail"}
+    return tuple(name for name in data.get("unverified", {}) if name in found - failed)
 
 
 def report_document(report: AuditReport) -> dict[str, Any]:

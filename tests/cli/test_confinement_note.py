@@ -7,6 +7,7 @@ from rich.console import Console
 from kernelaudit.findings import AuditReport
 from kernelaudit.report.caveats import isolated
 from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER
+from kernelaudit.runner.sandbox import NESTED_ALLOWED
 
 
 def _report(isolation: str) -> AuditReport:
@@ -39,3 +40,11 @@ def test_device_memory_observed_by_the_worker_alone_is_said_with_why() -> None:
     assert allowed  # the sandbox held: --strict does not refuse it
     assert OBSERVED_BY_THE_WORKER in said and "(cuda-bindings are not installed)" in said
     assert _said(confined) == (True, "")
+
+
+def test_a_sandbox_that_allows_user_namespaces_of_the_candidates_own_is_said() -> None:
+    loose = f"bubblewrap: private file system, process ids, user and network; {NESTED_ALLOWED}"
+    allowed, said = _said(loose, strict=True)
+    assert allowed  # the sandbox held otherwise: --strict does not refuse it
+    assert "user namespaces of their own allowed" in said
+    assert "is not held to its memory limit" in " ".join(said.split())

@@ -3,7 +3,9 @@
 from dataclasses import replace
 from pathlib import Path
 
+from kernelaudit.checks.base import unconfirmed
 from kernelaudit.engine.audit import audit
+from kernelaudit.findings import Finding
 from kernelaudit.profiles import PROFILES
 
 ROOT = Path(__file__).parents[1]
@@ -127,3 +129,40 @@ def test_checks_that_watch_the_sweep_alone_are_not_verified_where_its_cases_were
             f"ran in part: the time budget left {cut} of the cases every audit runs"
         )
         assert "cases every audit runs untried" in dict(report.unverified)[name]
+
+
+class _Check:
+    """A check as `unconfirmed` sees it: what the device leaves unverified, and what this
+    audit alone could not settle."""
+
+    def __init__(self, name: str, on_this_device: str = "", in_this_audit: str = "") -> None:
+        self.name = name
+        self._device = on_this_device
+        self._audit = in_this_audit
+
+    def unverified(self, device: str, profile: object) -> str:
+        return self._device
+
+    def ran_in_part(self, ctx: object) -> str:
+        return self._audit
+
+
+def _finding(check: str, severity: str) -> Finding:
+    return Finding("F1", check, "k", severity, "t", (), None, None, 1, 1)  # type: ignore[arg-type]
+
+
+def test_a_risk_is_unconfirmed_only_where_the_device_leaves_it_so_and_nothing_failed():
+    checks = [
+        _Check("tripwires", on_this_device="atomics at k.py:9: only a run on a GPU can ..."),
+        _Check("kernels", on_this_device="needs a CUDA device for the rest"),
+        _Check("timing", in_this_audit="the host was too busy for the clocks to agree"),
+        _Check("races", on_this_device="needs a CUDA device"),
+    ]
+    findings = [
+        _finding("tripwires", "note"),
+        _finding("kernels", "fail"),  # seen here: a failure, confirmed
+        _finding("timing", "note"),  # this audit's own limit, not the candidate's risk
+    ]
+    profile = PROFILES["quick"]
+    assert unconfirmed(checks, findings, "cpu", profile) == ("tripwires",)
+    assert unconfirmed(checks, findings[1:], "cpu", profile) == ()

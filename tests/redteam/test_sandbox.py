@@ -122,11 +122,14 @@ def _can_forbid_user_namespaces() -> bool:
     wrapper = shutil.which("bwrap")
     if wrapper is None or os.stat(wrapper).st_mode & 0o4000:
         return False
-    said = subprocess.run([wrapper, "--help"], capture_output=True, text=True, check=False)
-    if "--disable-userns" not in said.stdout + said.stderr:
-        return False
     trial = [wrapper, "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "true"]
-    return subprocess.run(trial, capture_output=True, check=False).returncode == 0
+    try:
+        said = subprocess.run([wrapper, "--help"], capture_output=True, text=True, timeout=20)
+        if "--disable-userns" not in said.stdout + said.stderr:
+            return False
+        return subprocess.run(trial, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 forbids = pytest.mark.skipif(
@@ -171,6 +174,33 @@ def test_a_confined_process_cannot_make_a_user_namespace_of_its_own() -> None:
         timeout=60,
     ).stdout.strip()
     assert said != "made" and said
+
+
+@confined
+def test_where_bubblewrap_cannot_forbid_user_namespaces_every_report_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    takes = sandbox._takes
+    monkeypatch.setattr(
+        sandbox, "_takes", lambda w, option: option != "--disable-userns" and takes(w, option)
+    )
+    for cached in (sandbox.isolation, sandbox._forbids_user_namespaces):
+        cached.cache_clear()
+    try:
+        found = sandbox.isolation()
+        assert found.confined  # the sandbox holds otherwise
+        assert found.describe().endswith(f"; {sandbox.NESTED_ALLOWED}")
+        assert "--disable-userns" not in sandbox.confine([sys.executable, "-c", "pass"])
+    finally:
+        monkeypatch.undo()
+        for cached in (sandbox.isolation, sandbox._forbids_user_namespaces):
+            cached.cache_clear()
+    assert sandbox.isolation().describe() == (
+        "bubblewrap: private file system, process ids, user and network"
+        if _can_forbid_user_namespaces()
+        else f"bubblewrap: private file system, process ids, user and network; "
+        f"{sandbox.NESTED_ALLOWED}"
+    )
 
 
 @confined

@@ -231,6 +231,7 @@ def test_a_risk_this_device_cannot_show_is_said_beside_the_verdict() -> None:
                 "atomics at candidates.py:45: only a run on a GPU can confirm or rule out",
             ),
         ),
+        unconfirmed=("tripwires",),
     )
     document = page([seen])
     said = "PASS</span> <span class='muted'>(unconfirmed on cpu: tripwires)</span>"

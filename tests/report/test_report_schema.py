@@ -163,13 +163,21 @@ def test_the_json_names_the_risks_of_the_candidate_this_device_could_not_confirm
     # check no CPU audit can run for any candidate, is not the candidate's own risk
     cpu = ("races", "needs a CUDA device")
     atomics = finding("tripwires", "note", "atomics at k.py:9", {"file": "/k.py", "line": 9})
-    seen = report(atomics, unverified=(cpu, ("tripwires", "atomics at k.py:9: needs a GPU")))
+    tripwires = ("tripwires", "atomics at k.py:9: needs a GPU")
+    seen = report(atomics, unverified=(cpu, tripwires), unconfirmed=("tripwires",))
     path = tmp_path / "report.json"
-    write_reports([seen, report(unverified=(cpu,)), report(atomics)], path)
+    write_reports([seen, report(unverified=(cpu,))], path)
     document = json.loads(path.read_text())
-    assert [r["unconfirmed"] for r in document["reports"]] == [["tripwires"], [], []]
-    assert [r["verdict"] for r in document["reports"]] == ["PASS", "PASS", "PASS"]
+    assert [r["unconfirmed"] for r in document["reports"]] == [["tripwires"], []]
     validate_document(document)
+    assert [r.unconfirmed for r in read_reports(path)] == [("tripwires",), ()]
+    # a report written before the field: what it lists as not verified, where the check found
+    # something and failed nothing
+    earlier = {k: v for k, v in document["reports"][0].items() if k != "unconfirmed"}
+    assert AuditReport.from_json(earlier).unconfirmed == ("tripwires",)
+    failing = finding("tripwires", "fail", "atomics at k.py:9", {"file": "/k.py", "line": 9})
+    earlier["findings"] = [failing.to_json()]
+    assert AuditReport.from_json(earlier).unconfirmed == ()
 
 
 def test_the_schema_describes_every_field_a_report_writes(

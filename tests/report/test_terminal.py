@@ -103,6 +103,7 @@ def test_the_demos_table_says_a_risk_this_device_cannot_show_beside_the_verdict(
     seen = report(
         atomics,
         unverified=(("tripwires", "atomics at candidates.py:45: only a run on a GPU can ..."),),
+        unconfirmed=("tripwires",),
     )
     example = ExampleCandidate(Path("problem.py"), "candidates.py::scale", "PASS")
     text = io.StringIO()

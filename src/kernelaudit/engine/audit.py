@@ -21,6 +21,7 @@ from kernelaudit.checks.base import (
     Probe,
     not_run,
     ran_in_part,
+    unconfirmed,
     unverified,
 )
 from kernelaudit.checks.gradients import Gradients
@@ -289,6 +290,7 @@ def _audit(
             or cut_short(check.name, untried, ctx)
         )
     )
+    checked_here = unconfirmed(checks, findings, device, profile)
     return AuditReport(
         problem=problem.name,
         problem_path=problem.source,
@@ -304,6 +306,7 @@ def _audit(
         environment=environment(device),
         isolation=_confinement(device),
         unverified=missing,
+        unconfirmed=checked_here,
         coverage=covered(checks, ctx, untried),
         assumed=problem.assumed,
         phases=tuple((name, round(t, 3)) for name, t in phases.items()),

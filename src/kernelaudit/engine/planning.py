@@ -2,7 +2,8 @@
 
 Most plans take milliseconds. What can take seconds is a reference run on the host before any
 probe: the float64 truth of a small case and of some of its rows, to infer the problem's batch
-axes (`inputs.batch`), which the first check that needs them pays for the others. That is
+axes (`inputs.batch`), which the first check that needs them pays for the others (once a
+process: an estimate made before the audit, the demo's, may have paid already). That is
 counted apart, as `INFERRING`, so that a report and a log say where planning went.
 """
 
@@ -30,7 +31,7 @@ def plan_all(checks: list[Check], ctx: PlanContext) -> tuple[list[Probe], dict[s
         began, inferring = time.perf_counter(), seconds_inferring()
         planned += check.plan(ctx)
         inferred = seconds_inferring() - inferring
-        seconds[check.name] = time.perf_counter() - began - inferred
+        seconds[check.name] = max(0.0, time.perf_counter() - began - inferred)
         if inferred:
             seconds[INFERRING] = seconds.get(INFERRING, 0.0) + inferred
     return planned, seconds

@@ -185,11 +185,12 @@ def keyed_rows(problem: Problem) -> tuple[Keyed, ...]:
     elements holding one id (the last element's, then a middle one's) equals that id's rows of
     the whole case's truth. Only one-axis index inputs are tried."""
     try:
-        if problem not in _keyed:
-            _keyed[problem] = _timed(_infer_keyed, problem)
-        return _keyed[problem]
+        hash(problem)
     except TypeError:  # a problem holding unhashable values is inferred every time
         return _timed(_infer_keyed, problem)
+    if problem not in _keyed:
+        _keyed[problem] = _timed(_infer_keyed, problem)
+    return _keyed[problem]
 
 
 def select_keyed(

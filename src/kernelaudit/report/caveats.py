@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from kernelaudit.findings import AuditReport, Finding
 from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER
+from kernelaudit.runner.sandbox import NESTED_ALLOWED
 
 CPU_TIMINGS = ("timing", "times")
 """The check and key of a candidate's timing note."""
@@ -50,8 +51,14 @@ def covered(reports: list[AuditReport], strict: bool, console: Console) -> bool:
 
 
 def isolated(reports: list[AuditReport], strict: bool, console: Console) -> bool:
-    """Say when candidates ran without their sandbox, or their calls' device memory was
-    observed by the worker alone; False when `--strict` forbids running without a sandbox."""
+    """Say when candidates ran without their sandbox, in a sandbox that allows them user
+    namespaces of their own, or with their calls' device memory observed by the worker alone;
+    False when `--strict` forbids running without a sandbox."""
+    if any(NESTED_ALLOWED in r.isolation for r in reports):
+        console.print(
+            f"[yellow]the sandbox here leaves candidates {escape(NESTED_ALLOWED)}; bubblewrap "
+            "0.8 or later, not installed setuid, forbids them.[/]"
+        )
     unlent = next((r for r in reports if OBSERVED_BY_THE_WORKER in r.isolation), None)
     if unlent is not None:
         why = unlent.isolation.split(OBSERVED_BY_THE_WORKER, 1)[1].strip(" ()")

@@ -195,7 +195,7 @@ def _details(report: AuditReport) -> str:
         ("phases", report.phases),
         ("seconds per check", report.check_seconds),
         ("judging seconds per check", report.judging_seconds),
-        ("planning seconds per check", report.planning_seconds),
+        ("planning seconds, per check and the batch axes' inference", report.planning_seconds),
     ):
         rows = [[escape(k), f"{v:.2f}"] for k, v in sorted(pairs, key=lambda kv: -kv[1]) if v]
         if rows:

@@ -58,7 +58,8 @@ class Isolation:
     """How candidates' processes are confined on this machine.
 
     kind: "bubblewrap", or "none" when they run as plain processes.
-    reason: why they are not confined ("" when they are).
+    reason: why they are not confined ("" when they are), or, confined, what this bubblewrap
+        cannot forbid them ("" when nothing).
     """
 
     kind: str
@@ -70,7 +71,8 @@ class Isolation:
 
     def describe(self) -> str:
         if self.confined:
-            return "bubblewrap: private file system, process ids, user and network"
+            said = "bubblewrap: private file system, process ids, user and network"
+            return f"{said}; {self.reason}" if self.reason else said
         return f"none ({self.reason})"
 
 
@@ -102,7 +104,16 @@ def isolation() -> Isolation:
             "namespaces (sysctl kernel.unprivileged_userns_clone=1) or run outside a "
             "container that forbids them",
         )
+    if not _forbids_user_namespaces(executable):
+        return Isolation("bubblewrap", NESTED_ALLOWED)
     return Isolation("bubblewrap")
+
+
+NESTED_ALLOWED = (
+    "user namespaces of their own allowed (bubblewrap older than 0.8, installed setuid, or "
+    "refusing --disable-userns here): a process a candidate starts in one is not held to its "
+    "memory limit"
+)
 
 
 def confine(
@@ -113,16 +124,20 @@ def confine(
     mounted: Iterable[tuple[str | Path, str | Path]] = (),
     workdir: str | Path | None = None,
     executable: str | None = None,
+    forbid_nested: bool | None = None,
 ) -> list[str]:
     """`command` wrapped to run under bubblewrap: `readable` folders or files bound read-only,
     `writable` ones read-write (at the same paths), each (folder, place) of `mounted`
     read-write at `place`, the Python runtime and kernelaudit read-only, nothing else of the
-    host's files. It starts in `workdir` (default: /tmp)."""
+    host's files. It starts in `workdir` (default: /tmp). User namespaces of its own are
+    forbidden where this bubblewrap can forbid them (`forbid_nested` None), or as it says."""
     wrapper = executable or shutil.which(BUBBLEWRAP) or BUBBLEWRAP
+    if forbid_nested is None:
+        forbid_nested = _forbids_user_namespaces(wrapper)
     arguments = [
         wrapper,
         "--unshare-all",  # user, process ids, network, IPC, hostname, cgroup
-        *(_NO_NESTED_USER_NAMESPACES if _forbids_user_namespaces(wrapper) else ()),
+        *(_NO_NESTED_USER_NAMESPACES if forbid_nested else ()),
         "--die-with-parent",
         # the auditor's own ids, as a plain program of this user has them: a fixed uid
         # (nobody's) would tell a candidate it runs confined; every capability dropped, which
@@ -190,11 +205,12 @@ not those."""
 @functools.cache
 def _forbids_user_namespaces(wrapper: str) -> bool:
     """Whether this bubblewrap can keep a confined process from making user namespaces of its
-    own (`--disable-userns`: 0.8 and later, unless installed setuid) here: a trial run says,
-    since a user namespace is not available everywhere bubblewrap runs (as root, say)."""
+    own (`--disable-userns`: 0.8 and later, unless installed setuid) here: a trial run of a
+    confined process with it says, since a user namespace is not available everywhere
+    bubblewrap runs (as root, say)."""
     if not _takes(wrapper, "--disable-userns"):
         return False
-    trial = [wrapper, *_NO_NESTED_USER_NAMESPACES, "--ro-bind", "/", "/", "true"]
+    trial = confine([sys.executable, "-c", "pass"], executable=wrapper, forbid_nested=True)
     try:
         done = subprocess.run(
             trial, capture_output=True, timeout=_TRIAL_TIMEOUT_S, stdin=subprocess.DEVNULL
