@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,9 +33,16 @@ from kernelaudit.engine.audit import audit
 from kernelaudit.errors import UsageError
 from kernelaudit.findings import report_document
 from kernelaudit.formats import read_candidate, read_problem
+from kernelaudit.problem.spec import Problem
 from kernelaudit.report.terminal import progress_bar
+from kernelaudit.runner.sandbox import isolation
 
 _PARENT_POLL_S = 0.2
+
+_KEPT_PROBLEMS = 8
+"""Problems a slot keeps read, the most recently audited: what their candidates share."""
+
+_READ: OrderedDict[tuple[str, str], Problem] = OrderedDict()
 
 
 def job_message(key: str, job: Job) -> dict[str, str | None]:
@@ -67,6 +75,7 @@ def run_job(
     answer = {} if changed else _audited(job, profile, checks, device)
     changed = changed or changed_files(job)
     if changed:
+        _READ.pop((job.problem, job.problem_sha256 or ""), None)  # read again if it comes back
         answer = {"tampered": "; ".join(changed) + ": no verdict on files that changed"}
     return {"key": message["key"], **answer, "seconds": time.perf_counter() - began}
 
@@ -74,7 +83,7 @@ def run_job(
 def _audited(job: Job, profile: str, checks: list[str] | None, device: str) -> dict[str, Any]:
     """The report, why the problem cannot run here, or the error, as `run_job` answers them."""
     try:
-        problem = read_problem(job.problem)
+        problem = _problem(job)
         reason = why_unrunnable(problem, device)
         if reason is not None:
             return {"unrunnable": reason}
@@ -90,6 +99,25 @@ def _audited(job: Job, profile: str, checks: list[str] | None, device: str) -> d
         traceback.print_exc()
         return {"error": f"kernelaudit failed while auditing: {type(error).__name__}: {error}"}
     return {"report": report_document(report)}
+
+
+def _problem(job: Job) -> Problem:
+    """The job's problem, read once a slot for each file and sha256 the run recorded, so the
+    audits of a problem's candidates share what is inferred from its reference once a process
+    (its batch axes: seconds to a minute of float64 on the host for a heavy reference, each
+    candidate). Read afresh for a job without a recorded sha256, and wherever candidates run
+    without the sandbox: a candidate could then rewrite the problem while it is read and put
+    it back, and what was read would be every later candidate's problem too."""
+    if job.problem_sha256 is None or not isolation().confined:
+        return read_problem(job.problem)
+    key = (job.problem, job.problem_sha256)
+    if key in _READ:
+        _READ.move_to_end(key)
+        return _READ[key]
+    problem = _READ[key] = read_problem(job.problem)
+    while len(_READ) > _KEPT_PROBLEMS:
+        _READ.popitem(last=False)
+    return problem
 
 
 def result_of(key: str, job: Job, answer: dict[str, Any], device: str) -> JobResult:
