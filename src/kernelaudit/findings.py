@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -192,7 +193,7 @@ class AuditReport:
     """Checks that found something in this candidate they cannot confirm or rule out on this
     device, and failed nothing (atomics the static scan saw, on a CPU): unlike a check this
     machine cannot run at all, a risk of this candidate's own, which its verdict states
-    (`checks.base.unconfirmed`)."""
+    (`unconfirmed_of`)."""
     files_sha256: tuple[tuple[str, str], ...] = ()
     """("problem", sha256), ("candidate", sha256): the files `kernelaudit check` read before
     any candidate ran (`corpus.jobs.as_read`), which `kernelaudit repro` compares with the
@@ -247,6 +248,7 @@ class AuditReport:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AuditReport:
+        findings = tuple(Finding.from_json(f) for f in data["findings"])
         return cls(
             problem=data["problem"],
             problem_path=data["problem_path"],
@@ -256,7 +258,7 @@ class AuditReport:
             profile=data["profile"],
             device=data["device"],
             verdict=data["verdict"],
-            findings=tuple(Finding.from_json(f) for f in data["findings"]),
+            findings=findings,
             records=tuple(CaseRecord.from_json(r) for r in data["cases"]),
             seconds=float(data["seconds"]),
             environment=tuple(data.get("environment", {}).items()),
@@ -274,18 +276,25 @@ class AuditReport:
             coverage=tuple(data.get("coverage", {}).items()),
             assumed=tuple(data.get("assumed", {}).items()),
             files_sha256=tuple(data.get("files_sha256", {}).items()),
+            # a report written before the field: its unverified checks under the same rule
             unconfirmed=tuple(data["unconfirmed"])
             if "unconfirmed" in data
-            else _unconfirmed_before(data),
+            else unconfirmed_of(data.get("unverified", {}), findings),
         )
 
 
-def _unconfirmed_before(data: dict[str, Any]) -> tuple[str, ...]:
-    """`unconfirmed` for a report written before it was a field: the checks it lists as not
-    verified that found something in the candidate and failed nothing."""
-    found = {f["check"] for f in data["findings"]}
-    failed = {f["check"] for f in data["findings"] if f["severity"] == "fail"}
-    return tuple(name for name in data.get("unverified", {}) if name in found - failed)
+def unconfirmed_of(unverified: Iterable[str], findings: Iterable[Finding]) -> tuple[str, ...]:
+    """Of the checks `unverified` (those this device leaves something unverified in), the ones
+    that found something in the candidate and failed nothing: a risk of its own that its
+    verdict states ("PASS (unconfirmed on cpu: tripwires)"). A check whose finding failed saw
+    it confirmed."""
+    found: set[str] = set()
+    failed: set[str] = set()
+    for finding in findings:
+        found.add(finding.check)
+        if finding.severity == "fail":
+            failed.add(finding.check)
+    return tuple(name for name in unverified if name in found - failed)
 
 
 def report_document(report: AuditReport) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 from dataclasses import replace
 from pathlib import Path
 
-from kernelaudit.checks.base import unconfirmed
+from kernelaudit.checks.timing import Timing
 from kernelaudit.engine.audit import audit
-from kernelaudit.findings import Finding
+from kernelaudit.findings import Finding, unconfirmed_of
 from kernelaudit.profiles import PROFILES
 
 ROOT = Path(__file__).parents[1]
@@ -131,38 +131,27 @@ def test_checks_that_watch_the_sweep_alone_are_not_verified_where_its_cases_were
         assert "cases every audit runs untried" in dict(report.unverified)[name]
 
 
-class _Check:
-    """A check as `unconfirmed` sees it: what the device leaves unverified, and what this
-    audit alone could not settle."""
-
-    def __init__(self, name: str, on_this_device: str = "", in_this_audit: str = "") -> None:
-        self.name = name
-        self._device = on_this_device
-        self._audit = in_this_audit
-
-    def unverified(self, device: str, profile: object) -> str:
-        return self._device
-
-    def ran_in_part(self, ctx: object) -> str:
-        return self._audit
-
-
 def _finding(check: str, severity: str) -> Finding:
     return Finding("F1", check, "k", severity, "t", (), None, None, 1, 1)  # type: ignore[arg-type]
 
 
 def test_a_risk_is_unconfirmed_only_where_the_device_leaves_it_so_and_nothing_failed():
-    checks = [
-        _Check("tripwires", on_this_device="atomics at k.py:9: only a run on a GPU can ..."),
-        _Check("kernels", on_this_device="needs a CUDA device for the rest"),
-        _Check("timing", in_this_audit="the host was too busy for the clocks to agree"),
-        _Check("races", on_this_device="needs a CUDA device"),
-    ]
+    # the checks this device leaves something unverified in
+    unverified_here = ["tripwires", "kernels", "races"]
     findings = [
         _finding("tripwires", "note"),
         _finding("kernels", "fail"),  # seen here: a failure, confirmed
-        _finding("timing", "note"),  # this audit's own limit, not the candidate's risk
+        _finding("timing", "note"),  # a check the device leaves nothing unverified in
     ]
-    profile = PROFILES["quick"]
-    assert unconfirmed(checks, findings, "cpu", profile) == ("tripwires",)
-    assert unconfirmed(checks, findings[1:], "cpu", profile) == ()
+    assert unconfirmed_of(unverified_here, findings) == ("tripwires",)
+    assert unconfirmed_of(unverified_here, findings[1:]) == ()
+
+
+def test_a_check_this_audit_alone_left_unsettled_is_no_unconfirmed_risk(monkeypatch):
+    # the host too busy for the timing check to settle: not verified, but not the candidate's
+    monkeypatch.setattr(Timing, "ran_in_part", lambda self, ctx: "the host was too busy")
+    checks = ["numerics", "timing"]
+    report = audit(PROBLEM, f"{CANDIDATES}::scale", PROFILES["quick"], "cpu", checks)
+    assert dict(report.unverified)["timing"] == "the host was too busy"
+    assert any(f.check == "timing" for f in report.findings)  # its note of the times
+    assert report.unconfirmed == ()

@@ -99,21 +99,27 @@ def test_what_a_candidate_starts_ends_with_its_audit(tmp_path: Path) -> None:
     assert _survivors("kernelaudit-redteam-survivor") == []
 
 
-@confined
-def test_memory_held_by_a_process_that_left_the_workers_group_counts(tmp_path: Path) -> None:
+def _hoard_fails_for_memory(tmp_path: Path, candidate: str, token: str) -> None:
+    """The candidate's 2 GiB hoard counts against a 1.5 GiB limit (the worker alone holds well
+    under it): a FAIL for memory, and no process of the hoard outlives the audit."""
     root = _copy(tmp_path)
     problem = load_problem(root / "problem" / "double.py")
-    spec = f"{root / 'candidates' / 'hides_its_memory'}.py::double"
-    # the worker alone holds well under 1.5 GiB; its hoard, in a session of its own, 2 GiB
+    spec = f"{root / 'candidates' / candidate}.py::double"
     profile = replace(PROFILES["quick"], host_memory_bytes=3 << 29)
     report = audit(problem, spec, profile, "cpu", ["numerics", "execution"])
     assert report.verdict == "FAIL"
     (memory,) = [f for f in report.failures if f.key == "memory:"]
     assert "GiB of host memory, more than the limit of 1.50 GiB" in memory.title
     deadline = time.monotonic() + 10
-    while _survivors("kernelaudit-redteam-hoard") and time.monotonic() < deadline:
+    while _survivors(token) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _survivors("kernelaudit-redteam-hoard") == []
+    assert _survivors(token) == []
+
+
+@confined
+def test_memory_held_by_a_process_that_left_the_workers_group_counts(tmp_path: Path) -> None:
+    # the hoard in a session of its own
+    _hoard_fails_for_memory(tmp_path, "hides_its_memory", "kernelaudit-redteam-hoard")
 
 
 def _can_forbid_user_namespaces() -> bool:
@@ -141,18 +147,10 @@ forbids = pytest.mark.skipif(
 @confined
 @forbids
 def test_memory_held_in_a_namespace_the_candidate_made_counts(tmp_path: Path) -> None:
-    root = _copy(tmp_path)
-    problem = load_problem(root / "problem" / "double.py")
-    spec = f"{root / 'candidates' / 'hides_its_memory_in_a_namespace'}.py::double"
-    profile = replace(PROFILES["quick"], host_memory_bytes=3 << 29)
-    report = audit(problem, spec, profile, "cpu", ["numerics", "execution"])
-    assert report.verdict == "FAIL"
-    (memory,) = [f for f in report.failures if f.key == "memory:"]
-    assert "GiB of host memory, more than the limit of 1.50 GiB" in memory.title
-    deadline = time.monotonic() + 10
-    while _survivors("kernelaudit-redteam-nested-hoard") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _survivors("kernelaudit-redteam-nested-hoard") == []
+    # the hoard in a session and a user and process-id namespace of its own
+    _hoard_fails_for_memory(
+        tmp_path, "hides_its_memory_in_a_namespace", "kernelaudit-redteam-nested-hoard"
+    )
 
 
 _MAKES_A_USER_NAMESPACE = (

@@ -21,7 +21,6 @@ from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.runner.messages import InvocationResult
 
 if TYPE_CHECKING:  # the oracle imports this module
-    from kernelaudit.findings import Finding
     from kernelaudit.oracle.compare import Memo
     from kernelaudit.oracle.conditioning import Nudged
     from kernelaudit.oracle.selection import Selection
@@ -377,24 +376,6 @@ def unverified(check: object, device: str, profile: Profile) -> str:
     if method is not None:
         return str(method(device, profile))
     return unavailable(check, device, profile)
-
-
-def unconfirmed(
-    checks: Sequence[object], findings: Sequence[Finding], device: str, profile: Profile
-) -> tuple[str, ...]:
-    """The checks that found something in this candidate they cannot confirm or rule out on
-    this device (what they leave unverified here, `unverified`) and failed nothing: a risk of
-    the candidate's own that its verdict states ("PASS (unconfirmed on cpu: tripwires)"). Not
-    a check whose finding failed (that finding is confirmed), nor one left unverified by this
-    audit alone (a busy host, a budget: `ran_in_part`, `not_run`)."""
-    found = {f.check for f in findings}
-    failed = {f.check for f in findings if f.severity == "fail"}
-    return tuple(
-        name
-        for check in checks
-        if (name := str(getattr(check, "name", ""))) in found - failed
-        and unverified(check, device, profile)
-    )
 
 
 def not_run(check: object, ctx: PlanContext) -> str:

@@ -21,7 +21,6 @@ from kernelaudit.checks.base import (
     Probe,
     not_run,
     ran_in_part,
-    unconfirmed,
     unverified,
 )
 from kernelaudit.checks.gradients import Gradients
@@ -43,7 +42,7 @@ from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.engine.shrink import ShrinkAllowance
 from kernelaudit.engine.untried import Untried, covered, cut_short
 from kernelaudit.errors import UsageError
-from kernelaudit.findings import AuditReport, CaseRecord, Finding
+from kernelaudit.findings import AuditReport, CaseRecord, Finding, unconfirmed_of
 from kernelaudit.host_copies import release as release_page_locked
 from kernelaudit.inputs import scheme
 from kernelaudit.interpret.versions import interpreter_defects
@@ -290,7 +289,7 @@ def _audit(
             or cut_short(check.name, untried, ctx)
         )
     )
-    checked_here = unconfirmed(checks, findings, device, profile)
+    here = [check.name for check in checks if unverified(check, device, profile)]
     return AuditReport(
         problem=problem.name,
         problem_path=problem.source,
@@ -306,7 +305,7 @@ def _audit(
         environment=environment(device),
         isolation=_confinement(device),
         unverified=missing,
-        unconfirmed=checked_here,
+        unconfirmed=unconfirmed_of(here, findings),
         coverage=covered(checks, ctx, untried),
         assumed=problem.assumed,
         phases=tuple((name, round(t, 3)) for name, t in phases.items()),

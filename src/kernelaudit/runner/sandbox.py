@@ -88,7 +88,9 @@ def isolation() -> Isolation:
             "bubblewrap (bwrap) is not installed; install it (apt-get install bubblewrap, "
             "dnf install bubblewrap) so candidates cannot reach the auditor's files or processes",
         )
-    trial = confine([sys.executable, "-c", "pass"], executable=executable)
+    if _forbids_user_namespaces(executable):
+        return Isolation("bubblewrap")  # its trial ran a confined process, stricter than this
+    trial = confine([sys.executable, "-c", "pass"], executable=executable, forbid_nested=False)
     try:
         done = subprocess.run(
             trial, capture_output=True, timeout=_TRIAL_TIMEOUT_S, stdin=subprocess.DEVNULL
@@ -104,9 +106,7 @@ def isolation() -> Isolation:
             "namespaces (sysctl kernel.unprivileged_userns_clone=1) or run outside a "
             "container that forbids them",
         )
-    if not _forbids_user_namespaces(executable):
-        return Isolation("bubblewrap", NESTED_ALLOWED)
-    return Isolation("bubblewrap")
+    return Isolation("bubblewrap", NESTED_ALLOWED)
 
 
 NESTED_ALLOWED = (
