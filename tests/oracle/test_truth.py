@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -242,3 +243,68 @@ def test_the_truth_run_holds_only_the_float64_inputs_and_the_baseline_only_the_n
     assert 128 * mib <= truth_run <= 136 * mib
     assert 64 * mib <= baseline_run <= 72 * mib
     assert kept == [0, 64 * mib]  # the truth, kept while the baseline runs
+
+
+def _scaled(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * w
+
+
+SCALED = Problem(
+    name="scaled",
+    reference=_scaled,
+    axes=("rows", "n"),
+    inputs=(
+        TensorInput("x", ("rows", "n"), dtypes=(torch.bfloat16,)),
+        TensorInput("w", ("n",), dtypes=(torch.bfloat16,), role="weight"),
+    ),
+    outputs=(Output("y", ("rows", "n"), "x"),),
+    workloads=({"rows": ROWS, "n": 8},),
+)
+
+
+def _inputs(rows: int, w: torch.Tensor) -> dict[str, object]:
+    return {"x": torch.ones(rows, 8, dtype=torch.bfloat16), "w": w}
+
+
+def test_runs_that_share_a_weight_promote_it_once_and_agree_with_runs_that_do_not() -> None:
+    from kernelaudit.oracle.truth import SharedPromotions, truth_only
+
+    promoted: list[torch.Tensor] = []
+
+    def watched(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        promoted.append(w)
+        return x * w
+
+    w = torch.arange(8, dtype=torch.bfloat16)
+    config = {"x": torch.bfloat16, "w": torch.bfloat16}
+    shared = SharedPromotions()
+    problem = replace(SCALED, reference=watched)
+    for rows in (4, 1, 2):
+        (y,) = truth_only(problem, _inputs(rows, w), config, "cpu", shared)
+        (alone,) = truth_only(SCALED, _inputs(rows, w), config, "cpu")
+        assert y.dtype == torch.float64 and torch.equal(y, alone)
+    assert promoted[0] is promoted[1] is promoted[2]  # one float64 copy for the three runs
+    # a new weight, or the same one changed in place, is promoted anew
+    truth_only(problem, _inputs(1, w.clone()), config, "cpu", shared)
+    w.add_(1)
+    (y,) = truth_only(problem, _inputs(1, w), config, "cpu", shared)
+    assert promoted[3] is not promoted[2] and promoted[4] is not promoted[2]
+    assert torch.equal(y[0], w.double())
+
+
+def test_a_shared_copy_a_run_wrote_to_is_not_given_to_the_next_run() -> None:
+    from kernelaudit.oracle.truth import SharedPromotions, truth_only
+
+    def writes_its_weight(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = x * w
+        w.zero_()  # a reference that scribbles on an input it was given
+        return y
+
+    w = torch.arange(8, dtype=torch.bfloat16)
+    config = {"x": torch.bfloat16, "w": torch.bfloat16}
+    shared = SharedPromotions()
+    problem = replace(SCALED, reference=writes_its_weight)
+    first = truth_only(problem, _inputs(2, w), config, "cpu", shared)
+    second = truth_only(problem, _inputs(2, w), config, "cpu", shared)
+    assert torch.equal(first[0], second[0]) and second[0].abs().sum() > 0
+    assert torch.equal(w, torch.arange(8, dtype=torch.bfloat16))  # the input itself untouched

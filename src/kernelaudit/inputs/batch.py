@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
@@ -29,6 +29,9 @@ from kernelaudit.inputs.cost import case_elements
 from kernelaudit.inputs.materialize import materialize, uncuttable
 from kernelaudit.problem.dims import dim_axes, resolve_shape
 from kernelaudit.problem.spec import Axis, Dim, GeneratedInput, IndexInput, Problem, ScalarInput
+
+if TYPE_CHECKING:
+    from kernelaudit.oracle.truth import SharedPromotions
 
 _TRIAL_SIZE = 4
 """Each axis's size in the small case the inference runs: a last row distinct from a middle
@@ -170,12 +173,13 @@ def infer_batch_axes(problem: Problem) -> tuple[str, ...]:
     allowed = [a.name for a in problem.axes if not structural_reason(problem, a.name)]
     if not allowed:
         return ()
+    shared = _shared()  # the weights a case and its rows are both given, promoted once
     for case in _trial_cases(problem):
         try:
-            whole = _truth(problem, case)
+            whole = _truth(problem, case, shared)
         except (ProblemError, UsageError, CaseUnavailable):
             continue  # the reference rejects these sizes, or has no inputs there: try others
-        return tuple(axis for axis in allowed if _rows_agree(problem, case, whole, axis))
+        return tuple(axis for axis in allowed if _rows_agree(problem, case, whole, axis, shared))
     return ()
 
 
@@ -248,11 +252,12 @@ def _named(shape: tuple[Dim, ...]) -> set[str]:
 
 
 def _keyed_agree(problem: Problem, keyed: Keyed) -> bool:
+    shared = _shared()
     for case in _trial_cases(problem):
         config = problem.dtype_configs()[case.dtype_config]
         try:
             values = materialize(problem, case)
-            whole = _truth_of(problem, values, config)
+            whole = _truth_of(problem, values, config, shared)
         except (ProblemError, UsageError, CaseUnavailable):
             continue
         index = values[keyed.index]
@@ -263,7 +268,8 @@ def _keyed_agree(problem: Problem, keyed: Keyed) -> bool:
         for element in dict.fromkeys((index.numel() - 1, index.numel() // 2)):
             ids = index[element : element + 1]
             try:
-                alone = _truth_of(problem, select_keyed(problem, keyed, values, ids), config)
+                selected = select_keyed(problem, keyed, values, ids)
+                alone = _truth_of(problem, selected, config, shared)
             except (ProblemError, UsageError, CaseUnavailable):
                 return False
             for result, at, cut in zip(whole, positions, alone, strict=True):
@@ -299,19 +305,25 @@ def _small_size(axis: Axis) -> int:
     return size
 
 
-def _truth(problem: Problem, case: Case) -> tuple[torch.Tensor, ...]:
+def _truth(problem: Problem, case: Case, shared: SharedPromotions) -> tuple[torch.Tensor, ...]:
     config = problem.dtype_configs()[case.dtype_config]
-    return _truth_of(problem, materialize(problem, case), config)
+    return _truth_of(problem, materialize(problem, case), config, shared)
 
 
-def _rows_agree(problem: Problem, case: Case, whole: tuple[torch.Tensor, ...], axis: str) -> bool:
+def _rows_agree(
+    problem: Problem,
+    case: Case,
+    whole: tuple[torch.Tensor, ...],
+    axis: str,
+    shared: SharedPromotions,
+) -> bool:
     size = case.size_map()[axis]
     if size < 2:
         return False  # one row cannot tell a batch axis from any other
     shapes = result_shapes(problem)
     for row in dict.fromkeys((size - 1, size // 2)):
         try:
-            alone = _truth(problem, case.with_rows(axis, row, row + 1))
+            alone = _truth(problem, case.with_rows(axis, row, row + 1), shared)
         except (ProblemError, UsageError, CaseUnavailable):
             return False
         for result, shape, cut in zip(whole, shapes, alone, strict=True):
@@ -321,14 +333,24 @@ def _rows_agree(problem: Problem, case: Case, whole: tuple[torch.Tensor, ...], a
     return True
 
 
+def _shared() -> SharedPromotions:
+    """Float64 copies of inputs shared by one inference's runs (`oracle.truth`)."""
+    # imported here: the oracle imports the checks, which import this module
+    from kernelaudit.oracle.truth import SharedPromotions
+
+    return SharedPromotions()
+
+
 def _truth_of(
-    problem: Problem, values: Mapping[str, object], config: Mapping[str, torch.dtype]
+    problem: Problem,
+    values: Mapping[str, object],
+    config: Mapping[str, torch.dtype],
+    shared: SharedPromotions,
 ) -> tuple[torch.Tensor, ...]:
     """The fp64 truth of `values`, on the CPU."""
-    # imported here: the oracle imports the checks, which import this module
     from kernelaudit.oracle.truth import truth_only
 
-    return truth_only(problem, values, config, "cpu")
+    return truth_only(problem, values, config, "cpu", shared)
 
 
 def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -111,15 +111,41 @@ def expected(
     )
 
 
+class SharedPromotions:
+    """Float64 copies of the inputs that several truth runs are given (the same tensor in each:
+    a weight drawn once for every size), made once for all of them. A copy that a run wrote to,
+    or whose input changed since, is made again for the next run."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[int, object, str], tuple[torch.Tensor, int, torch.Tensor, int]] = {}
+
+    def promoted(self, value: object, dtype: torch.dtype | None, device: str) -> object:
+        if not isinstance(value, torch.Tensor):
+            return _promoted_on(value, dtype, device)
+        key = (id(value), dtype, device)
+        made = self._made.get(key)
+        if made is not None:
+            given, version, copy, copy_version = made
+            if given is value and value._version == version and copy._version == copy_version:
+                return copy
+        copy = _promoted_on(value, dtype, device)
+        assert isinstance(copy, torch.Tensor)
+        # the input is held with its copy, so that its id names no other tensor meanwhile
+        self._made[key] = (value, value._version, copy, copy._version)
+        return copy
+
+
 def truth_only(
     problem: Problem,
     inputs: Mapping[str, object],
     dtype_config: Mapping[str, torch.dtype],
     device: str,
+    shared: SharedPromotions | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """The truth `expected` computes for `inputs`, without the baseline's run: for what needs
-    the reference's float64 results alone (which axes' rows are independent)."""
-    sizes, dtypes, mutated, promoted = _promoted_run(problem, inputs, dtype_config, device)
+    the reference's float64 results alone (which axes' rows are independent). With `shared`,
+    the float64 copies of the inputs other runs were given too are made once for all."""
+    sizes, dtypes, mutated, promoted = _promoted_run(problem, inputs, dtype_config, device, shared)
     return _truth(problem, promoted, sizes, dtypes, mutated, _TRUTH_RUN)
 
 
@@ -128,14 +154,19 @@ def _promoted_run(
     inputs: Mapping[str, object],
     dtype_config: Mapping[str, torch.dtype],
     device: str,
+    shared: SharedPromotions | None = None,
 ) -> tuple[dict[str, int], tuple[torch.dtype, ...], list[int], list[object]]:
     """What the truth's run needs: the axes' sizes, the declared outputs' dtypes, where the
-    mutated inputs stand, and every input's float64 copy on `device`."""
+    mutated inputs stand, and every input's float64 copy on `device` (those of the inputs the
+    contract lets the call write made anew whatever `shared` holds)."""
     sizes = axis_sizes(problem, inputs)
     dtypes = tuple(problem.output_dtype(out, dtype_config) for out in problem.outputs)
     mutated = [_mutated_position(problem, name) for name in problem.contract.mutates]
+    written = set(problem.contract.mutates)
     promoted = [
-        _promoted_on(inputs[spec.name], dtype_config.get(spec.name), device)
+        shared.promoted(inputs[spec.name], dtype_config.get(spec.name), device)
+        if shared is not None and spec.name not in written
+        else _promoted_on(inputs[spec.name], dtype_config.get(spec.name), device)
         for spec in problem.inputs
     ]
     return sizes, dtypes, mutated, promoted
