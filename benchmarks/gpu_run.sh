@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|some-tests|casts|clock|clock-busy|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|some-tests|host-memory|casts|clock|clock-busy|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -212,6 +212,19 @@ for step in ${steps[@]}; do
         bash benchmarks/solexecbench_scale_gpu.sh --profile default --device cuda \
         --order shuffled --seed "${SEED:-0}" --code "${CODE:?name the code audited}" \
         "${from[@]}" 2>&1 | tail -n 4
+      ;;
+    host-memory)
+      # the host memory of every process of an audit, read each second until it ends or
+      # MEMORY_LIMIT s pass (benchmarks/host_memory_trace.py), for SOL-ExecBench references
+      # as their own candidates (MEMORY_SOL="L1/026_ ...", default profile)
+      for prefix in ${MEMORY_SOL:-L1/026_}; do
+        folder=$(realpath "$(ls -d "${PROBLEMS:-build/solexecbench}"/${prefix}* | head -n 1)")
+        shim=$(cd benchmarks && python3 -c 'import sys; from pathlib import Path; from solexecbench_scale import write_shim; print(write_shim(Path(sys.argv[1]), Path("/tmp/shims")))' "$folder")
+        name=$(echo "$prefix" | tr -d '/_')
+        python3 benchmarks/host_memory_trace.py --out "$out/host-memory-$name.json" \
+          --limit "${MEMORY_LIMIT:-150}" -- python3 -m kernelaudit check "$folder" "$shim" \
+          --profile "${MEMORY_PROFILE:-default}" --device cuda --json "/tmp/host-memory-$name-report.json" | tail -n 1
+      done
       ;;
     planning)
       # every check's planning timed on its own, SOL references as candidates (PLANNING="L1/092_ ...")
