@@ -54,6 +54,28 @@ def test_a_gpu_gets_runs_under_noise_threads_and_queued_work_on_exact_values() -
     assert varying[0].plan.steps == (Step(),) + (Step(noise=True, keep=True),) * 5
 
 
+def test_the_results_every_run_keeps_are_held_to_a_share_of_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kernelaudit.checks import races
+
+    varying = context("column_total", "cuda", "default", deterministic=False)
+    fixed = context("column_total", "cuda", "default")
+    kept = races.kept_results(varying.problem, races.exact_case(varying))
+    assert kept  # the first workload's output at its own dtype
+    # a host with room for six such results in its share: five runs beside the call alone
+    monkeypatch.setattr(races, "machine_memory", lambda: races.KEPT_SHARE * 6 * kept)
+    noise, threads, queued = Races().plan(varying)
+    assert noise.plan.steps == (Step(),) + (Step(noise=True, keep=True),) * 5
+    assert threads.plan.steps == (Step(),) + (Step(threads=4, keep=True),) * 1
+    assert queued.plan.steps == (Step(),) + (Step(queued=True, keep=True),) * 3
+    # room for none beside the call alone: one run of each kind still
+    monkeypatch.setattr(races, "machine_memory", lambda: kept)
+    assert [len(p.plan.steps) for p in Races().plan(varying)] == [2, 2, 2]
+    # runs compared bit for bit keep nothing: their number is the profile's
+    assert [len(p.plan.steps) for p in Races().plan(fixed)] == [21, 3, 4]
+
+
 def test_runs_under_noise_that_differ_are_reported_with_where_and_by_how_much() -> None:
     ctx = context("row_scale", "cuda")
     probe = Races().plan(ctx)[0]

@@ -62,3 +62,19 @@ def test_room_for_a_case_is_made_before_its_truth_is_computed(
         runs.prepare(case)
     assert held_while_made == [0, 0, 0]
     assert sum(runs._expected_bytes.values()) == CASE_BYTES  # the last one is kept
+
+
+@pytest.mark.parametrize(("host_half", "nudged"), [(2 * CASE_BYTES, True), (CASE_BYTES, False)])
+def test_a_case_is_nudged_only_where_its_second_truth_fits_beside_it(
+    monkeypatch: pytest.MonkeyPatch, host_half: int, nudged: bool
+) -> None:
+    # the case nudged by one rounding brings a second truth and baseline to the host: where
+    # the case and that pair would not fit in the auditor's half of the host, it is judged as
+    # a case the reference cannot nudge is, rather than the auditor being killed for memory
+    monkeypatch.setattr(executor, "machine_memory", lambda: 2 * host_half)
+    runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
+    _, expect = runs.prepare(CASES[0])
+    made = expect.nudged()
+    assert (made is not None) == nudged
+    if made is not None:
+        assert made[0].truth.shape == expect.truth[0].shape

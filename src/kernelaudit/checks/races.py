@@ -39,9 +39,15 @@ from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.checks.sweep import boundary_cases
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import tensor_elements
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, distributions_for
-from kernelaudit.problem.spec import TensorInput
+from kernelaudit.problem.spec import Problem, TensorInput
 from kernelaudit.profiles import Profile
+from kernelaudit.runner.limits import machine_memory
+
+KEPT_SHARE = 8
+"""The results one probe keeps (every run's, for a nondeterministic problem) are held to the
+host's memory divided by this: the worker holds them, then the auditor does."""
 
 EXACT = "small_integers"
 """The distribution every float input is drawn from: sums of its values are exact."""
@@ -64,15 +70,21 @@ class Races:
         case = exact_case(ctx)
         keep = not ctx.problem.contract.deterministic  # judged by values, not by bits
         profile = ctx.profile
+        # every run's results kept, as a nondeterministic problem's are, fill the worker's
+        # memory and then the auditor's: as many runs as fit in `KEPT_SHARE` of the host
+        kept = kept_results(ctx.problem, case) if keep else None
         probes = []
         if profile.race_runs > 0:
-            noisy = (Step(noise=True, keep=keep),) * profile.race_runs
+            runs = _fitting(profile.race_runs, 1, kept)
+            noisy = (Step(noise=True, keep=keep),) * runs
             probes.append(Probe(self.name, case, RunPlan(steps=(Step(), *noisy))))
         if profile.race_threads > 1 and profile.race_rounds > 0:
-            rounds = (Step(threads=profile.race_threads, keep=keep),) * profile.race_rounds
-            probes.append(Probe(self.name, case, RunPlan(steps=(Step(), *rounds))))
+            rounds = _fitting(profile.race_rounds, profile.race_threads, kept)
+            threaded = (Step(threads=profile.race_threads, keep=keep),) * rounds
+            probes.append(Probe(self.name, case, RunPlan(steps=(Step(), *threaded))))
         if profile.race_queued > 0:
-            queued = (Step(queued=True, keep=keep),) * profile.race_queued
+            runs = _fitting(profile.race_queued, 1, kept)
+            queued = (Step(queued=True, keep=keep),) * runs
             probes.append(Probe(self.name, case, RunPlan(steps=(Step(), *queued))))
         return probes
 
@@ -87,6 +99,38 @@ class Races:
 
     def followups(self, observation: Observation, failures: list[Failure]) -> list[Probe]:
         return []
+
+
+def kept_results(problem: Problem, case: Case) -> int | None:
+    """The bytes of one call's results at `case` at their own dtypes (the declared outputs and
+    the inputs the contract lets the call write); None where the case's sizes do not bind
+    them."""
+    config = problem.dtype_configs()[case.dtype_config]
+    counts = dict(
+        zip(
+            [i.name for i in problem.tensor_inputs] + [o.name for o in problem.outputs],
+            tensor_elements(problem, case.size_map()),
+            strict=True,
+        )
+    )
+    sizes = [
+        (counts[o.name], problem.output_dtype(o, config).itemsize) for o in problem.outputs
+    ] + [
+        (counts[name], config[name].itemsize) for name in problem.contract.mutates if name in config
+    ]
+    if any(count is None for count, _ in sizes):
+        return None
+    return sum(count * itemsize for count, itemsize in sizes if count is not None)
+
+
+def _fitting(runs: int, per_run: int, kept: int | None) -> int:
+    """Of `runs` runs keeping `per_run` results each (after the call made alone, kept too), as
+    many as fit in `KEPT_SHARE` of the host's memory with results of `kept` bytes; one at
+    least."""
+    if not kept:
+        return runs
+    fit = (machine_memory() // KEPT_SHARE // kept - 1) // per_run
+    return max(1, min(runs, fit))
 
 
 def exact_case(ctx: PlanContext) -> Case:
