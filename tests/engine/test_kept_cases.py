@@ -64,13 +64,14 @@ def test_room_for_a_case_is_made_before_its_truth_is_computed(
     assert sum(runs._expected_bytes.values()) == CASE_BYTES  # the last one is kept
 
 
-@pytest.mark.parametrize(("host_half", "nudged"), [(2 * CASE_BYTES, True), (CASE_BYTES, False)])
+@pytest.mark.parametrize(("host_half", "nudged"), [(4 * CASE_BYTES, True), (2 * CASE_BYTES, False)])
 def test_a_case_is_nudged_only_where_its_second_truth_fits_beside_it(
     monkeypatch: pytest.MonkeyPatch, host_half: int, nudged: bool
 ) -> None:
     # the case nudged by one rounding brings a second truth and baseline to the host: where
-    # the case and that pair would not fit in the auditor's half of the host, it is judged as
-    # a case the reference cannot nudge is, rather than the auditor being killed for memory
+    # the case and that pair would not fit in half the auditor's half of the host (a probe's
+    # other case goes beside them), it is judged as a case the reference cannot nudge is,
+    # rather than the auditor being killed for memory
     monkeypatch.setattr(executor, "machine_memory", lambda: 2 * host_half)
     runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
     _, expect = runs.prepare(CASES[0])
@@ -78,3 +79,22 @@ def test_a_case_is_nudged_only_where_its_second_truth_fits_beside_it(
     assert (made is not None) == nudged
     if made is not None:
         assert made[0].truth.shape == expect.truth[0].shape
+
+
+def test_a_probe_whose_cases_fit_the_host_only_one_at_a_time_is_not_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kernelaudit.checks.base import Probe, RunPlan, Step
+    from kernelaudit.errors import CaseUnavailable
+
+    # room for one case and a half: each case alone is prepared, the two of a probe are not
+    monkeypatch.setattr(executor, "machine_memory", lambda: 3 * CASE_BYTES)
+    runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
+    near = Case(sizes=(("rows", 255), ("cols", 256)), label="held-back shape")
+    both = Probe("specialisation", near, RunPlan(steps=(Step(), Step(case=CASES[0]))))
+    with pytest.raises(CaseUnavailable, match="GiB of host memory together"):
+        runs.observe(both)
+    assert not runs._expected  # refused before either truth was made
+    for case in (near, CASES[0]):
+        _, expect = runs.prepare(case)
+        assert expect.truth[0].shape[0] == dict(case.sizes)["rows"]

@@ -91,3 +91,33 @@ def test_a_run_too_large_to_hold_is_made_again(
     assert report.verdict == "PASS"
     assert dict(report.budget)["probes_sharing_a_run"] == 0
     assert invocations["invocations"] == len(report.records)
+
+
+@pytest.mark.parametrize(("share_of", "held"), [("result", False), ("everything", True)])
+def test_a_run_is_held_only_where_all_it_keeps_alive_fits(
+    monkeypatch: pytest.MonkeyPatch, share_of: str, held: bool
+) -> None:
+    import torch
+
+    from kernelaudit.checks.base import Expected, Observation, Probe, RunPlan
+    from kernelaudit.inputs.case import Case
+    from kernelaudit.runner.messages import CallOutcome, InvocationResult
+
+    # a float32 result of 1,000 elements whose case holds 100,000 of input and float64 truth
+    result = torch.zeros(1000)
+    x, truth = torch.zeros(100_000), torch.zeros(100_000, dtype=torch.float64)
+    expected = Expected(("y",), (truth,), (result.clone(),), (torch.float32,))
+    case = Case(sizes=(("n", 1000),))
+    probe = Probe("numerics", case, RunPlan())
+    problem = load_problem(EXAMPLE / "problem.py")
+    returned = InvocationResult(calls=(CallOutcome(outputs=(result,)),))
+    seen = Observation(problem, probe, returned, {"x": x}, expected)
+    everything = 4 * (1000 + 1000 + 100_000) + 8 * 100_000
+    room = {"result": 4 * 1000, "everything": everything}[share_of]
+    # the held runs' share of the kept cases' (`_SHARED_SHARE`) is exactly that room
+    monkeypatch.setattr(probing, "cache_bytes", lambda: int(room / probing._SHARED_SHARE))
+    runs = probing._SharedRuns([probe, Probe("gradients", case, RunPlan())])
+    assert runs.taken(probe) is None
+    runs.made(probe, seen)
+    again = runs.taken(Probe("gradients", case, RunPlan()))
+    assert (again is not None) == held

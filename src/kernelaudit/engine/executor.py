@@ -154,7 +154,7 @@ class Executor:
         # baseline would otherwise come to the host beside every case kept
         self._drop_oldest(most - needed, keep=0)
         began = time.perf_counter()
-        prepared = _nudged_within(self._truth(case), room)
+        prepared = _nudged_within(self._truth(case), room // 2)
         self.seconds["truth and baseline"] += time.perf_counter() - began
         self._expected[case] = prepared
         self._expected_bytes[case] = _host_bytes(prepared)
@@ -210,6 +210,7 @@ class Executor:
         or measured for memory)."""
         steps = probe.plan.sequence()
         cases = [step.case or probe.case for step in steps]
+        _fits_together(self.problem, cases)
         prepared = [self.prepare(case) for case in cases]
         calls = [
             replace(self._call(case, inputs, step.poison), **step.call_options())
@@ -389,13 +390,33 @@ def _estimated_bytes(problem: Problem, case: Case) -> int:
     )
 
 
+def _fits_together(problem: Problem, cases: list[Case]) -> None:
+    """Raise CaseUnavailable where the distinct cases one probe runs (a shape held back and
+    the workload beside it, say) would not fit in `host_room` together: each is held while
+    the probe runs, and two float64 truths of tens of GB, each within the room alone, had the
+    auditor killed for memory, with no report."""
+    distinct = list(dict.fromkeys(cases))
+    if len(distinct) < 2:
+        return  # one case alone is `Executor.prepare`'s to refuse
+    needed, room = sum(_estimated_bytes(problem, case) for case in distinct), host_room()
+    if needed > room:
+        raise CaseUnavailable(
+            f"the inputs, float64 truths and baselines of the {len(distinct)} cases one probe "
+            f"runs ({'; '.join(case.describe() for case in distinct)}) would take "
+            f"{needed / 2**30:.1f} GiB of host memory together, more than the "
+            f"{room / 2**30:.1f} GiB the auditor takes for them (half of this machine's)",
+            "the float64 truths of the probe's cases do not fit in host memory together",
+        )
+
+
 def _nudged_within(
     prepared: tuple[dict[str, object], Expected], room: int
 ) -> tuple[dict[str, object], Expected]:
     """`prepared`, without its nudged case (`Expected.nudge`) where that case's truth and
-    baseline, which come to the host beside the case's own, would take it past `room`: a
-    float64 truth of tens of GB made twice had the auditor killed for memory, with no report.
-    Such a case is judged as one the reference cannot nudge is."""
+    baseline, which come to the host beside the case's own, would take it past `room` (half
+    the auditor's room, so that a probe's other case fits beside both): a float64 truth of
+    tens of GB made twice had the auditor killed for memory, with no report. Such a case is
+    judged as one the reference cannot nudge is."""
     inputs, expect = prepared
     if expect.nudge is None:
         return prepared

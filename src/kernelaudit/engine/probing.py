@@ -23,7 +23,6 @@ from kernelaudit.findings import CaseRecord, Finding
 from kernelaudit.inputs.case import Case
 from kernelaudit.oracle.plain import plain_errors
 from kernelaudit.problem.spec import Problem
-from kernelaudit.runner.messages import InvocationResult
 
 _HANGS_BEFORE_STOPPING = 2
 """Hung calls (or calls killed at a memory limit) after which an audit stops running further
@@ -208,7 +207,7 @@ class _SharedRuns:
         key = (probe.case, probe.plan)
         if self._owners[key] <= 0:
             return
-        size = _result_bytes(observation.result)
+        size = _held_bytes(observation)
         held = sum(bytes_ for _, bytes_ in self._held.values())
         if held + size <= cache_bytes() * _SHARED_SHARE:
             self._held[key] = (observation, size)
@@ -219,14 +218,24 @@ _SHARED_SHARE = 0.5
 later probes may take besides."""
 
 
-def _result_bytes(result: InvocationResult) -> int:
-    """Host memory the tensors an invocation's result holds take."""
-    total = 0
-    for outcome in result.calls:
-        for tensor in (*outcome.outputs, *outcome.inputs_after, *outcome.timed_outputs):
-            if isinstance(tensor, torch.Tensor):
-                total += tensor.numel() * tensor.element_size()
-    return total
+def _held_bytes(observation: Observation) -> int:
+    """Host memory an observation keeps alive while it is held: its result's tensors, and its
+    cases' inputs, truths and baselines, which the executor may have dropped meanwhile (a
+    held run once kept a float64 truth of tens of GB the executor had let go, and the auditor
+    was killed for memory). Each storage is counted once."""
+    tensors: list[object] = []
+    for outcome in observation.result.calls:
+        tensors += [*outcome.outputs, *outcome.inputs_after, *outcome.timed_outputs]
+    for inputs in (observation.inputs, *observation.step_inputs):
+        tensors += list(inputs.values())
+    for expect in (observation.expected, *observation.step_expected):
+        tensors += [*expect.truth, *expect.baseline]
+    storages = {}
+    for tensor in tensors:
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu":
+            storage = tensor.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
 
 
 def _check_done(probing: Probing, queue: deque[Probe], check: str, seconds: float) -> ProgressEvent:
