@@ -290,6 +290,13 @@ def test_runs_that_share_a_weight_promote_it_once_and_agree_with_runs_that_do_no
     (y,) = truth_only(problem, _inputs(1, w), config, "cpu", shared)
     assert promoted[3] is not promoted[2] and promoted[4] is not promoted[2]
     assert torch.equal(y[0], w.double())
+    # a weight made in inference mode keeps no count of its writes: never shared, still right
+    with torch.inference_mode():
+        counted_not = torch.arange(8, dtype=torch.bfloat16)
+    for _ in range(2):
+        (y,) = truth_only(problem, _inputs(1, counted_not), config, "cpu", shared)
+        assert torch.equal(y[0], counted_not.double())
+    assert promoted[-1] is not promoted[-2]
 
 
 def test_a_shared_copy_a_run_wrote_to_is_not_given_to_the_next_run() -> None:

@@ -126,13 +126,23 @@ class SharedPromotions:
         made = self._made.get(key)
         if made is not None:
             given, version, copy, copy_version = made
-            if given is value and value._version == version and copy._version == copy_version:
+            if given is value and _version(value) == version and _version(copy) == copy_version:
                 return copy
         copy = _promoted_on(value, dtype, device)
         assert isinstance(copy, torch.Tensor)
-        # the input is held with its copy, so that its id names no other tensor meanwhile
-        self._made[key] = (value, value._version, copy, copy._version)
+        if _version(value) is not None and _version(copy) is not None:
+            # the input is held with its copy, so that its id names no other tensor meanwhile
+            self._made[key] = (value, _version(value), copy, _version(copy))
         return copy
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """How many times `tensor` was written in place; None for a tensor made in inference mode,
+    which keeps no count (its copy is then never shared)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
 
 
 def truth_only(
