@@ -69,6 +69,10 @@ def test_the_results_every_run_keeps_are_held_to_a_share_of_the_host(
     assert noise.plan.steps == (Step(),) + (Step(noise=True, keep=True),) * 5
     assert threads.plan.steps == (Step(),) + (Step(threads=4, keep=True),) * 1
     assert queued.plan.steps == (Step(),) + (Step(queued=True, keep=True),) * 3
+    # room for nine: a round of threads keeps its own call's results and every thread's
+    monkeypatch.setattr(races, "machine_memory", lambda: races.KEPT_SHARE * 9 * kept)
+    noise, threads, queued = Races().plan(varying)
+    assert [len(noise.plan.steps), len(threads.plan.steps), len(queued.plan.steps)] == [9, 2, 4]
     # room for none beside the call alone: one run of each kind still
     monkeypatch.setattr(races, "machine_memory", lambda: kept)
     assert [len(p.plan.steps) for p in Races().plan(varying)] == [2, 2, 2]

@@ -79,6 +79,15 @@ def test_a_case_is_nudged_only_where_its_second_truth_fits_beside_it(
     assert (made is not None) == nudged
     if made is not None:
         assert made[0].truth.shape == expect.truth[0].shape
+        return
+    # a result failing on its error says that the case was not nudged, and why
+    from kernelaudit.checks.numerics import compare_expected
+
+    wrong = (expect.truth[0] * 1.01).float()
+    comparison = compare_expected(expect, 0, wrong, torch.device("cpu"))
+    assert comparison.failure == "error"
+    said = dict(comparison.metrics)["case nudged by one rounding"]
+    assert said.startswith("not made: ") and "host memory" in said
 
 
 def test_a_probe_whose_cases_fit_the_host_only_one_at_a_time_is_not_run(
@@ -94,6 +103,10 @@ def test_a_probe_whose_cases_fit_the_host_only_one_at_a_time_is_not_run(
     both = Probe("specialisation", near, RunPlan(steps=(Step(), Step(case=CASES[0]))))
     with pytest.raises(CaseUnavailable, match="GiB of host memory together"):
         runs.observe(both)
+    # the probe's own case counts though no step runs it
+    beside = Probe("specialisation", near, RunPlan(steps=(Step(case=CASES[0]),)))
+    with pytest.raises(CaseUnavailable, match="GiB of host memory together"):
+        runs.observe(beside)
     assert not runs._expected  # refused before either truth was made
     for case in (near, CASES[0]):
         _, expect = runs.prepare(case)

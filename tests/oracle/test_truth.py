@@ -315,3 +315,20 @@ def test_a_shared_copy_a_run_wrote_to_is_not_given_to_the_next_run() -> None:
     second = truth_only(problem, _inputs(2, w), config, "cpu", shared)
     assert torch.equal(first[0], second[0]) and second[0].abs().sum() > 0
     assert torch.equal(w, torch.arange(8, dtype=torch.bfloat16))  # the input itself untouched
+
+
+def test_a_shared_copy_is_let_go_with_its_input() -> None:
+    import gc
+    import weakref
+
+    from kernelaudit.oracle.truth import SharedPromotions
+
+    shared = SharedPromotions()
+    x = torch.ones(4, dtype=torch.bfloat16)  # an activation of one run: the next has its own
+    copy = shared.promoted(x, torch.bfloat16, "cpu")
+    assert isinstance(copy, torch.Tensor) and copy.dtype == torch.float64
+    assert shared.promoted(x, torch.bfloat16, "cpu") is copy
+    held = weakref.ref(copy)
+    del copy, x
+    gc.collect()
+    assert held() is None

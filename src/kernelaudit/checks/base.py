@@ -228,6 +228,9 @@ class Expected:
     _nudged: list[tuple[Nudged, ...] | None] = field(
         default_factory=list, compare=False, repr=False
     )
+    not_nudged: str = field(default="", compare=False)
+    """Why the case is not nudged though its reference could be ("" where nothing kept it):
+    a failure on its error says so, since the nudge might have excused it."""
 
     def depth(self, k: int) -> int:
         return self.depths[k] if k < len(self.depths) else 1

@@ -79,7 +79,8 @@ class Races:
             noisy = (Step(noise=True, keep=keep),) * runs
             probes.append(Probe(self.name, case, RunPlan(steps=(Step(), *noisy))))
         if profile.race_threads > 1 and profile.race_rounds > 0:
-            rounds = _fitting(profile.race_rounds, profile.race_threads, kept)
+            # a round keeps its own call's results and every thread's
+            rounds = _fitting(profile.race_rounds, profile.race_threads + 1, kept)
             threaded = (Step(threads=profile.race_threads, keep=keep),) * rounds
             probes.append(Probe(self.name, case, RunPlan(steps=(Step(), *threaded))))
         if profile.race_queued > 0:
@@ -126,7 +127,8 @@ def kept_results(problem: Problem, case: Case) -> int | None:
 def _fitting(runs: int, per_run: int, kept: int | None) -> int:
     """Of `runs` runs keeping `per_run` results each (after the call made alone, kept too), as
     many as fit in `KEPT_SHARE` of the host's memory with results of `kept` bytes; one at
-    least."""
+    least. Results whose size the case does not fix are not capped (the worker's own memory
+    limit bounds them)."""
     if not kept:
         return runs
     fit = (machine_memory() // KEPT_SHARE // kept - 1) // per_run

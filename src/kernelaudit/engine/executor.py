@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -210,7 +210,7 @@ class Executor:
         or measured for memory)."""
         steps = probe.plan.sequence()
         cases = [step.case or probe.case for step in steps]
-        _fits_together(self.problem, cases)
+        _fits_together(self.problem, [*cases, probe.case])
         prepared = [self.prepare(case) for case in cases]
         calls = [
             replace(self._call(case, inputs, step.poison), **step.call_options())
@@ -422,14 +422,23 @@ def _nudged_within(
         return prepared
     if _host_bytes(prepared) + _host_bytes(({}, expect)) <= room:
         return prepared
-    return inputs, replace(expect, nudge=None)
+    why = (
+        "its float64 truth and baseline would not fit in host memory beside the case's own "
+        f"(a quarter of this machine's, {room / 2**30:.1f} GiB)"
+    )
+    return inputs, replace(expect, nudge=None, not_nudged=why)
 
 
 def _host_bytes(prepared: tuple[dict[str, object], Expected]) -> int:
     """Host memory a prepared case holds: its inputs, truth and baseline (each storage once)."""
     inputs, expect = prepared
+    return host_bytes([*inputs.values(), *expect.truth, *expect.baseline])
+
+
+def host_bytes(values: Iterable[object]) -> int:
+    """Host memory the tensors among `values` hold, each storage counted once."""
     storages = {}
-    for value in (*inputs.values(), *expect.truth, *expect.baseline):
+    for value in values:
         if isinstance(value, torch.Tensor) and value.device.type == "cpu":
             storage = value.untyped_storage()
             storages[storage.data_ptr()] = storage.nbytes()

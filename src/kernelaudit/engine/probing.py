@@ -13,10 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import torch
-
 from kernelaudit.checks.base import Check, Failure, Observation, Probe, RunPlan
-from kernelaudit.engine.executor import Executor, at_a_workload, cache_bytes
+from kernelaudit.engine.executor import Executor, at_a_workload, cache_bytes, host_bytes
 from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.findings import CaseRecord, Finding
@@ -182,8 +180,8 @@ def _note_unjudged_workload(probing: Probing, probe: Probe, error: CaseUnavailab
 class _SharedRuns:
     """The runs that probes still to come share: for each case and plan, how many probes are
     yet to run it, and the observation of its run while any is. What is held is bounded
-    (`_SHARED_SHARE` of `cache_bytes`, the outputs counted); a run past that is not held, and
-    the next probe with the same calls makes its own."""
+    (`_SHARED_SHARE` of `cache_bytes`, all a run keeps alive counted); a run past that is not
+    held, and the next probe with the same calls makes its own."""
 
     def __init__(self, probes: Sequence[Probe]) -> None:
         self._owners: Counter[tuple[Case, RunPlan]] = Counter((p.case, p.plan) for p in probes)
@@ -220,22 +218,20 @@ later probes may take besides."""
 
 def _held_bytes(observation: Observation) -> int:
     """Host memory an observation keeps alive while it is held: its result's tensors, and its
-    cases' inputs, truths and baselines, which the executor may have dropped meanwhile (a
-    held run once kept a float64 truth of tens of GB the executor had let go, and the auditor
-    was killed for memory). Each storage is counted once."""
+    cases' inputs, truths and baselines (their nudged ones too, once made), which the executor
+    may have dropped meanwhile (a held run once kept a float64 truth of tens of GB the executor
+    had let go, and the auditor was killed for memory)."""
     tensors: list[object] = []
     for outcome in observation.result.calls:
         tensors += [*outcome.outputs, *outcome.inputs_after, *outcome.timed_outputs]
+        tensors += [t for outputs in outcome.thread_outputs for t in outputs]
     for inputs in (observation.inputs, *observation.step_inputs):
         tensors += list(inputs.values())
     for expect in (observation.expected, *observation.step_expected):
         tensors += [*expect.truth, *expect.baseline]
-    storages = {}
-    for tensor in tensors:
-        if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu":
-            storage = tensor.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
+        for nudged in filter(None, expect._nudged):
+            tensors += [t for pair in nudged for t in (pair.truth, pair.baseline)]
+    return host_bytes(tensors)
 
 
 def _check_done(probing: Probing, queue: deque[Probe], check: str, seconds: float) -> ProgressEvent:

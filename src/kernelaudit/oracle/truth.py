@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Hashable, Mapping
 from contextlib import AbstractContextManager
 
@@ -114,25 +115,34 @@ def expected(
 class SharedPromotions:
     """Float64 copies of the inputs that several truth runs are given (the same tensor in each:
     a weight drawn once for every size), made once for all of them. A copy that a run wrote to,
-    or whose input changed since, is made again for the next run."""
+    or whose input changed since, is made again for the next run; a copy is let go with its
+    input (the activations of one run are new tensors the next). Writes that bypass torch's
+    version counters (through `.data` or NumPy) are not seen."""
 
     def __init__(self) -> None:
-        self._made: dict[tuple[int, object, str], tuple[torch.Tensor, int, torch.Tensor, int]] = {}
+        self._made: dict[
+            tuple[int, object, str], tuple[weakref.ref[torch.Tensor], int, torch.Tensor, int]
+        ] = {}
 
     def promoted(self, value: object, dtype: torch.dtype | None, device: str) -> object:
+        """The float64 copy of `value` on `device` (rounded to `dtype` first) that an earlier
+        run was given, where it still holds `value`'s values; else one made now."""
         if not isinstance(value, torch.Tensor):
             return _promoted_on(value, dtype, device)
         key = (id(value), dtype, device)
         made = self._made.get(key)
         if made is not None:
             given, version, copy, copy_version = made
-            if given is value and _version(value) == version and _version(copy) == copy_version:
+            same = given() is value and _version(value) == version
+            if same and _version(copy) == copy_version:
                 return copy
         copy = _promoted_on(value, dtype, device)
         assert isinstance(copy, torch.Tensor)
-        if _version(value) is not None and _version(copy) is not None:
-            # the input is held with its copy, so that its id names no other tensor meanwhile
-            self._made[key] = (value, _version(value), copy, _version(copy))
+        version, copy_version = _version(value), _version(copy)
+        if version is not None and copy_version is not None:
+            # the entry goes when the input does, before its id can name another tensor
+            gone = weakref.ref(value, lambda _: self._made.pop(key, None))
+            self._made[key] = (gone, version, copy, copy_version)
         return copy
 
 
