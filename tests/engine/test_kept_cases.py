@@ -111,3 +111,16 @@ def test_a_probe_whose_cases_fit_the_host_only_one_at_a_time_is_not_run(
     for case in (near, CASES[0]):
         _, expect = runs.prepare(case)
         assert expect.truth[0].shape[0] == dict(case.sizes)["rows"]
+
+
+def test_a_kept_case_counts_its_nudged_case_once_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a share that holds two plain cases: once the first is nudged (a second truth and
+    # baseline beside its own), it and the next no longer fit together
+    monkeypatch.setattr(executor, "cache_bytes", lambda: 2 * CASE_BYTES)
+    runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
+    first = runs.prepare(CASES[0])
+    runs.prepare(CASES[1])
+    assert runs.prepare(CASES[0]) is first  # both kept
+    assert first[1].nudged() is not None
+    runs.prepare(CASES[2])
+    assert CASES[0] not in runs._expected and CASES[2] in runs._expected

@@ -163,7 +163,10 @@ class Executor:
 
     def _drop_oldest(self, most_bytes: int, keep: int) -> None:
         """Drop the least recently used kept cases until they hold at most `most_bytes` and
-        `_CACHE_SIZE` of them are left, keeping the `keep` most recent whatever their size."""
+        `_CACHE_SIZE` of them are left, keeping the `keep` most recent whatever their size.
+        A case's size is taken again first: its nudged case may have come since."""
+        for kept, prepared in self._expected.items():
+            self._expected_bytes[kept] = _host_bytes(prepared)
         while len(self._expected) > keep and (
             len(self._expected) > _CACHE_SIZE or sum(self._expected_bytes.values()) > most_bytes
         ):
@@ -430,9 +433,17 @@ def _nudged_within(
 
 
 def _host_bytes(prepared: tuple[dict[str, object], Expected]) -> int:
-    """Host memory a prepared case holds: its inputs, truth and baseline (each storage once)."""
+    """Host memory a prepared case holds: its inputs and `trusted_tensors` (each storage
+    once)."""
     inputs, expect = prepared
-    return host_bytes([*inputs.values(), *expect.truth, *expect.baseline])
+    return host_bytes([*inputs.values(), *trusted_tensors(expect)])
+
+
+def trusted_tensors(expect: Expected) -> list[torch.Tensor]:
+    """The tensors a case's trusted side holds: its truth and baseline, and its nudged case's
+    once made."""
+    nudged = [pair for made in filter(None, expect._nudged) for pair in made]
+    return [*expect.truth, *expect.baseline, *(t for n in nudged for t in (n.truth, n.baseline))]
 
 
 def host_bytes(values: Iterable[object]) -> int:

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernelaudit.checks.base import Check, Failure, Observation, Probe, RunPlan
-from kernelaudit.engine.executor import Executor, at_a_workload, cache_bytes, host_bytes
+from kernelaudit.engine.executor import (
+    Executor,
+    at_a_workload,
+    cache_bytes,
+    host_bytes,
+    trusted_tensors,
+)
 from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.findings import CaseRecord, Finding
@@ -228,9 +234,7 @@ def _held_bytes(observation: Observation) -> int:
     for inputs in (observation.inputs, *observation.step_inputs):
         tensors += list(inputs.values())
     for expect in (observation.expected, *observation.step_expected):
-        tensors += [*expect.truth, *expect.baseline]
-        for nudged in filter(None, expect._nudged):
-            tensors += [t for pair in nudged for t in (pair.truth, pair.baseline)]
+        tensors += trusted_tensors(expect)
     return host_bytes(tensors)
 
 
