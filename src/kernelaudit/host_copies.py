@@ -35,7 +35,7 @@ allocator rounds a block up to a power of two."""
 
 PINNED_SHARE = 4
 """The page-locked blocks this process's caching allocator may own at most: the machine's
-memory divided by this (the kept cases take an eighth, `engine.executor.cache_bytes`, and
+memory divided by this (the kept cases take an eighth, `engine.host_memory.cache_bytes`, and
 their blocks up to twice that once rounded)."""
 
 _lock = threading.Lock()

@@ -5,8 +5,9 @@ are all kept."""
 import pytest
 import torch
 
-from kernelaudit.engine import executor
+from kernelaudit.engine import executor, host_memory
 from kernelaudit.engine.executor import Executor
+from kernelaudit.engine.host_memory import case_bytes
 from kernelaudit.inputs.case import Case
 from kernelaudit.problem.spec import Output, Problem, TensorInput
 
@@ -54,14 +55,14 @@ def test_room_for_a_case_is_made_before_its_truth_is_computed(
     made = runs._truth
 
     def truth(case: Case) -> object:
-        held_while_made.append(sum(runs._expected_bytes.values()))
+        held_while_made.append(sum(map(case_bytes, runs._expected.values())))
         return made(case)
 
     monkeypatch.setattr(runs, "_truth", truth)
     for case in CASES[:3]:
         runs.prepare(case)
     assert held_while_made == [0, 0, 0]
-    assert sum(runs._expected_bytes.values()) == CASE_BYTES  # the last one is kept
+    assert sum(map(case_bytes, runs._expected.values())) == CASE_BYTES  # the last one is kept
 
 
 @pytest.mark.parametrize(("host_half", "nudged"), [(4 * CASE_BYTES, True), (2 * CASE_BYTES, False)])
@@ -72,7 +73,7 @@ def test_a_case_is_nudged_only_where_its_second_truth_fits_beside_it(
     # the case and that pair would not fit in half the auditor's half of the host (a probe's
     # other case goes beside them), it is judged as a case the reference cannot nudge is,
     # rather than the auditor being killed for memory
-    monkeypatch.setattr(executor, "machine_memory", lambda: 2 * host_half)
+    monkeypatch.setattr(host_memory, "machine_memory", lambda: 2 * host_half)
     runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
     _, expect = runs.prepare(CASES[0])
     made = expect.nudged()
@@ -97,7 +98,7 @@ def test_a_probe_whose_cases_fit_the_host_only_one_at_a_time_is_not_run(
     from kernelaudit.errors import CaseUnavailable
 
     # room for one case and a half: each case alone is prepared, the two of a probe are not
-    monkeypatch.setattr(executor, "machine_memory", lambda: 3 * CASE_BYTES)
+    monkeypatch.setattr(host_memory, "machine_memory", lambda: 3 * CASE_BYTES)
     runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
     near = Case(sizes=(("rows", 255), ("cols", 256)), label="held-back shape")
     both = Probe("specialisation", near, RunPlan(steps=(Step(), Step(case=CASES[0]))))

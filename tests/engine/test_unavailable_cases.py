@@ -155,11 +155,11 @@ def _grouped_case_bytes(sizes: dict[str, int]) -> int:
 def test_a_workload_whose_truth_outgrows_the_host_is_a_warning_and_the_rest_judged(
     tmp_path, monkeypatch
 ):
-    from kernelaudit.engine import executor
+    from kernelaudit.engine import host_memory
 
     # a host whose half holds a case of the first workload (16 x 64) but not of the second
     room = _grouped_case_bytes({"rows": 16, "cols": 64})
-    monkeypatch.setattr(executor, "machine_memory", lambda: 2 * room)
+    monkeypatch.setattr(host_memory, "machine_memory", lambda: 2 * room)
     grown = _with_workload(
         GROUPED, tmp_path, '{"rows": 33, "cols": 128}', '{"rows": 48, "cols": 96}'
     )

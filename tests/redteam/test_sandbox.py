@@ -161,16 +161,21 @@ _MAKES_A_USER_NAMESPACE = (
 )
 
 
-@confined
-@forbids
-def test_a_confined_process_cannot_make_a_user_namespace_of_its_own() -> None:
-    said = subprocess.run(
-        sandbox.confine([sys.executable, "-c", _MAKES_A_USER_NAMESPACE]),
+def _confined_output(script: str) -> str:
+    """What a confined Python process running `script` prints."""
+    return subprocess.run(
+        sandbox.confine([sys.executable, "-c", script]),
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
-    ).stdout.strip()
+    ).stdout
+
+
+@confined
+@forbids
+def test_a_confined_process_cannot_make_a_user_namespace_of_its_own() -> None:
+    said = _confined_output(_MAKES_A_USER_NAMESPACE).strip()
     assert said != "made" and said
 
 
@@ -271,13 +276,7 @@ def test_nothing_in_a_candidates_environment_names_the_auditor() -> None:
 def test_a_candidate_sees_the_hosts_name_as_a_plain_program_does() -> None:
     """The sandbox's own hostname (its UTS namespace) is the host's: a fixed name such as
     `localhost` would tell a candidate it runs confined."""
-    shown = subprocess.run(
-        sandbox.confine([sys.executable, "-c", "import socket; print(socket.gethostname())"]),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
+    shown = _confined_output("import socket; print(socket.gethostname())").strip()
     assert shown == socket.gethostname()
 
 
@@ -325,13 +324,7 @@ def test_a_candidates_memory_backed_folders_are_bounded() -> None:
     wrapper = shutil.which("bwrap") or "bwrap"
     if not sandbox._sizes_tmpfs(wrapper):
         pytest.skip("this bubblewrap cannot size a tmpfs (older than 0.7, or setuid)")
-    shown = subprocess.run(
-        sandbox.confine([sys.executable, "-c", _SIZES]),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.split()
+    shown = _confined_output(_SIZES).split()
     page = os.sysconf("SC_PAGE_SIZE")
     assert len(shown) == 2
     for size in map(int, shown):

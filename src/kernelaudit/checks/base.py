@@ -238,6 +238,10 @@ class Expected:
     def selection(self, k: int) -> Selection | None:
         return self.selections[k] if k < len(self.selections) else None
 
+    def nudged_made(self) -> tuple[Nudged, ...]:
+        """The nudged case where it was made already; nothing is computed."""
+        return (self._nudged[0] or ()) if self._nudged else ()
+
     def nudged(self) -> tuple[Nudged, ...] | None:
         """The nudged case, one entry per compared result (computed once per case), or None
         where the case cannot be nudged."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -23,6 +23,13 @@ from kernelaudit.engine.clocked import (
     disagrees,
     repeats_for,
 )
+from kernelaudit.engine.host_memory import (
+    cache_bytes,
+    case_bytes,
+    estimated_bytes,
+    nudged_within,
+    refuse_unfitting,
+)
 from kernelaudit.engine.measure import (
     UNCOUNTED,
     count_flops,
@@ -34,33 +41,17 @@ from kernelaudit.engine.measure import (
 from kernelaudit.errors import CaseUnavailable, ProblemError
 from kernelaudit.inputs.ahead import DrawsAhead
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.cost import input_bytes, tensor_elements
 from kernelaudit.inputs.distributions import UNDEFINED_WHERE_NAN
 from kernelaudit.inputs.materialize import materialize, shapes_only
 from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.oracle.truth import expected
 from kernelaudit.problem.spec import Problem, ScalarInput
-from kernelaudit.runner.limits import machine_memory
 from kernelaudit.runner.messages import Call, CallOutcome, Invocation, InvocationResult
 from kernelaudit.runner.process import Worker
 from kernelaudit.timing.peaks import measure_roofline
 
 _CACHE_SIZE = 16
 """Cases whose inputs and trusted results are kept for the checks that run them again."""
-
-
-def cache_bytes() -> int:
-    """Host memory the kept cases may take together: an eighth of the machine's (the most
-    recent case is kept whatever its size). Sixteen cases of a mixture of experts, 4 GB of
-    weights each, were more than half of a 128 GiB host, and the auditor was killed for
-    memory."""
-    return machine_memory() // 8
-
-
-def host_room() -> int:
-    """Host memory one case's inputs, truth and baseline may take: half of the machine's (the
-    candidate's processes may hold the other half, `runner.limits.host_share`)."""
-    return machine_memory() // 2
 
 
 _CACHED_BYTES_KEPT = 256 << 20
@@ -75,7 +66,6 @@ class Executor:
         self.worker = worker
         self.device = device
         self._expected: OrderedDict[Case, tuple[dict[str, object], Expected]] = OrderedDict()
-        self._expected_bytes: dict[Case, int] = {}
         self.seconds: dict[str, float] = {
             "worker start": 0.0,
             "truth and baseline": 0.0,
@@ -140,38 +130,28 @@ class Executor:
         if case in self._expected:
             self._expected.move_to_end(case)
             return self._expected[case]
-        needed, room = _estimated_bytes(self.problem, case), host_room()
-        if needed > room:
-            # the auditor would be killed for memory making it, and no report written
-            raise CaseUnavailable(
-                f"the inputs, float64 truth and baseline at {case.describe()} would take "
-                f"{needed / 2**30:.1f} GiB of host memory, more than the {room / 2**30:.1f} "
-                "GiB the auditor takes for one case (half of this machine's)",
-                "the float64 truth does not fit in host memory",
-            )
+        refuse_unfitting(self.problem, [case])
         most = cache_bytes()
         # room made before the truth is computed, not after: a large case's truth and
         # baseline would otherwise come to the host beside every case kept
-        self._drop_oldest(most - needed, keep=0)
+        self._drop_oldest(most - estimated_bytes(self.problem, case), keep=0)
         began = time.perf_counter()
-        prepared = _nudged_within(self._truth(case), room // 2)
+        prepared = nudged_within(self._truth(case))
         self.seconds["truth and baseline"] += time.perf_counter() - began
         self._expected[case] = prepared
-        self._expected_bytes[case] = _host_bytes(prepared)
         self._drop_oldest(most, keep=1)
         return prepared
 
     def _drop_oldest(self, most_bytes: int, keep: int) -> None:
         """Drop the least recently used kept cases until they hold at most `most_bytes` and
-        `_CACHE_SIZE` of them are left, keeping the `keep` most recent whatever their size.
-        A case's size is taken again first: its nudged case may have come since."""
-        for kept, prepared in self._expected.items():
-            self._expected_bytes[kept] = _host_bytes(prepared)
+        `_CACHE_SIZE` of them are left, keeping the `keep` most recent whatever their size
+        (each sized as it is now: its nudged case may have come since it was kept)."""
+        held = sum(case_bytes(prepared) for prepared in self._expected.values())
         while len(self._expected) > keep and (
-            len(self._expected) > _CACHE_SIZE or sum(self._expected_bytes.values()) > most_bytes
+            len(self._expected) > _CACHE_SIZE or held > most_bytes
         ):
-            oldest, _ = self._expected.popitem(last=False)
-            del self._expected_bytes[oldest]
+            _, oldest = self._expected.popitem(last=False)
+            held -= case_bytes(oldest)
 
     def _truth(self, case: Case) -> tuple[dict[str, object], Expected]:
         inputs = materialize(self.problem, case)
@@ -213,7 +193,7 @@ class Executor:
         or measured for memory)."""
         steps = probe.plan.sequence()
         cases = [step.case or probe.case for step in steps]
-        _fits_together(self.problem, [*cases, probe.case])
+        refuse_unfitting(self.problem, [*cases, probe.case])
         prepared = [self.prepare(case) for case in cases]
         calls = [
             replace(self._call(case, inputs, step.poison), **step.call_options())
@@ -379,81 +359,6 @@ def draws_ahead_on(device: str) -> bool:
     worker's calls leave the host's cores to the auditor; not on a CPU, where the candidate's
     calls run on them."""
     return torch.device(device).type == "cuda"
-
-
-def _estimated_bytes(problem: Problem, case: Case) -> int:
-    """The host memory a case will hold once prepared, before it is: its inputs at their
-    dtypes, its outputs in float64 (the truth) and at their own dtypes (the baseline); shapes
-    the case's sizes do not bind count nothing."""
-    config = problem.dtype_configs()[case.dtype_config]
-    itemsizes = [8 + problem.output_dtype(spec, config).itemsize for spec in problem.outputs]
-    counts = tensor_elements(problem, case.size_map())[len(problem.tensor_inputs) :]
-    return input_bytes(problem, case) + sum(
-        size * count for size, count in zip(itemsizes, counts, strict=True) if count is not None
-    )
-
-
-def _fits_together(problem: Problem, cases: list[Case]) -> None:
-    """Raise CaseUnavailable where the distinct cases one probe runs (a shape held back and
-    the workload beside it, say) would not fit in `host_room` together: each is held while
-    the probe runs, and two float64 truths of tens of GB, each within the room alone, had the
-    auditor killed for memory, with no report."""
-    distinct = list(dict.fromkeys(cases))
-    if len(distinct) < 2:
-        return  # one case alone is `Executor.prepare`'s to refuse
-    needed, room = sum(_estimated_bytes(problem, case) for case in distinct), host_room()
-    if needed > room:
-        raise CaseUnavailable(
-            f"the inputs, float64 truths and baselines of the {len(distinct)} cases one probe "
-            f"runs ({'; '.join(case.describe() for case in distinct)}) would take "
-            f"{needed / 2**30:.1f} GiB of host memory together, more than the "
-            f"{room / 2**30:.1f} GiB the auditor takes for them (half of this machine's)",
-            "the float64 truths of the probe's cases do not fit in host memory together",
-        )
-
-
-def _nudged_within(
-    prepared: tuple[dict[str, object], Expected], room: int
-) -> tuple[dict[str, object], Expected]:
-    """`prepared`, without its nudged case (`Expected.nudge`) where that case's truth and
-    baseline, which come to the host beside the case's own, would take it past `room` (half
-    the auditor's room, so that a probe's other case fits beside both): a float64 truth of
-    tens of GB made twice had the auditor killed for memory, with no report. Such a case is
-    judged as one the reference cannot nudge is."""
-    inputs, expect = prepared
-    if expect.nudge is None:
-        return prepared
-    if _host_bytes(prepared) + _host_bytes(({}, expect)) <= room:
-        return prepared
-    why = (
-        "its float64 truth and baseline would not fit in host memory beside the case's own "
-        f"(a quarter of this machine's, {room / 2**30:.1f} GiB)"
-    )
-    return inputs, replace(expect, nudge=None, not_nudged=why)
-
-
-def _host_bytes(prepared: tuple[dict[str, object], Expected]) -> int:
-    """Host memory a prepared case holds: its inputs and `trusted_tensors` (each storage
-    once)."""
-    inputs, expect = prepared
-    return host_bytes([*inputs.values(), *trusted_tensors(expect)])
-
-
-def trusted_tensors(expect: Expected) -> list[torch.Tensor]:
-    """The tensors a case's trusted side holds: its truth and baseline, and its nudged case's
-    once made."""
-    nudged = [pair for made in filter(None, expect._nudged) for pair in made]
-    return [*expect.truth, *expect.baseline, *(t for n in nudged for t in (n.truth, n.baseline))]
-
-
-def host_bytes(values: Iterable[object]) -> int:
-    """Host memory the tensors among `values` hold, each storage counted once."""
-    storages = {}
-    for value in values:
-        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
-            storage = value.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
 
 
 def release_cached(device: str) -> None:

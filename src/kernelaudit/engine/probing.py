@@ -14,13 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernelaudit.checks.base import Check, Failure, Observation, Probe, RunPlan
-from kernelaudit.engine.executor import (
-    Executor,
-    at_a_workload,
-    cache_bytes,
-    host_bytes,
-    trusted_tensors,
-)
+from kernelaudit.engine.executor import Executor, at_a_workload
+from kernelaudit.engine.host_memory import cache_bytes, held_bytes
 from kernelaudit.engine.progress import Progress, ProgressEvent
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.findings import CaseRecord, Finding
@@ -211,31 +206,15 @@ class _SharedRuns:
         key = (probe.case, probe.plan)
         if self._owners[key] <= 0:
             return
-        size = _held_bytes(observation)
+        size = held_bytes(observation)
         held = sum(bytes_ for _, bytes_ in self._held.values())
         if held + size <= cache_bytes() * _SHARED_SHARE:
             self._held[key] = (observation, size)
 
 
 _SHARED_SHARE = 0.5
-"""Of the host memory kept cases may take (`executor.cache_bytes`), the share the runs held for
+"""Of the host memory kept cases may take (`host_memory.cache_bytes`), the share the runs held for
 later probes may take besides."""
-
-
-def _held_bytes(observation: Observation) -> int:
-    """Host memory an observation keeps alive while it is held: its result's tensors, and its
-    cases' inputs, truths and baselines (their nudged ones too, once made), which the executor
-    may have dropped meanwhile (a held run once kept a float64 truth of tens of GB the executor
-    had let go, and the auditor was killed for memory)."""
-    tensors: list[object] = []
-    for outcome in observation.result.calls:
-        tensors += [*outcome.outputs, *outcome.inputs_after, *outcome.timed_outputs]
-        tensors += [t for outputs in outcome.thread_outputs for t in outputs]
-    for inputs in (observation.inputs, *observation.step_inputs):
-        tensors += list(inputs.values())
-    for expect in (observation.expected, *observation.step_expected):
-        tensors += trusted_tensors(expect)
-    return host_bytes(tensors)
 
 
 def _check_done(probing: Probing, queue: deque[Probe], check: str, seconds: float) -> ProgressEvent:

@@ -87,6 +87,17 @@ def case_seconds(problem: Problem, case: Case, device: str, calls: int = 1) -> f
     return cost_model(device).seconds(case_elements(problem, case.size_map()), calls)
 
 
+def output_sizes(problem: Problem, case: Case) -> list[tuple[int | None, int]]:
+    """Each declared output's elements at `case` (None where its sizes do not bind them) and
+    the bytes of one element at its own dtype."""
+    config = problem.dtype_configs()[case.dtype_config]
+    counts = tensor_elements(problem, case.size_map())[len(problem.tensor_inputs) :]
+    return [
+        (count, problem.output_dtype(spec, config).itemsize)
+        for spec, count in zip(problem.outputs, counts, strict=True)
+    ]
+
+
 def input_bytes(problem: Problem, case: Case) -> int:
     """Bytes of the case's tensor inputs at their dtypes (float64 where the case's dtype
     configuration names none), before any is made; shapes the case's sizes do not bind count
