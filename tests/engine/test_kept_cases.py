@@ -125,3 +125,20 @@ def test_a_kept_case_counts_its_nudged_case_once_made(monkeypatch: pytest.Monkey
     assert first[1].nudged() is not None
     runs.prepare(CASES[2])
     assert CASES[0] not in runs._expected and CASES[2] in runs._expected
+
+
+def test_a_probe_counts_the_results_of_its_calls_beside_its_case(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kernelaudit.checks.base import Probe, RunPlan, Step
+    from kernelaudit.errors import CaseUnavailable
+
+    results = 256 * 256 * 4  # one call's float32 output
+    # room for the case and one call's results, not two calls'
+    monkeypatch.setattr(host_memory, "machine_memory", lambda: 2 * (CASE_BYTES + results))
+    runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
+    twice = Probe("replay", CASES[0], RunPlan(steps=(Step(), Step())))
+    with pytest.raises(CaseUnavailable, match="results of its 2 call"):
+        runs.observe(twice)
+    assert not runs._expected  # refused before the truth was made
+    host_memory.refuse_unfitting(PROBLEM, [CASES[0]], calls=[CASES[0]])  # one call fits

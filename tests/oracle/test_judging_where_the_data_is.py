@@ -1,6 +1,10 @@
 """The comparison runs where it is told to (on the GPU when there is one), gives the same
 verdict and figures as on the host, and computes the baseline's side once per case."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -57,3 +61,60 @@ def test_judging_on_the_gpu_gives_the_host_verdict_and_figures(dtype):
         assert on_gpu.worst_element == on_host.worst_element
         for (name, a), (_, b) in zip(on_gpu.metrics, on_host.metrics, strict=True):
             assert a == pytest.approx(b, rel=1e-9, abs=1e-300), name
+
+
+_LARGE = """
+import resource, sys, torch
+from kernelaudit.oracle.compare import compare
+rows = int(sys.argv[1])
+# a truth bfloat16 holds exactly, which its baseline reproduces: the bit-exact rule applies
+truth = torch.randn(rows, 1024, dtype=torch.float64).to(torch.bfloat16).to(torch.float64)
+baseline = truth.to(torch.bfloat16)
+wrong = baseline.clone()
+wrong.view(torch.int16)[-1, -1] += 1  # one element one unit off, in the last chunk
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+verdicts = [compare("y", v, truth, baseline, torch.bfloat16) for v in (baseline.clone(), wrong)]
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+print(verdicts[0].passed, verdicts[1].failure, dict(verdicts[1].metrics)["bit_exact_mismatches"])
+print(grown)
+"""
+
+
+def test_a_large_result_is_judged_without_float64_copies_of_it_whole():
+    """Judging a result of 2**27 bfloat16 elements (its truth 1 GiB in float64) grows the
+    judging process by less than half of one float64 copy of it: the candidate and the
+    baseline are widened a chunk at a time. Whole float64 copies of a video patch embedding's
+    results (5.3 G elements) had the auditor killed for memory."""
+    rows = 1 << 17
+    run = subprocess.run(
+        [sys.executable, "-c", _LARGE, str(rows)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        # large blocks mapped and unmapped as they come and go, so that the high-water mark
+        # of resident memory is that of the tensors alive at once
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
+    )
+    assert run.returncode == 0, run.stderr
+    verdicts, grown = run.stdout.splitlines()
+    assert verdicts == "True bit-exact 1"
+    assert int(grown) < rows * 1024 * 8 // 2
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_large_result_is_judged_on_the_gpu_without_float64_copies_of_it_whole():
+    """On the GPU, judging a result of 2**27 bfloat16 elements takes its float64 truth (1 GiB),
+    the result and the baseline at their own dtype, and less than half a float64 copy more."""
+    truth = torch.randn(1 << 17, 1024, dtype=torch.float64).to(torch.bfloat16).double()
+    baseline = truth.to(torch.bfloat16)
+    wrong = baseline.clone()
+    wrong.view(torch.int16)[-1, -1] += 1
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    passed = compare("y", baseline.clone(), truth, baseline, torch.bfloat16, device="cuda")
+    failed = compare("y", wrong, truth, baseline, torch.bfloat16, device="cuda")
+    grown = torch.cuda.max_memory_allocated() - before
+    assert passed.passed and failed.failure == "bit-exact"
+    assert grown < truth.nbytes + 2 * baseline.nbytes + truth.nbytes // 2

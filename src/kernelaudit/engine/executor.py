@@ -193,7 +193,7 @@ class Executor:
         or measured for memory)."""
         steps = probe.plan.sequence()
         cases = [step.case or probe.case for step in steps]
-        refuse_unfitting(self.problem, [*cases, probe.case])
+        refuse_unfitting(self.problem, [*cases, probe.case], calls=cases)
         prepared = [self.prepare(case) for case in cases]
         calls = [
             replace(self._call(case, inputs, step.poison), **step.call_options())

@@ -111,7 +111,7 @@ def _chunks(
         else:
             finite = torch.isfinite(c) & torch.isfinite(t)
             c, t = torch.where(finite, c, 0.0), torch.where(finite, t, 0.0)
-            compared = finite.sum()
+            compared = torch.count_nonzero(finite)
         t_abs = t.abs()
         yield _Chunk(start, c, t, t_abs, compared, _excess(c, t, t_abs, dtype, depth))
 
@@ -202,10 +202,10 @@ def error_metrics(
     depth: int = 1,
     clean: bool = False,
 ) -> ErrorMetrics:
-    """Error of `values` against `truth` (same shape, on the same device), for a result of
-    floating dtype `dtype`. `clean`: the caller knows both hold only finite values and the
-    truth none beyond the dtype's largest (`all_clean`); the figures are the same, in fewer
-    passes.
+    """Error of `values` (at any floating dtype, widened a chunk at a time) against `truth`
+    (same shape, on the same device), for a result of floating dtype `dtype`. `clean`: the
+    caller knows both hold only finite values and the truth none beyond the dtype's largest
+    (`all_clean`); the figures are the same, in fewer passes.
 
     Computed where the tensors are (on the GPU when they are there), every figure kept as a
     tensor until the end and read back in one transfer: no synchronisation per chunk or row.
@@ -265,15 +265,34 @@ def error_metrics(
     )
 
 
+def float64_chunks(values: torch.Tensor) -> Iterator[torch.Tensor]:
+    """`values` flattened and widened to float64 `_CHUNK_ELEMENTS` at a time (whole where they
+    are float64 already), so that a result of billions of elements is never widened whole."""
+    flat = values.reshape(-1)
+    if flat.dtype == torch.float64:
+        yield flat
+        return
+    for start in range(0, flat.numel(), _CHUNK_ELEMENTS):
+        yield flat[start : start + _CHUNK_ELEMENTS].to(torch.float64)
+
+
+def float64_sum(values: torch.Tensor) -> torch.Tensor:
+    """The sum of `values` in float64, as a 0-dim tensor where they are (`float64_chunks`)."""
+    sums = [chunk.sum() for chunk in float64_chunks(values)]
+    if not sums:
+        return torch.zeros((), dtype=torch.float64, device=values.device)
+    return torch.stack(sums).sum()
+
+
 def all_clean(values: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype) -> bool:
-    """Whether `values` and `truth` (float64, on one device) hold only finite values and the
-    truth none beyond `dtype`'s largest: what `error_metrics(..., clean=True)` may assume. One
-    read-back: a finite sum has no NaN or infinity among its terms (a sum that overflows only
-    sends the comparison the long way)."""
+    """Whether `values` (at any floating dtype) and `truth` (float64, on the same device) hold
+    only finite values and the truth none beyond `dtype`'s largest: what
+    `error_metrics(..., clean=True)` may assume. One read-back: a finite sum has no NaN or
+    infinity among its terms (a sum that overflows only sends the comparison the long way)."""
     if truth.numel() == 0:
         return False
     low, high = torch.aminmax(truth)
-    figures = torch.stack((values.sum(), truth.sum(), low, high)).tolist()
+    figures = torch.stack((float64_sum(values), truth.sum(), low, high)).tolist()
     largest = torch.finfo(dtype).max
     return (
         math.isfinite(figures[0])

@@ -4,7 +4,7 @@ any disagreement, for a report to show."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,34 +89,54 @@ def nonfinite_pattern(
             strict=True,
         )
     )
-    counts = torch.stack([mask.sum() for _, mask in masks]).tolist()
+    counts = torch.stack([torch.count_nonzero(mask) for _, mask in masks]).tolist()
     return [
         (key, count, first_mismatches(mask, candidate, truth) if count else ())
         for (key, mask), count in zip(masks, counts, strict=True)
     ]
 
 
-def bit_exact_applies(
-    baseline: torch.Tensor, truth: torch.Tensor, compared: torch.Tensor, dtype: torch.dtype
-) -> bool:
-    """Whether the dtype represents the truth exactly at every compared position and the
-    baseline reproduces it there: then a candidate must too, bit for bit."""
-    if not bool(compared.any()):
+def _flat_chunks(*tensors: torch.Tensor) -> Iterator[tuple[torch.Tensor, ...]]:
+    """The same `_SCAN_ELEMENTS` positions of each of `tensors` (one shape), flattened, one
+    chunk at a time: a result of billions of elements is compared without float64 copies of
+    it whole."""
+    flats = [t.reshape(-1) for t in tensors]
+    for start in range(0, flats[0].numel(), _SCAN_ELEMENTS):
+        yield tuple(flat[start : start + _SCAN_ELEMENTS] for flat in flats)
+
+
+def bit_exact_applies(baseline: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether the dtype represents the float64 truth exactly at every position where it is
+    finite and the baseline (at any floating dtype) reproduces it there: then a candidate must
+    too, bit for bit. One read-back."""
+    compared, agree = [], []
+    for b, t in _flat_chunks(baseline, truth):
+        finite = torch.isfinite(t)
+        exact = torch.where(finite, t, 0.0)
+        representable = (exact.to(dtype).to(torch.float64) == exact).all()
+        reproduced = (torch.where(finite, b.to(torch.float64), 0.0) == exact).all()
+        compared.append(finite.any())
+        agree.append(representable & reproduced)
+    if not compared:
         return False
-    exact_truth = torch.where(compared, truth, 0.0)
-    representable = torch.equal(exact_truth.to(dtype).to(torch.float64), exact_truth)
-    return representable and torch.equal(torch.where(compared, baseline, 0.0), exact_truth)
+    some, every = torch.stack((torch.stack(compared).any(), torch.stack(agree).all())).tolist()
+    return bool(some and every)
 
 
 def bit_exact_mismatches(
-    candidate: torch.Tensor, truth: torch.Tensor, compared: torch.Tensor, dtype: torch.dtype
+    candidate: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype
 ) -> torch.Tensor:
-    """Where the candidate differs from a truth the bit-exact rule applies to."""
+    """Where the candidate (at any floating dtype) differs from a float64 truth the bit-exact
+    rule applies to, among the positions where the truth is finite: a mask of their shape."""
     # compared by value, so -0.0 equals +0.0; where the truth is subnormal, differences no
     # larger than the smallest normal are what flushing to zero does, which the metrics forgive
     tiny = torch.finfo(dtype).smallest_normal
-    flushed = (truth.abs() < tiny) & ((candidate - truth).abs() <= tiny)
-    return compared & (candidate != truth) & ~flushed
+    mask = torch.empty(candidate.shape, dtype=torch.bool, device=candidate.device)
+    for c, t, m in _flat_chunks(candidate, truth, mask):
+        c = c.to(torch.float64)
+        flushed = (t.abs() < tiny) & ((c - t).abs() <= tiny)
+        torch.logical_and(torch.isfinite(t) & (c != t), ~flushed, out=m)
+    return mask
 
 
 def first_mismatches(
@@ -145,7 +165,7 @@ def locate(mask: torch.Tensor) -> tuple[tuple[str, Any], ...]:
     """Where the bad elements are: count, first indices, and the rows and columns they span."""
     where = mask.nonzero()
     evidence: list[tuple[str, Any]] = [
-        ("elements", int(mask.sum())),
+        ("elements", int(torch.count_nonzero(mask))),
         ("of", mask.numel()),
         ("first indices", [tuple(int(i) for i in row) for row in where[:5]]),
     ]
