@@ -221,8 +221,14 @@ for step in ${steps[@]}; do
         folder=$(realpath "$(ls -d "${PROBLEMS:-build/solexecbench}"/${prefix}* | head -n 1)")
         shim=$(cd benchmarks && python3 -c 'import sys; from pathlib import Path; from solexecbench_scale import write_shim; print(write_shim(Path(sys.argv[1]), Path("/tmp/shims")))' "$folder")
         name=$(echo "$prefix" | tr -d '/_')
+        # MEMORY_STACKS=S: the auditor's Python stacks every S seconds, to stacks-NAME.txt
+        runner=(python3 -m kernelaudit)
+        if [ -n "${MEMORY_STACKS:-}" ]; then
+          child=$(cd benchmarks && python3 -c 'from stacks import CHILD; print(CHILD)')
+          runner=(python3 -c "$child" "$out/stacks-$name.txt" "$MEMORY_STACKS")
+        fi
         python3 benchmarks/host_memory_trace.py --out "$out/host-memory-$name.json" \
-          --limit "${MEMORY_LIMIT:-150}" -- python3 -m kernelaudit check "$folder" "$shim" \
+          --limit "${MEMORY_LIMIT:-150}" -- "${runner[@]}" check "$folder" "$shim" \
           --profile "${MEMORY_PROFILE:-default}" --device cuda --json "/tmp/host-memory-$name-report.json" | tail -n 1
       done
       ;;

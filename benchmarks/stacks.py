@@ -15,13 +15,15 @@ from pathlib import Path
 
 from solexecbench_scale import problem_folders, problem_id, write_shim
 
-_CHILD = (
+CHILD = (
     "import faulthandler, runpy, sys\n"
     "out = open(sys.argv[1], 'w')\n"
     "faulthandler.dump_traceback_later(float(sys.argv[2]), repeat=True, file=out)\n"
     "sys.argv = ['kernelaudit'] + sys.argv[3:]\n"
     "runpy.run_module('kernelaudit', run_name='__main__', alter_sys=True)\n"
 )
+"""A `kernelaudit` run whose threads' stacks go to the file `argv[1]` every `argv[2]` seconds
+(`python -c CHILD STACKS EVERY check ...`)."""
 
 
 def main() -> int:
@@ -46,7 +48,7 @@ def main() -> int:
         solution = write_shim(folder, args.out / "shims")
         check = ["check", str(folder), str(solution), "--profile", args.profile]
         check += ["--device", args.device, "--json", str(args.out / f"{slug}.json")]
-        command = [sys.executable, "-c", _CHILD, str(args.out / f"{slug}.stacks.txt")]
+        command = [sys.executable, "-c", CHILD, str(args.out / f"{slug}.stacks.txt")]
         command += [str(args.every), *check]
         began = time.monotonic()
         with (args.out / f"{slug}.log").open("wb") as log:

@@ -116,3 +116,65 @@ def test_every_row_is_binned_by_how_often_its_id_occurs() -> None:
     assert bins[1]["median error"] == pytest.approx(2e-6)  # the lower of the middle two
     assert bins[-1]["max error"] == pytest.approx(4e-3)
     assert _by_id_count(errors, torch.zeros(7, dtype=torch.long)) == []
+
+
+_LARGE_FAILURE = """
+import resource, sys, torch
+from kernelaudit.checks.base import Expected, Observation, Probe, RunPlan
+from kernelaudit.checks.numerics import judge_results
+from kernelaudit.inputs.case import Case
+from kernelaudit.problem.spec import Output, Problem, TensorInput
+from kernelaudit.runner.messages import CallOutcome, InvocationResult
+
+rows = int(sys.argv[1])
+problem = Problem(
+    name="copy",
+    reference=lambda x: x.clone(),
+    axes=("rows", "cols"),
+    inputs=(TensorInput("x", ("rows", "cols"), torch.bfloat16),),
+    outputs=(Output("y", ("rows", "cols"), "x"),),
+    workloads=({"rows": rows, "cols": 1024},),
+)
+truth = torch.randn(rows, 1024, dtype=torch.float64)
+baseline = truth.to(torch.bfloat16)
+wrong = baseline.clone()
+wrong[-3:] *= -3  # the last rows wrong
+expected = Expected(("y",), (truth,), (baseline,), (torch.bfloat16,))
+returned = InvocationResult(calls=(CallOutcome(outputs=(wrong,)),))
+probe = Probe("numerics", Case(sizes=(("rows", rows), ("cols", 1024))), RunPlan())
+seen = Observation(problem, probe, returned, {"x": baseline}, expected)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+failure, = judge_results(seen, 0)
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+evidence = dict(failure.evidence)
+print(sorted(row["row"] for row in evidence["worst rows"])[-3:])
+print(round(evidence["share of squared error in the 5 worst rows"], 3))
+print(grown)
+"""
+
+
+def test_a_large_failing_result_is_located_without_float64_copies_of_it_whole() -> None:
+    """Where a result of 2**27 bfloat16 elements fails, its worst rows and their share of the
+    squared error are found, and the judging process grows by less than half of one float64
+    copy of the result (1 GiB): the rows are read a chunk at a time. Whole float64 copies of a
+    video patch embedding's result (5.3 G elements) had the auditor killed for memory while it
+    told where a failure was."""
+    import os
+    import subprocess
+    import sys
+
+    rows = 1 << 17
+    run = subprocess.run(
+        [sys.executable, "-c", _LARGE_FAILURE, str(rows)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        # large blocks mapped and unmapped as they come and go, so that the high-water mark
+        # of resident memory is that of the tensors alive at once
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
+    )
+    assert run.returncode == 0, run.stderr
+    worst, share, grown = run.stdout.splitlines()
+    assert worst == str([rows - 3, rows - 2, rows - 1])
+    assert float(share) > 0.9
+    assert int(grown) < rows * 1024 * 8 // 2

@@ -12,7 +12,7 @@ from kernelaudit.checks.base import Expected, Failure, Judged, Observation, Plan
 from kernelaudit.checks.sweep import numerics_cases
 from kernelaudit.oracle.compare import Comparison, compare, judging_device
 from kernelaudit.oracle.conditioning import Nudged
-from kernelaudit.oracle.metrics import row_errors
+from kernelaudit.oracle.metrics import row_errors, row_squared_errors
 from kernelaudit.oracle.mismatches import locate
 from kernelaudit.problem.spec import IndexInput
 from kernelaudit.runner.guard import same_bits
@@ -185,8 +185,9 @@ def _row_evidence(
     ]
     if not rows:
         return ()
-    squared = (values.double() - truth.double()).nan_to_num(0.0, 0.0, 0.0).pow(2)
-    squared = squared.reshape(-1, values.shape[-1]).sum(dim=1)
+    # a chunk of rows at a time: float64 copies of a video patch embedding's result whole (5.3 G
+    # elements) had the auditor killed for memory while it told where a failure was
+    squared = row_squared_errors(values, truth)
     total = float(squared.sum())
     evidence: list[tuple[str, Any]] = []
     if total > 0:

@@ -184,6 +184,22 @@ def row_errors(
     return _row_errors(_row_norms_of(values, chunks, scaled=True), dtype)
 
 
+def row_squared_errors(values: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """Each row's sum of squared differences from the truth, in float64 (a non-finite
+    difference counting zero), one entry per row (leading dimensions flattened), computed a
+    chunk of rows at a time."""
+    v_rows, t_rows = _rows(values), _rows(truth)
+    step = max(1, _CHUNK_ELEMENTS // max(1, v_rows.shape[1]))
+    sums = [
+        torch.sub(v_rows[start : start + step].to(torch.float64), t_rows[start : start + step])
+        .nan_to_num_(0.0, 0.0, 0.0)
+        .square_()
+        .sum(dim=1)
+        for start in range(0, v_rows.shape[0], step)
+    ]
+    return torch.cat(sums) if sums else torch.zeros(0, dtype=torch.float64)
+
+
 def _again(
     kept: list[_Chunk] | None,
     values: torch.Tensor,
