@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,24 @@ def staged_copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(host_copies, "_staged", spy)
     return staged
+
+
+@pytest.fixture
+def host_memory_run() -> Callable[..., list[str]]:
+    """Run a Python script with arguments in a process of its own, without a GPU, and give
+    back the lines it printed. Large blocks are mapped and unmapped as they come and go there,
+    so that the high-water mark of its resident memory (`ru_maxrss`, which such a script
+    reads before and after what it measures) is that of the tensors alive at once."""
+
+    def run(script: str, *args: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", script, *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    return run

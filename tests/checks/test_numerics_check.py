@@ -153,28 +153,16 @@ print(grown)
 """
 
 
-def test_a_large_failing_result_is_located_without_float64_copies_of_it_whole() -> None:
+def test_a_large_failing_result_is_located_without_float64_copies_of_it_whole(
+    host_memory_run: Callable[..., list[str]],
+) -> None:
     """Where a result of 2**27 bfloat16 elements fails, its worst rows and their share of the
     squared error are found, and the judging process grows by less than half of one float64
     copy of the result (1 GiB): the rows are read a chunk at a time. Whole float64 copies of a
     video patch embedding's result (5.3 G elements) had the auditor killed for memory while it
     told where a failure was."""
-    import os
-    import subprocess
-    import sys
-
     rows = 1 << 17
-    run = subprocess.run(
-        [sys.executable, "-c", _LARGE_FAILURE, str(rows)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        # large blocks mapped and unmapped as they come and go, so that the high-water mark
-        # of resident memory is that of the tensors alive at once
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
-    )
-    assert run.returncode == 0, run.stderr
-    worst, share, grown = run.stdout.splitlines()
+    worst, share, grown = host_memory_run(_LARGE_FAILURE, str(rows))
     assert worst == str([rows - 3, rows - 2, rows - 1])
     assert float(share) > 0.9
     assert int(grown) < rows * 1024 * 8 // 2

@@ -1,9 +1,7 @@
 """The comparison runs where it is told to (on the GPU when there is one), gives the same
 verdict and figures as on the host, and computes the baseline's side once per case."""
 
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -80,23 +78,15 @@ print(grown)
 """
 
 
-def test_a_large_result_is_judged_without_float64_copies_of_it_whole():
+def test_a_large_result_is_judged_without_float64_copies_of_it_whole(
+    host_memory_run: Callable[..., list[str]],
+) -> None:
     """Judging a result of 2**27 bfloat16 elements (its truth 1 GiB in float64) grows the
     judging process by less than half of one float64 copy of it: the candidate and the
     baseline are widened a chunk at a time. Whole float64 copies of a video patch embedding's
     results (5.3 G elements) had the auditor killed for memory."""
     rows = 1 << 17
-    run = subprocess.run(
-        [sys.executable, "-c", _LARGE, str(rows)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        # large blocks mapped and unmapped as they come and go, so that the high-water mark
-        # of resident memory is that of the tensors alive at once
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
-    )
-    assert run.returncode == 0, run.stderr
-    verdicts, grown = run.stdout.splitlines()
+    verdicts, grown = host_memory_run(_LARGE, str(rows))
     assert verdicts == "True bit-exact 1"
     assert int(grown) < rows * 1024 * 8 // 2
 
