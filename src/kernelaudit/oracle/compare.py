@@ -30,6 +30,7 @@ from kernelaudit.oracle.mismatches import (
     Value,
     bit_exact_applies,
     bit_exact_mismatches,
+    count_true,
     first_mismatches,
     no_nonfinite_mismatches,
     nonfinite_pattern,
@@ -173,7 +174,7 @@ def _compare_exact(
     )
     differ &= ~tied
     count, baseline_count, tied_count = torch.stack(
-        [torch.count_nonzero(m) for m in (differ, baseline != truth, tied)]
+        [count_true(m) for m in (differ, baseline != truth, tied)]
     ).tolist()
     metrics = (
         ("mismatches", count),
@@ -256,8 +257,7 @@ def _compare_floating(
         _judge(m, measured, judged.error, nudge, dtype, ratio_limit, depth) for m in METRICS
     )
     exact = bit_exact_mismatches(candidate, compared_truth, dtype) if judged.bit_exact else None
-    # counted without a sum, which widens a mask of booleans to 64-bit integers whole first
-    exact_count = int(torch.count_nonzero(exact)) if exact is not None else 0
+    exact_count = int(count_true(exact)) if exact is not None else 0
 
     worst = unravel(measured.worst_element_index, candidate.shape)
     summary: list[tuple[str, Value]] = []

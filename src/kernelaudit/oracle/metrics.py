@@ -111,7 +111,7 @@ def _chunks(
         else:
             finite = torch.isfinite(c) & torch.isfinite(t)
             c, t = torch.where(finite, c, 0.0), torch.where(finite, t, 0.0)
-            compared = torch.count_nonzero(finite)
+            compared = finite.sum()
         t_abs = t.abs()
         yield _Chunk(start, c, t, t_abs, compared, _excess(c, t, t_abs, dtype, depth))
 

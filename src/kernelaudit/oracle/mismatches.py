@@ -89,7 +89,7 @@ def nonfinite_pattern(
             strict=True,
         )
     )
-    counts = torch.stack([torch.count_nonzero(mask) for _, mask in masks]).tolist()
+    counts = torch.stack([count_true(mask) for _, mask in masks]).tolist()
     return [
         (key, count, first_mismatches(mask, candidate, truth) if count else ())
         for (key, mask), count in zip(masks, counts, strict=True)
@@ -103,6 +103,16 @@ def _flat_chunks(*tensors: torch.Tensor) -> Iterator[tuple[torch.Tensor, ...]]:
     flats = [t.reshape(-1) for t in tensors]
     for start in range(0, flats[0].numel(), _SCAN_ELEMENTS):
         yield tuple(flat[start : start + _SCAN_ELEMENTS] for flat in flats)
+
+
+def count_true(mask: torch.Tensor) -> torch.Tensor:
+    """How many elements of a boolean `mask` are set, as a 0-dim tensor where it is, counted a
+    chunk at a time: a sum (and `count_nonzero` on a GPU, which sums) widens the whole mask to
+    64-bit integers first, 8 GiB for a result of a billion elements."""
+    counts = [chunk.sum() for (chunk,) in _flat_chunks(mask)]
+    if not counts:
+        return torch.zeros((), dtype=torch.int64, device=mask.device)
+    return torch.stack(counts).sum()
 
 
 def bit_exact_applies(baseline: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype) -> bool:
@@ -165,7 +175,7 @@ def locate(mask: torch.Tensor) -> tuple[tuple[str, Any], ...]:
     """Where the bad elements are: count, first indices, and the rows and columns they span."""
     where = mask.nonzero()
     evidence: list[tuple[str, Any]] = [
-        ("elements", int(torch.count_nonzero(mask))),
+        ("elements", int(count_true(mask))),
         ("of", mask.numel()),
         ("first indices", [tuple(int(i) for i in row) for row in where[:5]]),
     ]
