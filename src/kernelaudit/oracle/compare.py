@@ -107,7 +107,8 @@ def compare(
     `dtype` is the dtype the result must have; `depth` how many terms it may sum (see
     `noise_floor`). The arithmetic runs on `device` (where `truth` is when None): on a GPU the
     three tensors are moved there once (the truth and baseline taken from the copies kept
-    there, `device_copies`, where there are some) and only the figures come back.
+    there, `device_copies`, where there are some), the result and the baseline at their own
+    dtype (widened a chunk at a time as they are read), and only the figures come back.
     `memo` keeps what the truth and baseline alone decide, by `name`, for later comparisons
     against the same ones.
     `nudged` is this result on the case with every input moved by one rounding
