@@ -97,3 +97,46 @@ def test_results_filled_late_and_hidden_from_the_worker_fail_in_the_plain_proces
     assert not [f for f in report.failures if f.check == "deferred-work"]
     plain = [f for f in report.failures if f.check == "unwatched"]
     assert plain and "as a user's program calls it" in plain[0].title
+
+
+def test_the_plain_runs_inputs_are_let_go_while_it_runs_and_made_again_to_judge_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+    import weakref
+
+    import torch
+
+    from kernelaudit.checks import unwatched
+    from kernelaudit.plain import run as plain
+
+    # no share of the host to keep them in: the inputs are written for the plain process,
+    # let go while it runs (a mixture of experts' 21 GiB of weights once sat beside every
+    # case of the audit), and made again for the judgement
+    monkeypatch.setattr(unwatched, "cache_bytes", lambda: 0)
+    made: list[list[weakref.ref[torch.Tensor]]] = []
+    materialize = unwatched.materialize
+
+    def materialize_watched(problem, case):  # type: ignore[no-untyped-def]
+        inputs = materialize(problem, case)
+        made.append([weakref.ref(v) for v in inputs.values() if isinstance(v, torch.Tensor)])
+        return inputs
+
+    monkeypatch.setattr(unwatched, "materialize", materialize_watched)
+    alive_while_running = []
+    run_python = plain.run_python
+
+    def run_watched(*args, **kwargs):  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + 5  # the planning thread lets its own go meanwhile
+        while any(ref() is not None for ref in made[0]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        alive_while_running.append(any(ref() is not None for ref in made[0]))
+        return run_python(*args, **kwargs)
+
+    monkeypatch.setattr(plain, "run_python", run_watched)
+    report = _audit("plants_files", ["unwatched"])
+    assert report.verdict == "PASS"
+    notes = [f for f in report.findings if f.check == "unwatched"]
+    assert notes and "match the truth" in notes[0].title
+    assert alive_while_running == [False]
+    assert len(made) == 2  # made again for the judgement

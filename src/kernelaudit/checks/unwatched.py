@@ -23,6 +23,7 @@ from kernelaudit.checks.execution import headline
 from kernelaudit.checks.numerics import compare_expected, comparison_evidence
 from kernelaudit.checks.sweep import shapes_for
 from kernelaudit.engine.calls import call_for, reply_limit
+from kernelaudit.engine.host_memory import cache_bytes, host_bytes
 from kernelaudit.errors import ProblemError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.materialize import materialize
@@ -48,7 +49,8 @@ class Unwatched(ConcludingOnly):
     def __init__(self) -> None:
         super().__init__()
         self._case: Case | None = None
-        self._inputs: dict[str, Any] = {}
+        self._inputs: dict[str, Any] | None = None
+        """The plain run's inputs, where kept for its judgement (`plan`)."""
         self._running: Future[PlainRun] | None = None
         self._not_run = ""
 
@@ -67,8 +69,12 @@ class Unwatched(ConcludingOnly):
             return []
         sizes, label = shapes[0]
         self._case = Case(tuple(sizes.items()), 0, (), (), 0, label)
-        self._inputs = dict(materialize(ctx.problem, self._case))
-        call = call_for(ctx.problem, self._case, self._inputs)
+        inputs = dict(materialize(ctx.problem, self._case))
+        call = call_for(ctx.problem, self._case, inputs)
+        # kept for the judgement where they fit the kept cases' share, made again for it
+        # otherwise: held from planning to the end, they sat beside every case the audit made
+        self._inputs = inputs if host_bytes(inputs.values()) <= cache_bytes() else None
+        del inputs
         names = [i.name for i in ctx.problem.inputs]
         mutates = tuple(names.index(name) for name in ctx.problem.contract.mutates)
         limit = reply_limit(ctx.problem, [self._case], ctx.profile.host_memory_bytes or 1 << 34)
@@ -76,7 +82,7 @@ class Unwatched(ConcludingOnly):
         self._running = background.submit(
             run_plain,
             ctx.candidate,
-            call,
+            [call],
             mutates,
             ctx.device,
             MOST_CALLS,
@@ -86,6 +92,7 @@ class Unwatched(ConcludingOnly):
             ctx.profile.host_memory_bytes,
         )
         background.shutdown(wait=False)  # the thread ends with its one run
+        del call  # handed over: the run lets it go once written
         return []
 
     def quiet(self) -> None:
@@ -125,7 +132,9 @@ class Unwatched(ConcludingOnly):
                     evidence=(*setting, ("message", run.error)),
                 )
             ]
-        return _judged(ctx, case, self._inputs, run, setting)
+        inputs = self._inputs if self._inputs is not None else materialize(ctx.problem, case)
+        self._inputs = None
+        return _judged(ctx, case, dict(inputs), run, setting)
 
 
 def _judged(
