@@ -3,10 +3,11 @@ and a run held for later probes keep alive there.
 
 A case prepared for judging holds its inputs, its float64 truth and its baseline on the host,
 and later its nudged case's pair (`oracle.conditioning`). One case, or the cases one probe
-runs together, may take half of the machine's memory (the candidate's processes may hold the
-other half, `runner.limits.host_share`); the cases kept for the checks that run them again an
-eighth. Each is estimated from the shapes before anything is made: a case past its share is
-not made, and the auditor is not killed for memory without a report.
+runs together with the candidate's results of its calls, may take half of the machine's
+memory (the candidate's processes may hold the other half, `runner.limits.host_share`); the
+cases kept for the checks that run them again an eighth. Each is estimated from the shapes
+before anything is made: a case past its share is not made, and the auditor is not killed for
+memory without a report.
 """
 
 from __future__ import annotations
