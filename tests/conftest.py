@@ -107,7 +107,8 @@ def host_memory_run() -> Callable[..., list[str]]:
     """Run a Python script with arguments in a process of its own, without a GPU, and give
     back the lines it printed. Large blocks are mapped and unmapped as they come and go there,
     so that the high-water mark of its resident memory (`ru_maxrss`, which such a script
-    reads before and after what it measures) is that of the tensors alive at once."""
+    reads before and after what it measures) is that of the tensors alive at once (glibc's
+    `MALLOC_MMAP_THRESHOLD_`: the Python of Debian and of PyPI's torch wheels)."""
 
     def run(script: str, *args: str) -> list[str]:
         done = subprocess.run(

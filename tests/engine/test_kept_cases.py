@@ -141,4 +141,7 @@ def test_a_probe_counts_the_results_of_its_calls_beside_its_case(
     with pytest.raises(CaseUnavailable, match="results of its 2 call"):
         runs.observe(twice)
     assert not runs._expected  # refused before the truth was made
-    host_memory.refuse_unfitting(PROBLEM, [CASES[0]], calls=[CASES[0]])  # one call fits
+    host_memory.refuse_unfitting(PROBLEM, [CASES[0]], calls=[(CASES[0], 1)])  # one call fits
+    # a step whose results do not come back (only their fingerprints) counts none
+    quiet = [(CASES[0], host_memory.result_copies(step)) for step in (Step(keep=False), Step())]
+    host_memory.refuse_unfitting(PROBLEM, [CASES[0]], calls=quiet)

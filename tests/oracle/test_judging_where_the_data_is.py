@@ -70,8 +70,9 @@ truth = torch.randn(rows, 1024, dtype=torch.float64).to(torch.bfloat16).to(torch
 baseline = truth.to(torch.bfloat16)
 wrong = baseline.clone()
 wrong.view(torch.int16)[-1, -1] += 1  # one element one unit off, in the last chunk
+same = baseline.clone()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-verdicts = [compare("y", v, truth, baseline, torch.bfloat16) for v in (baseline.clone(), wrong)]
+verdicts = [compare("y", v, truth, baseline, torch.bfloat16) for v in (same, wrong)]
 grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
 print(verdicts[0].passed, verdicts[1].failure, dict(verdicts[1].metrics)["bit_exact_mismatches"])
 print(grown)
@@ -108,3 +109,21 @@ def test_a_large_result_is_judged_on_the_gpu_without_float64_copies_of_it_whole(
     grown = torch.cuda.max_memory_allocated() - before
     assert passed.passed and failed.failure == "bit-exact"
     assert grown < truth.nbytes + 2 * baseline.nbytes + truth.nbytes // 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_float8_results_are_judged_at_their_own_dtype(dtype: torch.dtype) -> None:
+    """A float8 result is read a chunk at a time like any other: its baseline's exact values
+    pass bit for bit, one unit off fails the bit-exact rule, and a NaN where the truth is
+    finite fails the non-finite pattern (whose tests float8 lacks, so it is read widened)."""
+    truth = (torch.randn(64, 33, dtype=torch.float64) * 4).to(dtype).double()
+    baseline = truth.to(dtype)
+    assert compare("y", baseline.clone(), truth, baseline, dtype).passed
+    off = baseline.clone()
+    off.view(torch.uint8)[5, 7] ^= 1  # the last bit of one element
+    assert compare("y", off, truth, baseline, dtype).failure == "bit-exact"
+    holed = baseline.clone()
+    holed[3, 4] = float("nan")
+    failed = compare("y", holed, truth, baseline, dtype)
+    assert failed.failure == "nan-where-finite"
+    assert failed.mismatches[0].index == (3, 4)

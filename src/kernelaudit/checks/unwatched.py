@@ -102,7 +102,7 @@ class Unwatched(ConcludingOnly):
 
     def conclude(self, found: Sequence[tuple[str, Failure]]) -> list[Failure]:
         ctx, case, running = self.context, self._case, self._running
-        self._running = None
+        kept, self._inputs, self._running = self._inputs, None, None
         if ctx is None or case is None or running is None:
             return []
         try:
@@ -132,8 +132,7 @@ class Unwatched(ConcludingOnly):
                     evidence=(*setting, ("message", run.error)),
                 )
             ]
-        inputs = self._inputs if self._inputs is not None else materialize(ctx.problem, case)
-        self._inputs = None
+        inputs = kept if kept is not None else materialize(ctx.problem, case)
         return _judged(ctx, case, dict(inputs), run, setting)
 
 

@@ -29,6 +29,7 @@ from kernelaudit.engine.host_memory import (
     estimated_bytes,
     nudged_within,
     refuse_unfitting,
+    result_copies,
 )
 from kernelaudit.engine.measure import (
     UNCOUNTED,
@@ -193,7 +194,8 @@ class Executor:
         or measured for memory)."""
         steps = probe.plan.sequence()
         cases = [step.case or probe.case for step in steps]
-        refuse_unfitting(self.problem, [*cases, probe.case], calls=cases)
+        results = [(case, result_copies(step)) for step, case in zip(steps, cases, strict=True)]
+        refuse_unfitting(self.problem, [*cases, probe.case], calls=results)
         prepared = [self.prepare(case) for case in cases]
         calls = [
             replace(self._call(case, inputs, step.poison), **step.call_options())

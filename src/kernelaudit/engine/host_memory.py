@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from kernelaudit.checks.base import Expected, Observation
+from kernelaudit.checks.base import Expected, Observation, Step
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import input_bytes, output_sizes
@@ -54,33 +54,44 @@ def estimated_bytes(problem: Problem, case: Case) -> int:
 
 def results_bytes(problem: Problem, case: Case) -> int:
     """The host memory one call's results at `case` take once they come back from the
-    candidate: every output at its own dtype."""
-    return sum(itemsize * count for count, itemsize in output_sizes(problem, case) if count)
+    candidate: every output at its own dtype, and every input the contract lets it write
+    (sent back after each call whatever happened to it)."""
+    outputs = sum(itemsize * count for count, itemsize in output_sizes(problem, case) if count)
+    return outputs + input_bytes(problem, case, problem.contract.mutates)
 
 
-def refuse_unfitting(problem: Problem, cases: list[Case], calls: Iterable[Case] = ()) -> None:
+def result_copies(step: Step) -> int:
+    """How many sets of results a step's call sends back: its own where they are kept (only
+    fingerprints otherwise), the last timed repetition's, and one per thread of a round."""
+    return int(step.keep) + int(step.timed) + step.threads
+
+
+def refuse_unfitting(
+    problem: Problem, cases: list[Case], calls: Iterable[tuple[Case, int]] = ()
+) -> None:
     """Raise CaseUnavailable where the distinct `cases` (one case, or those one probe runs: a
     shape held back and the workload beside it, say, each held while the probe runs) and the
-    results of the candidate's `calls` (a case per call; they come back beside the truths)
-    would not fit in `host_room` together. Two float64 truths of tens of GB, each within the
-    room alone, had the auditor killed for memory, with no report."""
+    results of the candidate's `calls` (a case per call, with the sets of results it sends
+    back, `result_copies`; they come back beside the truths) would not fit in `host_room`
+    together. Two float64 truths of tens of GB, each within the room alone, had the auditor
+    killed for memory, with no report."""
     distinct, calls = list(dict.fromkeys(cases)), list(calls)
     trusted = sum(estimated_bytes(problem, case) for case in distinct)
-    needed = trusted + sum(results_bytes(problem, case) for case in calls)
-    room = host_room()
+    results = sum(copies * results_bytes(problem, case) for case, copies in calls)
+    needed, room = trusted + results, host_room()
     if needed <= room:
         return
-    results = f" and the candidate's results of its {len(calls)} call(s)" if calls else ""
+    what = f" and the candidate's results of its {len(calls)} call(s)" if results else ""
     if len(distinct) == 1:
         raise CaseUnavailable(
-            f"the inputs, float64 truth and baseline at {distinct[0].describe()}{results} "
+            f"the inputs, float64 truth and baseline at {distinct[0].describe()}{what} "
             f"would take {needed / 2**30:.1f} GiB of host memory, more than the "
             f"{room / 2**30:.1f} GiB the auditor takes for one case (half of this machine's)",
             "the float64 truth does not fit in host memory",
         )
     raise CaseUnavailable(
         f"the inputs, float64 truths and baselines of the {len(distinct)} cases one probe "
-        f"runs ({'; '.join(case.describe() for case in distinct)}){results} would take "
+        f"runs ({'; '.join(case.describe() for case in distinct)}){what} would take "
         f"{needed / 2**30:.1f} GiB of host memory together, more than the "
         f"{room / 2**30:.1f} GiB the auditor takes for them (half of this machine's)",
         "the float64 truths of the probe's cases do not fit in host memory together",

@@ -19,7 +19,7 @@ They need to be right within a factor of two, not exactly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -98,14 +98,14 @@ def output_sizes(problem: Problem, case: Case) -> list[tuple[int | None, int]]:
     ]
 
 
-def input_bytes(problem: Problem, case: Case) -> int:
-    """Bytes of the case's tensor inputs at their dtypes (float64 where the case's dtype
-    configuration names none), before any is made; shapes the case's sizes do not bind count
-    nothing."""
+def input_bytes(problem: Problem, case: Case, names: Collection[str] | None = None) -> int:
+    """Bytes of the case's tensor inputs (those `names` where given) at their dtypes (float64
+    where the case's dtype configuration names none), before any is made; shapes the case's
+    sizes do not bind count nothing."""
     config = problem.dtype_configs()[case.dtype_config]
     counts = tensor_elements(problem, case.size_map())
     return sum(
         (config.get(spec.name) or torch.float64).itemsize * count
         for spec, count in zip(problem.tensor_inputs, counts, strict=False)
-        if count is not None
+        if count is not None and (names is None or spec.name in names)
     )

@@ -225,7 +225,7 @@ def _compare_floating(
     # time where they are compared: whole float64 copies of a video patch embedding's results
     # (5.3 G elements, 42 GB each) filled the GPU, and the host where judging fell back to it,
     # and the auditor was killed for memory
-    candidate = moved(values, where)
+    candidate = moved(values, where).contiguous()  # read flat, a chunk at a time
     truth = DEVICE_COPIES.on(truth, where, torch.float64)
 
     clean = all_clean(candidate, truth, dtype)
@@ -234,12 +234,10 @@ def _compare_floating(
         compared_truth = truth
     else:
         overflow = torch.isfinite(truth) & (truth.abs() > torch.finfo(dtype).max)
-        # read in float64, where every test of non-finite values exists for every dtype
-        wide = candidate.to(torch.float64)
-        pattern = nonfinite_pattern(wide, truth, overflow, dtype, lambda: baseline)
-        del wide
+        pattern = nonfinite_pattern(candidate, truth, overflow, dtype, lambda: baseline)
         # positions where the truth overflows the dtype are judged by the pattern alone
-        compared_truth = truth.masked_fill(overflow, math.nan)
+        beyond = bool(overflow.any())
+        compared_truth = truth.masked_fill(overflow, math.nan) if beyond else truth
 
     measured = error_metrics(candidate, compared_truth, dtype, depth, clean)
     judged = memo.get(name) if memo is not None else None

@@ -197,7 +197,7 @@ def row_squared_errors(values: torch.Tensor, truth: torch.Tensor) -> torch.Tenso
         .sum(dim=1)
         for start in range(0, v_rows.shape[0], step)
     ]
-    return torch.cat(sums) if sums else torch.zeros(0, dtype=torch.float64)
+    return torch.cat(sums) if sums else torch.zeros(0, dtype=torch.float64, device=values.device)
 
 
 def _again(

@@ -60,6 +60,7 @@ def nonfinite_pattern(
     baseline gives (NaN where it is NaN, its infinity where it is infinite) does as well as the
     reference. `baseline()` gives the baseline's values (anywhere: they are moved to the
     candidate's device), asked for only where some value is not finite."""
+    candidate = _testable(candidate)
     finite = torch.isfinite(candidate).all() & torch.isfinite(truth).all() & ~overflow.any()
     if bool(finite):  # the common case, in one read-back: no way to disagree
         return no_nonfinite_mismatches()
@@ -72,7 +73,7 @@ def nonfinite_pattern(
         saturated |= c_nan
     as_baseline = torch.zeros_like(c_nan)
     if baseline is not None:
-        reference = baseline().to(candidate.device)
+        reference = _testable(baseline().to(candidate.device))
         as_baseline = (c_nan & torch.isnan(reference)) | (
             c_inf & torch.isinf(reference) & (torch.signbit(candidate) == torch.signbit(reference))
         )
@@ -115,6 +116,12 @@ def count_true(mask: torch.Tensor) -> torch.Tensor:
     return torch.stack(counts).sum()
 
 
+def _testable(values: torch.Tensor) -> torch.Tensor:
+    """`values` where every test of non-finite values and signs exists for their dtype: a
+    float8 result widened to float32, which holds each of its values exactly."""
+    return values.to(torch.float32) if values.dtype.itemsize == 1 else values
+
+
 def bit_exact_applies(baseline: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype) -> bool:
     """Whether the dtype represents the float64 truth exactly at every position where it is
     finite and the baseline (at any floating dtype) reproduces it there: then a candidate must
@@ -149,16 +156,23 @@ def bit_exact_mismatches(
     return mask
 
 
-def first_mismatches(
-    mask: torch.Tensor, candidate: torch.Tensor, expected: torch.Tensor
-) -> tuple[Mismatch, ...]:
+def _first_positions(mask: torch.Tensor, most: int) -> list[int]:
+    """The flat (row-major) positions of the first `most` set elements of `mask`, scanned a
+    chunk at a time."""
     flat = mask.reshape(-1)
     positions: list[int] = []
     for start in range(0, flat.numel(), _SCAN_ELEMENTS):
         hits = torch.nonzero(flat[start : start + _SCAN_ELEMENTS]).flatten()
-        positions += [start + int(h) for h in hits[: SHOWN_MISMATCHES - len(positions)]]
-        if len(positions) == SHOWN_MISMATCHES:
+        positions += [start + int(h) for h in hits[: most - len(positions)]]
+        if len(positions) == most:
             break
+    return positions
+
+
+def first_mismatches(
+    mask: torch.Tensor, candidate: torch.Tensor, expected: torch.Tensor
+) -> tuple[Mismatch, ...]:
+    positions = _first_positions(mask, SHOWN_MISMATCHES)
     c, e = candidate.reshape(-1), expected.reshape(-1)
     return tuple(Mismatch(unravel(p, mask.shape), c[p].item(), e[p].item()) for p in positions)
 
@@ -172,15 +186,17 @@ def unravel(flat: int, shape: torch.Size) -> tuple[int, ...]:
 
 
 def locate(mask: torch.Tensor) -> tuple[tuple[str, Any], ...]:
-    """Where the bad elements are: count, first indices, and the rows and columns they span."""
-    where = mask.nonzero()
+    """Where the bad elements are (some are): count, first indices, and the rows and columns
+    they span. Read without a list of every bad position, which takes eight bytes a dimension
+    for each."""
     evidence: list[tuple[str, Any]] = [
         ("elements", int(count_true(mask))),
         ("of", mask.numel()),
-        ("first indices", [tuple(int(i) for i in row) for row in where[:5]]),
+        ("first indices", [unravel(p, mask.shape) for p in _first_positions(mask, 5)]),
     ]
     for dim in range(mask.dim()):
-        touched = where[:, dim].unique()
+        others = [d for d in range(mask.dim()) if d != dim]
+        touched = torch.nonzero(mask.any(dim=others) if others else mask).flatten()
         evidence.append(
             (
                 f"dim {dim} indices",
