@@ -320,7 +320,7 @@ def _nudged_metrics(
         return None
     moved = DEVICE_COPIES.on(nudged.truth, where, torch.float64)
     overflow = torch.isfinite(moved) & (moved.abs() > torch.finfo(dtype).max)
-    moved_truth = moved.masked_fill(overflow, math.nan)
+    moved_truth = moved.masked_fill(overflow, math.nan) if bool(overflow.any()) else moved
     sensitivity = error_metrics(moved, truth, dtype, depth)
     reference = DEVICE_COPIES.on(nudged.baseline, where)
     nearby = error_metrics(reference, moved_truth, dtype, depth)
