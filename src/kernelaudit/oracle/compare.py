@@ -108,7 +108,7 @@ def compare(
     `noise_floor`). The arithmetic runs on `device` (where `truth` is when None): on a GPU the
     three tensors are moved there once (the truth and baseline taken from the copies kept
     there, `device_copies`, where there are some), the result and the baseline at their own
-    dtype (widened a chunk at a time as they are read), and only the figures come back.
+    dtype, widened to float64 there (`_widened`), and only the figures come back.
     `memo` keeps what the truth and baseline alone decide, by `name`, for later comparisons
     against the same ones.
     `nudged` is this result on the case with every input moved by one rounding
@@ -335,7 +335,7 @@ def _nudged_metrics(
     overflow = torch.isfinite(moved) & (moved.abs() > torch.finfo(dtype).max)
     moved_truth = moved.masked_fill(overflow, math.nan) if bool(overflow.any()) else moved
     sensitivity = error_metrics(moved, truth, dtype, depth)
-    reference = DEVICE_COPIES.on(nudged.baseline, where)
+    reference = _widened(DEVICE_COPIES.on(nudged.baseline, where))
     nearby = error_metrics(reference, moved_truth, dtype, depth)
     return sensitivity, nearby
 
