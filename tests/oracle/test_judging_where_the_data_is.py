@@ -113,9 +113,9 @@ def test_a_large_result_is_judged_on_the_gpu_without_float64_copies_of_it_whole(
 
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_float8_results_are_judged_at_their_own_dtype(dtype: torch.dtype) -> None:
-    """A float8 result is read a chunk at a time like any other: its baseline's exact values
-    pass bit for bit, one unit off fails the bit-exact rule, and a NaN where the truth is
-    finite fails the non-finite pattern (whose tests float8 lacks, so it is read widened)."""
+    """A float8 result is judged like any other: its baseline's exact values pass bit for bit,
+    one unit off fails the bit-exact rule, and a NaN where the truth is finite fails the
+    non-finite pattern (whose tests float8 lacks: it crashed the comparison before)."""
     truth = (torch.randn(64, 33, dtype=torch.float64) * 4).to(dtype).double()
     baseline = truth.to(dtype)
     assert compare("y", baseline.clone(), truth, baseline, dtype).passed
