@@ -227,9 +227,13 @@ for step in ${steps[@]}; do
           child=$(cd benchmarks && python3 -c 'from stacks import CHILD; print(CHILD)')
           runner=(python3 -c "$child" "$out/stacks-$name.txt" "$MEMORY_STACKS")
         fi
+        rm -f "/tmp/host-memory-$name-report.json"  # a killed audit's run leaves none
         python3 benchmarks/host_memory_trace.py --out "$out/host-memory-$name.json" \
           --limit "${MEMORY_LIMIT:-150}" -- "${runner[@]}" check "$folder" "$shim" \
           --profile "${MEMORY_PROFILE:-default}" --device cuda --json "/tmp/host-memory-$name-report.json" | tail -n 1
+        # the report, where the audit wrote one, and the stacks, compressed beside the trace
+        [ -f "/tmp/host-memory-$name-report.json" ] && gzip -c "/tmp/host-memory-$name-report.json" > "$out/report-$name.json.gz"
+        [ -f "$out/stacks-$name.txt" ] && gzip -f "$out/stacks-$name.txt"
       done
       ;;
     planning)
