@@ -185,7 +185,7 @@ class AuditReport:
     (a race or a leak shows only on a GPU): what this verdict does not cover."""
     coverage: tuple[tuple[str, str], ...] = ()
     """(check, what it did) for every chosen check: "ran", "ran in part: why", "could not run
-    here: why" or "not applicable: why" (`checks.base.coverage`)."""
+    here: why" or "not applicable: why" (`checks.coverage.coverage`)."""
     assumed: tuple[tuple[str, str], ...] = ()
     """(input, guarantees) the problem or the command line stated for its callers
     (`problem.domain`): values and layouts outside them were not tried."""

@@ -21,7 +21,8 @@ from kernelaudit import (
     ScalarInput,
     TensorInput,
 )
-from kernelaudit.checks.base import PlanContext, coverage
+from kernelaudit.checks.base import PlanContext
+from kernelaudit.checks.coverage import coverage
 from kernelaudit.checks.large_tensors import HEADROOM_BYTES, LargeTensors, examine
 from kernelaudit.checks.numerics import compare_expected
 from kernelaudit.engine.audit import audit

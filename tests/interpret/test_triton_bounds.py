@@ -15,7 +15,8 @@ import torch
 
 from kernelaudit import Output, TensorInput
 from kernelaudit.checks import triton_bounds
-from kernelaudit.checks.base import PlanContext, coverage
+from kernelaudit.checks.base import PlanContext
+from kernelaudit.checks.coverage import coverage
 from kernelaudit.checks.triton_bounds import TritonBounds, interpreted_cases
 from kernelaudit.engine.audit import audit
 from kernelaudit.engine.calls import call_for

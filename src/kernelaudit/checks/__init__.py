@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from kernelaudit.checks.aliasing import Aliasing
 from kernelaudit.checks.autotune import Autotune
-from kernelaudit.checks.base import Check, unavailable
+from kernelaudit.checks.base import Check
 from kernelaudit.checks.batch_invariance import BatchInvariance
 from kernelaudit.checks.bounds import Bounds
+from kernelaudit.checks.coverage import unavailable
 from kernelaudit.checks.deferred_work import DeferredWork
 from kernelaudit.checks.determinism import Determinism
 from kernelaudit.checks.execution import Execution

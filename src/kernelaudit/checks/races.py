@@ -39,7 +39,7 @@ from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.checks.sweep import boundary_cases
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.cost import output_sizes, tensor_elements
+from kernelaudit.inputs.cost import result_sizes
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, distributions_for
 from kernelaudit.problem.spec import Problem, TensorInput
 from kernelaudit.profiles import Profile
@@ -106,12 +106,7 @@ def kept_results(problem: Problem, case: Case) -> int | None:
     """The bytes of one call's results at `case` at their own dtypes (the declared outputs and
     the inputs the contract lets the call write); None where the case's sizes do not bind
     them."""
-    config = problem.dtype_configs()[case.dtype_config]
-    names = [i.name for i in problem.tensor_inputs]
-    inputs = dict(zip(names, tensor_elements(problem, case.size_map()), strict=False))
-    sizes = output_sizes(problem, case) + [
-        (inputs[name], config[name].itemsize) for name in problem.contract.mutates if name in config
-    ]
+    sizes = result_sizes(problem, case)
     if any(count is None for count, _ in sizes):
         return None
     return sum(count * itemsize for count, itemsize in sizes if count is not None)

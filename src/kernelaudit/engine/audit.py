@@ -15,14 +15,8 @@ import torch
 
 import kernelaudit
 from kernelaudit.checks import build_checks
-from kernelaudit.checks.base import (
-    Check,
-    PlanContext,
-    Probe,
-    not_run,
-    ran_in_part,
-    unverified,
-)
+from kernelaudit.checks.base import Check, PlanContext, Probe
+from kernelaudit.checks.coverage import not_run, ran_in_part, unverified
 from kernelaudit.checks.gradients import Gradients
 from kernelaudit.checks.numerics import Numerics
 from kernelaudit.device_copies import DEVICE_COPIES

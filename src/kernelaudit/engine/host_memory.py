@@ -20,7 +20,7 @@ import torch
 from kernelaudit.checks.base import Expected, Observation, Step
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.cost import input_bytes, output_sizes
+from kernelaudit.inputs.cost import input_bytes, output_sizes, result_sizes
 from kernelaudit.problem.spec import Problem
 from kernelaudit.runner.limits import machine_memory
 
@@ -56,8 +56,7 @@ def results_bytes(problem: Problem, case: Case) -> int:
     """The host memory one call's results at `case` take once they come back from the
     candidate: every output at its own dtype, and every input the contract lets it write
     (sent back after each call whatever happened to it)."""
-    outputs = sum(itemsize * count for count, itemsize in output_sizes(problem, case) if count)
-    return outputs + input_bytes(problem, case, problem.contract.mutates)
+    return sum(count * itemsize for count, itemsize in result_sizes(problem, case) if count)
 
 
 def result_copies(step: Step) -> int:

@@ -7,7 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kernelaudit.checks.base import Check, PlanContext, Probe, coverage
+from kernelaudit.checks.base import Check, PlanContext, Probe
+from kernelaudit.checks.coverage import coverage
 from kernelaudit.engine.budget import REQUIRED_MOST
 
 
@@ -53,7 +54,7 @@ def cut_short(check: str, untried: Untried, ctx: PlanContext) -> str:
 def covered(
     checks: Sequence[Check], ctx: PlanContext, untried: Untried
 ) -> tuple[tuple[str, str], ...]:
-    """What each check did (`checks.base.coverage`); a check that ran while the time budget
+    """What each check did (`checks.coverage.coverage`); a check that ran while the time budget
     left some of its cases untried ran in part, and says how many: of the cases every audit
     runs, and of its optional ones."""
     said = []

@@ -19,7 +19,7 @@ They need to be right within a factor of two, not exactly.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -98,14 +98,28 @@ def output_sizes(problem: Problem, case: Case) -> list[tuple[int | None, int]]:
     ]
 
 
-def input_bytes(problem: Problem, case: Case, names: Collection[str] | None = None) -> int:
-    """Bytes of the case's tensor inputs (those `names` where given) at their dtypes (float64
-    where the case's dtype configuration names none), before any is made; shapes the case's
-    sizes do not bind count nothing."""
+def input_bytes(problem: Problem, case: Case) -> int:
+    """Bytes of the case's tensor inputs at their dtypes (float64 where the case's dtype
+    configuration names none), before any is made; shapes the case's sizes do not bind count
+    nothing."""
+    return sum(count * itemsize for count, itemsize in _input_sizes(problem, case) if count)
+
+
+def result_sizes(problem: Problem, case: Case) -> list[tuple[int | None, int]]:
+    """What one call's results at `case` hold once they come back: each declared output and
+    each input the contract lets the call write (sent back after every call), as
+    `output_sizes` gives them."""
+    written = problem.contract.mutates
+    inputs = zip(problem.tensor_inputs, _input_sizes(problem, case), strict=True)
+    return output_sizes(problem, case) + [s for spec, s in inputs if spec.name in written]
+
+
+def _input_sizes(problem: Problem, case: Case) -> list[tuple[int | None, int]]:
+    """Each tensor input's elements at `case` (None where its sizes do not bind them) and the
+    bytes of one element at its dtype (float64 where the configuration names none)."""
     config = problem.dtype_configs()[case.dtype_config]
     counts = tensor_elements(problem, case.size_map())
-    return sum(
-        (config.get(spec.name) or torch.float64).itemsize * count
+    return [
+        (count, (config.get(spec.name) or torch.float64).itemsize)
         for spec, count in zip(problem.tensor_inputs, counts, strict=False)
-        if count is not None and (names is None or spec.name in names)
-    )
+    ]

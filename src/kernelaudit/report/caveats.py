@@ -29,7 +29,7 @@ def cpu_timing(report: AuditReport, finding: Finding) -> bool:
 
 def covered(reports: list[AuditReport], strict: bool, console: Console) -> bool:
     """Say which chosen checks could not run here, or ran and could not settle what they
-    measure (`checks.base.ran_in_part`) or judge every case every audit runs (the time
+    measure (`checks.coverage.ran_in_part`) or judge every case every audit runs (the time
     budget's doing, `engine.untried.cut_short`); False when `--strict` forbids it."""
     reasons: dict[str, list[str]] = {}
     for report in reports:
