@@ -226,6 +226,9 @@ for step in ${steps[@]}; do
         if [ -n "${MEMORY_STACKS:-}" ]; then
           child=$(cd benchmarks && python3 -c 'from stacks import CHILD; print(CHILD)')
           runner=(python3 -c "$child" "$out/stacks-$name.txt" "$MEMORY_STACKS")
+          # MEMORY_HELD=1 besides: the host tensors of 256 MiB or more and what holds them,
+          # each time (benchmarks/host_tensors.py)
+          [ -n "${MEMORY_HELD:-}" ] && runner=(python3 benchmarks/host_tensors.py "$out/stacks-$name.txt" "$MEMORY_STACKS")
         fi
         rm -f "/tmp/host-memory-$name-report.json"  # a killed audit's run leaves none
         python3 benchmarks/host_memory_trace.py --out "$out/host-memory-$name.json" \

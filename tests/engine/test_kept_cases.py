@@ -133,15 +133,40 @@ def test_a_probe_counts_the_results_of_its_calls_beside_its_case(
     from kernelaudit.checks.base import Probe, RunPlan, Step
     from kernelaudit.errors import CaseUnavailable
 
-    results = 256 * 256 * 4  # one call's float32 output
-    # room for the case and one call's results, not two calls'
-    monkeypatch.setattr(host_memory, "machine_memory", lambda: 2 * (CASE_BYTES + results))
+    results = sent = 256 * 256 * 4  # one call's float32 output; the worker's copy of the input
+    # room for the case, the worker's copy of its input and one call's results, not two calls'
+    room = CASE_BYTES + sent + results
+    monkeypatch.setattr(host_memory, "machine_memory", lambda: 2 * room)
     runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
     twice = Probe("replay", CASES[0], RunPlan(steps=(Step(), Step())))
-    with pytest.raises(CaseUnavailable, match="results of its 2 call"):
+    with pytest.raises(CaseUnavailable, match="results of the probe's 2 call"):
         runs.observe(twice)
     assert not runs._expected  # refused before the truth was made
     host_memory.refuse_unfitting(PROBLEM, [CASES[0]], calls=[(CASES[0], 1)])  # one call fits
     # a step whose results do not come back (only their fingerprints) counts none
     quiet = [(CASES[0], host_memory.result_copies(step)) for step in (Step(keep=False), Step())]
     host_memory.refuse_unfitting(PROBLEM, [CASES[0]], calls=quiet)
+
+
+def test_a_probe_counts_the_inputs_the_worker_receives_once_per_case(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kernelaudit.checks.base import Probe, RunPlan, Step
+    from kernelaudit.errors import CaseUnavailable
+
+    # the worker takes its own copy of each case's inputs as they cross to it: a probe of two
+    # cases whose truths fit beside each other does not fit once both copies are counted
+    sent = results = 256 * 256 * 4
+    two_cases = 2 * CASE_BYTES + 2 * results
+    monkeypatch.setattr(host_memory, "machine_memory", lambda: 2 * (two_cases + sent))
+    runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
+    both = Probe("specialisation", CASES[0], RunPlan(steps=(Step(), Step(case=CASES[1]))))
+    with pytest.raises(CaseUnavailable, match="the worker's copy of the inputs"):
+        runs.observe(both)
+    assert not runs._expected  # refused before either truth was made
+    # calls of one case send its inputs once (the same tensors, in one message): room for
+    # the case, one copy of its input and two calls' results is enough
+    monkeypatch.setattr(
+        host_memory, "machine_memory", lambda: 2 * (CASE_BYTES + sent + 2 * results)
+    )
+    host_memory.refuse_unfitting(PROBLEM, [CASES[0]], calls=[(CASES[0], 1), (CASES[0], 1)])

@@ -3,11 +3,11 @@ and a run held for later probes keep alive there.
 
 A case prepared for judging holds its inputs, its float64 truth and its baseline on the host,
 and later its nudged case's pair (`oracle.conditioning`). One case, or the cases one probe
-runs together with the candidate's results of its calls, may take half of the machine's
-memory (the candidate's processes may hold the other half, `runner.limits.host_share`); the
-cases kept for the checks that run them again an eighth. Each is estimated from the shapes
-before anything is made: a case past its share is not made, and the auditor is not killed for
-memory without a report.
+runs together with the worker's copies of their inputs and the candidate's results of its
+calls, may take half of the machine's memory (the candidate's processes may hold the other
+half for what they make themselves, `runner.limits.host_share`); the cases kept for the checks
+that run them again an eighth. Each is estimated from the shapes before anything is made: a
+case past its share is not made, and the auditor is not killed for memory without a report.
 """
 
 from __future__ import annotations
@@ -69,18 +69,27 @@ def refuse_unfitting(
     problem: Problem, cases: list[Case], calls: Iterable[tuple[Case, int]] = ()
 ) -> None:
     """Raise CaseUnavailable where the distinct `cases` (one case, or those one probe runs: a
-    shape held back and the workload beside it, say, each held while the probe runs) and the
-    results of the candidate's `calls` (a case per call, with the sets of results it sends
-    back, `result_copies`; they come back beside the truths) would not fit in `host_room`
-    together. Two float64 truths of tens of GB, each within the room alone, had the auditor
-    killed for memory, with no report."""
+    shape held back and the workload beside it, say, each held while the probe runs), the
+    worker's copies of the inputs of the candidate's `calls` (a case per call, with the sets
+    of results it sends back, `result_copies`) and the results of those calls (they come
+    back beside the truths) would not fit in `host_room` together. Two float64 truths of
+    tens of GB, each within the room alone, had the auditor killed for memory, with no
+    report; and so did a probe of two cases of a mixture of experts (22.5 GB of weights a
+    case) whose truths fit, while the worker took a second copy of both cases' inputs as they
+    crossed to it."""
     distinct, calls = list(dict.fromkeys(cases)), list(calls)
     trusted = sum(estimated_bytes(problem, case) for case in distinct)
+    sent = sum(input_bytes(problem, case) for case in dict.fromkeys(case for case, _ in calls))
     results = sum(copies * results_bytes(problem, case) for case, copies in calls)
-    needed, room = trusted + results, host_room()
+    needed, room = trusted + sent + results, host_room()
     if needed <= room:
         return
-    what = f" and the candidate's results of its {len(calls)} call(s)" if results else ""
+    what = (
+        f", with the worker's copy of the inputs and the candidate's results of the probe's "
+        f"{len(calls)} call(s),"
+        if calls
+        else ""
+    )
     if len(distinct) == 1:
         raise CaseUnavailable(
             f"the inputs, float64 truth and baseline at {distinct[0].describe()}{what} "
