@@ -161,8 +161,12 @@ def test_a_probe_counts_the_inputs_the_worker_receives_once_per_case(
     monkeypatch.setattr(host_memory, "machine_memory", lambda: 2 * (two_cases + sent))
     runs = Executor(PROBLEM, worker=None, device="cpu")  # type: ignore[arg-type]
     both = Probe("specialisation", CASES[0], RunPlan(steps=(Step(), Step(case=CASES[1]))))
-    with pytest.raises(CaseUnavailable, match="the worker's copy of the inputs"):
+    with pytest.raises(CaseUnavailable, match="the worker's copy of their inputs") as refused:
         runs.observe(both)
+    # the report's untried list says which copy did not fit
+    assert refused.value.reason == (
+        "the probe's cases do not fit in host memory twice, the auditor's and the worker's"
+    )
     assert not runs._expected  # refused before either truth was made
     # calls of one case send its inputs once (the same tensors, in one message): room for
     # the case, one copy of its input and two calls' results is enough

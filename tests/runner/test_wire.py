@@ -39,6 +39,22 @@ def test_tensors_cross_the_channel_bit_for_bit() -> None:
     assert got.outputs[1].shape == (0, 2)
 
 
+def test_a_tensor_two_calls_share_crosses_once() -> None:
+    # the calls of one case hand the worker the same input tensors: the message carries their
+    # bytes once (what a probe's room counts for the worker's copy, `engine.host_memory`)
+    from kernelaudit.runner.messages import Call, Invocation, TensorArg
+
+    weights = torch.randn(256, 1024)
+    one = Invocation(calls=(Call(args=(TensorArg(weights),)),))
+    two = Invocation(calls=(Call(args=(TensorArg(weights),)), Call(args=(TensorArg(weights),))))
+    sizes = [sum(len(piece) for piece in wire.encode(message)) for message in (one, two)]
+    assert sizes[1] - sizes[0] < weights.nbytes // 100
+    got = _through(two)
+    assert isinstance(got, Invocation)
+    first, second = (call.args[0].values for call in got.calls)
+    assert first is second and torch.equal(first, weights)
+
+
 @pytest.mark.parametrize("shape", [(1 << 40, 1 << 20), (-4,), ("4",), [1]])
 def test_a_shape_that_its_bytes_do_not_fill_is_refused_before_allocating(shape: object) -> None:
     stream = io.BytesIO()

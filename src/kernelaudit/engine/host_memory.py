@@ -4,10 +4,13 @@ and a run held for later probes keep alive there.
 A case prepared for judging holds its inputs, its float64 truth and its baseline on the host,
 and later its nudged case's pair (`oracle.conditioning`). One case, or the cases one probe
 runs together with the worker's copies of their inputs and the candidate's results of its
-calls, may take half of the machine's memory (the candidate's processes may hold the other
-half for what they make themselves, `runner.limits.host_share`); the cases kept for the checks
-that run them again an eighth. Each is estimated from the shapes before anything is made: a
-case past its share is not made, and the auditor is not killed for memory without a report.
+calls, may take half of the machine's memory; the cases kept for the checks that run them
+again an eighth. The candidate's processes may hold the other half (`runner.limits.host_share`),
+their copy of the inputs included: counting that copy in the auditor's half too leaves the
+other half for what the candidate makes itself, the shared regions and the processes' own
+footprint, so both sides near their limits at once still fit the machine. Each is estimated
+from the shapes before anything is made: a case past its share is not made, and the auditor is
+not killed for memory without a report.
 """
 
 from __future__ import annotations
@@ -84,25 +87,29 @@ def refuse_unfitting(
     needed, room = trusted + sent + results, host_room()
     if needed <= room:
         return
-    what = (
-        f", with the worker's copy of the inputs and the candidate's results of the probe's "
-        f"{len(calls)} call(s),"
-        if calls
-        else ""
-    )
+    parts = ["the worker's copy of their inputs"] if sent else []
+    if results:
+        parts.append(f"the candidate's results of the probe's {len(calls)} call(s)")
+    what = f", with {' and '.join(parts)}," if parts else ""
+    # where the auditor's own share fits, the worker's copy is what does not
+    crossing = trusted + results <= room
     if len(distinct) == 1:
         raise CaseUnavailable(
             f"the inputs, float64 truth and baseline at {distinct[0].describe()}{what} "
             f"would take {needed / 2**30:.1f} GiB of host memory, more than the "
             f"{room / 2**30:.1f} GiB the auditor takes for one case (half of this machine's)",
-            "the float64 truth does not fit in host memory",
+            "the case's inputs do not fit in host memory twice, the auditor's and the worker's"
+            if crossing
+            else "the float64 truth does not fit in host memory",
         )
     raise CaseUnavailable(
         f"the inputs, float64 truths and baselines of the {len(distinct)} cases one probe "
         f"runs ({'; '.join(case.describe() for case in distinct)}){what} would take "
         f"{needed / 2**30:.1f} GiB of host memory together, more than the "
         f"{room / 2**30:.1f} GiB the auditor takes for them (half of this machine's)",
-        "the float64 truths of the probe's cases do not fit in host memory together",
+        "the probe's cases do not fit in host memory twice, the auditor's and the worker's"
+        if crossing
+        else "the float64 truths of the probe's cases do not fit in host memory together",
     )
 
 

@@ -156,6 +156,11 @@ def materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | 
     (problem, case) gives bit-identical values in every process. A case with `rows` gets the
     values of the whole case cut to its row window (`restrict_rows`).
     """
+    with DRAWS.together():  # the case's large draws never push out each other (`reuse`)
+        return _materialize(problem, case)
+
+
+def _materialize(problem: Problem, case: Case) -> dict[str, torch.Tensor | int | float]:
     if case.rows is not None:
         return restrict_rows(problem, case, materialize(problem, replace(case, rows=None)))
     configs = problem.dtype_configs()
