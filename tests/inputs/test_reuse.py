@@ -252,3 +252,16 @@ def test_a_weight_drawn_after_activations_that_change_with_the_batch_is_kept_aga
     # again there, it may push them out in turn (drawn in that case, not found kept), and the
     # next small case finds it kept
     assert calls == ["x small", "w", "x large", "w", "x small"]
+
+
+def test_a_draw_made_twice_at_once_takes_its_room_once() -> None:
+    draws = Draws(2 * SMALLEST * 4)  # room for two draws
+
+    def made_twice() -> torch.Tensor:
+        # kept meanwhile, as another thread making the same case would keep it
+        draws.get("a", lambda: torch.zeros(SMALLEST))
+        return torch.zeros(SMALLEST)
+
+    draws.get("a", made_twice)
+    draws.get("b", lambda: torch.ones(SMALLEST))
+    assert draws.holds("a") and draws.holds("b")  # counted once, "a" leaves room for "b"

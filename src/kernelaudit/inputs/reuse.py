@@ -146,6 +146,8 @@ class Draws:
         if sum(t.numel() for t in tensors) < SMALLEST or size > self.most_bytes:
             return _picked(drawn, names)
         with self._lock:
+            if key in self._kept:  # drawn meanwhile in another thread: this one replaces it
+                self._drop(key)
             if self._room_for(key, size, inner):
                 self._kept[key] = drawn
                 self._versions[key] = _versions(drawn)
