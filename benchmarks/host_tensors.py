@@ -78,7 +78,7 @@ def _holders(obj: object, own: set[int]) -> list[str]:
 
 
 def _report(out: IO[str], since: float) -> None:
-    storages: dict[int, list[object]] = {}
+    storages: dict[int, tuple[int, list[torch.Tensor]]] = {}
     every = gc.get_objects()
     for obj in every:
         try:
@@ -86,10 +86,10 @@ def _report(out: IO[str], since: float) -> None:
                 continue
             storage = obj.untyped_storage()
             if storage.nbytes() >= LEAST_BYTES:
-                storages.setdefault(storage.data_ptr(), [storage.nbytes()]).append(obj)
+                storages.setdefault(storage.data_ptr(), (storage.nbytes(), []))[1].append(obj)
         except Exception:  # a tensor without storage, or one being torn down
             continue
-    total = sum(int(v[0]) for v in storages.values())  # type: ignore[call-overload]
+    total = sum(nbytes for nbytes, _ in storages.values())
     info = _mallinfo()
     pinned = torch.cuda.host_memory_stats() if torch.cuda.is_initialized() else {}
     locked = {k: round(v / 2**30, 2) for k, v in pinned.items() if k.endswith("bytes.current")}
@@ -103,15 +103,15 @@ def _report(out: IO[str], since: float) -> None:
         f"mapped {info.hblkhd / 2**30:.2f} GiB; page-locked GiB: {locked}",
         file=out,
     )
-    ordered = sorted(storages.values(), key=lambda v: -int(v[0]))  # type: ignore[call-overload]
-    own = {id(every), id(ordered), id(storages), *map(id, ordered)}
-    for entry in ordered:
-        tensors = entry[1:4]
-        own.add(id(tensors))
+    ordered = sorted(storages.values(), key=lambda entry: -entry[0])
+    # this module's own containers refer to the tensors too: left out of what holds them
+    own = {id(every), id(ordered), id(storages)}
+    own |= {id(entry) for entry in ordered} | {id(tensors) for _, tensors in ordered}
+    for nbytes, tensors in ordered:
+        del tensors[3:]  # three views of a storage say enough (a slice would hold them too)
         for t in tensors:
-            assert isinstance(t, torch.Tensor)
             print(
-                f"  {int(entry[0]) / 2**30:.2f} GiB {t.dtype} {tuple(t.shape)} "  # type: ignore[call-overload]
+                f"  {nbytes / 2**30:.2f} GiB {t.dtype} {tuple(t.shape)} "
                 f"pinned={t.is_pinned()} held by {_holders(t, own)}",
                 file=out,
             )

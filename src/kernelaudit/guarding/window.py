@@ -33,7 +33,7 @@ from kernelaudit.inputs.batch import (
     select_keyed,
 )
 from kernelaudit.inputs.case import Case
-from kernelaudit.inputs.materialize import restrict_rows
+from kernelaudit.inputs.rows import restrict_rows
 from kernelaudit.oracle.truth import axis_sizes
 from kernelaudit.problem.spec import Problem
 

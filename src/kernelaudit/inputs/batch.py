@@ -26,7 +26,8 @@ import torch
 from kernelaudit.errors import CaseUnavailable, ProblemError, UsageError
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import case_elements
-from kernelaudit.inputs.materialize import materialize, uncuttable
+from kernelaudit.inputs.materialize import materialize
+from kernelaudit.inputs.rows import uncuttable
 from kernelaudit.problem.dims import dim_axes, resolve_shape
 from kernelaudit.problem.spec import Axis, Dim, GeneratedInput, IndexInput, Problem, ScalarInput
 
