@@ -89,6 +89,14 @@ class Arena:
         self._next = offset + nbytes
         return offset, self.region.bytes_at(offset, nbytes)
 
+    def mark(self) -> int:
+        """Where the next buffer would be taken from (for `rewind`)."""
+        return self._next
+
+    def rewind(self, mark: int) -> None:
+        """Take buffers from `mark` again: those taken since are given up (a call made anew)."""
+        self._next = mark
+
     def lies_in(self, tensor: torch.Tensor) -> bool:
         """Whether `tensor`'s storage starts inside the arena (a buffer taken from it)."""
         if self.end <= self.start:

@@ -5,6 +5,7 @@ it reports is what the candidate let it see (see docs/threat-model.md)."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 import time
@@ -47,6 +48,7 @@ from kernelaudit.runner.placing import (
     to_cpu,
 )
 from kernelaudit.runner.poison import PoisonMode, fill_poison
+from kernelaudit.runner.staging import Staged, asked_once, with_room
 from kernelaudit.runner.state import snapshot
 from kernelaudit.runner.threaded import concurrent_calls
 from kernelaudit.runner.watch import (
@@ -73,12 +75,32 @@ def run_invocation(
     watch: Watch | None = None,
     arena: Arena | None = None,
     ask: Callable[[int], bool] | None = None,
+    staged: Staged | None = None,
 ) -> InvocationResult:
     """Run the calls in order; stop at the first that fails, keeping what came before. The
     calls' fresh buffers are taken from `arena` where there is one. `ask(index)`: whether a
     call with repetitions (`Call.repeat`) makes them, asked of the auditor once the call is
-    made (default: the call's `repeat_calls`)."""
+    made (default: the call's `repeat_calls`). The large inputs' device copies the calls are
+    placed from are `staged`'s (`runner.staging`; one of the invocation's own by default),
+    let go when the invocation ends."""
     watch = watch or Watch()
+    staged = staged or Staged(device)
+    try:
+        once = asked_once(ask) if ask is not None else None
+        return _run_invocation(candidate, invocation, device, watch, arena, once, staged)
+    finally:
+        staged.release()
+
+
+def _run_invocation(
+    candidate: Callable[..., object],
+    invocation: Invocation,
+    device: torch.device,
+    watch: Watch,
+    arena: Arena | None,
+    ask: Callable[[int], bool] | None,
+    staged: Staged,
+) -> InvocationResult:
     outcomes: list[CallOutcome] = []
     breaches: list[GuardBreach] = []
     placements: list[Placement] = []
@@ -105,21 +127,28 @@ def run_invocation(
         holding += [g.buffer for p in placed.values() for g in (*p.inputs.values(), *p.slots)]
         try:
             with forcing(call.autotune, tuners) as launches:
-                outcome, outputs, buffers = run_call(
-                    candidate,
-                    call,
-                    index,
-                    invocation.return_inputs,
-                    device,
+                outcome, outputs, buffers = with_room(
+                    staged,
                     breaches,
-                    placed,
-                    watch,
-                    alone=alone,
-                    noise_s=outcomes[0].seconds if outcomes else 0.0,
-                    holding=holding,
-                    always_return=invocation.always_return,
-                    arena=arena,
-                    ask=ask,
+                    arena,
+                    functools.partial(
+                        run_call,
+                        candidate,
+                        call,
+                        index,
+                        invocation.return_inputs,
+                        device,
+                        breaches,
+                        placed,
+                        watch,
+                        alone=alone,
+                        noise_s=outcomes[0].seconds if outcomes else 0.0,
+                        holding=holding,
+                        always_return=invocation.always_return,
+                        arena=arena,
+                        ask=ask,
+                        staged=staged,
+                    ),
                 )
         except NotOffered as error:
             return result(changed_later=changed_later(held, outcomes), not_run=str(error))
@@ -167,6 +196,7 @@ def run_call(
     always_return: Collection[int] = (),
     arena: Arena | None = None,
     ask: Callable[[int], bool] | None = None,
+    staged: Staged | None = None,
 ) -> tuple[CallOutcome, tuple[torch.Tensor, ...], Placed]:
     """One call on fresh guarded inputs (or on an earlier call's buffers, rewritten). Appends
     the guard breaches it sees to `breaches`.
@@ -180,6 +210,8 @@ def run_call(
     arena: where the call's fresh buffers are taken from (`runner.arena`), if anywhere.
     ask: whether the call's repetitions are made, asked with the call's index once the call
         is made (`run_invocation`).
+    staged: the device copies of large inputs the call is placed from and compared with
+        (`runner.staging`), where there are any.
 
     Returns what goes back to the auditor, the outputs as they live on the device (held until
     the invocation ends, to see whether later calls change them) and the buffers used.
@@ -193,7 +225,7 @@ def run_call(
     if measured and watch.memory_at_load is None:
         prepare(device)
         watch.memory_at_load = read_memory(device)  # a worker started without `main`
-    buffers = buffers_for(call, device, placed or {}, arena)
+    buffers = buffers_for(call, device, placed or {}, arena, staged)
     inputs, slots = buffers.inputs, buffers.slots
     args = [inputs[p].view if p in inputs else arg for p, arg in enumerate(call.args)]
     slot_views = [s.view for s in slots]
@@ -249,7 +281,9 @@ def run_call(
         failure = classify(error, device)
         message = f"copying the outputs failed:\n{failure.message}"
         raise CandidateFailure(failure.kind, message) from None
-    inputs_after = tuple(_after(p, inputs, call, p not in always_return) for p in return_inputs)
+    inputs_after = tuple(
+        _after(p, inputs, call, p not in always_return, staged) for p in return_inputs
+    )
     outcome = CallOutcome(
         outputs=sent,
         inputs_after=inputs_after,
@@ -272,6 +306,7 @@ def run_call(
         scratch.clear()
         assert watch.memory_at_load is not None
         harness = [*holding, *(g.buffer for g in guarded_all), *outputs]
+        harness += staged.tensors() if staged is not None else []
         if arena is not None:  # lent by the auditor: never in the allocator's count
             harness = [t for t in harness if not arena.lies_in(t)]
         held, unseen = kept_since(
@@ -289,7 +324,7 @@ def run_call(
     if (call.noise or call.threads or call.queued) and alone:
         outcome = replace(outcome, mismatches=tuple(bit_mismatches(outputs, alone, -1)))
     if call.threads:
-        found = concurrent_calls(candidate, call, index, device, watch, alone, breaches)
+        found = concurrent_calls(candidate, call, index, device, watch, alone, breaches, staged)
         outcome = replace(outcome, mismatches=outcome.mismatches + found.pop("mismatches"))
         outcome = replace(outcome, **found)
     if call.timed:
@@ -337,18 +372,24 @@ def _repeated(
 
 
 def _after(
-    position: int, inputs: dict[int, GuardedTensor], call: Call, only_changed: bool
+    position: int,
+    inputs: dict[int, GuardedTensor],
+    call: Call,
+    only_changed: bool,
+    staged: Staged | None = None,
 ) -> torch.Tensor | None:
     """What argument `position` holds after the call, on the CPU; with `only_changed`, None
     for a tensor that holds bit for bit the values the call gave it (`TensorArg.values`, on
-    the CPU: nothing more is held on the device while the candidate runs; compared on the
-    device after the call, `guard.holds`)."""
+    the CPU, or their device copy in `staged`; compared on the device after the call,
+    `guard.holds`)."""
     if position not in inputs:
         return torch.tensor(call.args[position], device="cpu")
     view = inputs[position].view
     given = call.args[position]
-    if only_changed and isinstance(given, TensorArg) and holds(view, given.values):
-        return None
+    if only_changed and isinstance(given, TensorArg):
+        values = staged.on_device(given.values) if staged is not None else given.values
+        if holds(view, values):
+            return None
     return to_cpu(view)
 
 

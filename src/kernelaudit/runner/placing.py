@@ -15,6 +15,7 @@ from kernelaudit.runner.failures import CandidateFailure
 from kernelaudit.runner.guard import GuardedTensor, allocate, breach, contiguous_geometry, place
 from kernelaudit.runner.messages import Call, GuardBreach, OutputSlot, Placement, TensorArg
 from kernelaudit.runner.poison import fill_poison, poison_value
+from kernelaudit.runner.staging import Staged
 
 
 @dataclass
@@ -33,13 +34,22 @@ class Placed:
 
 
 def buffers_for(
-    call: Call, device: torch.device, placed: dict[int, Placed], arena: Arena | None = None
+    call: Call,
+    device: torch.device,
+    placed: dict[int, Placed],
+    arena: Arena | None = None,
+    staged: Staged | None = None,
 ) -> Placed:
     """Fresh guarded buffers for the call's tensors (taken from `arena` where there is one),
     or the buffers of the call it reuses with this call's values written in: through an
     alias, so the tensors the candidate sees keep their identity, address and version
     counter; or, for an update (`Call.updated`), in place, so their version counters move as
-    after an optimizer's step."""
+    after an optimizer's step. The values are copied from their device copies in `staged`
+    where it holds them."""
+
+    def values(arg: TensorArg) -> torch.Tensor:
+        return staged.on_device(arg.values) if staged is not None else arg.values
+
     if call.reuse is not None and call.reuse in placed:
         earlier = placed[call.reuse]
         for position, arg in enumerate(call.args):
@@ -47,15 +57,15 @@ def buffers_for(
                 view = earlier.inputs[position].view
                 if call.updated:
                     with torch.no_grad():  # as an optimizer's step: the counter moves
-                        view.copy_(arg.values.to(view.device).expand(view.shape))
+                        view.copy_(values(arg).to(view.device).expand(view.shape))
                 else:
-                    rewrite(view, arg.values)
+                    rewrite(view, values(arg))
         for slot in earlier.slots:
             value = poison_value(call.poison, slot.view.dtype, call.sentinel)
             rewrite(slot.view, torch.full((), value))
         return earlier
     inputs = {
-        position: place(f"input {position}", arg.values, arg.layout, device, arena)
+        position: place(f"input {position}", values(arg), arg.layout, device, arena)
         for position, arg in enumerate(call.args)
         if isinstance(arg, TensorArg)
     }

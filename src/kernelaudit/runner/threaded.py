@@ -14,6 +14,7 @@ from kernelaudit.runner.failures import CandidateFailure, classify, describe
 from kernelaudit.runner.messages import Call, GuardBreach
 from kernelaudit.runner.placing import buffers_for, check_guards, returned_outputs, to_cpu
 from kernelaudit.runner.poison import PoisonMode
+from kernelaudit.runner.staging import Staged
 from kernelaudit.runner.watch import fingerprints
 from kernelaudit.timing.measure import synchronize
 
@@ -31,16 +32,17 @@ def concurrent_calls(
     watch: Watch,
     alone: tuple[torch.Tensor, ...],
     breaches: list[GuardBreach],
+    staged: Staged | None = None,
 ) -> dict[str, Any]:
     """`call.threads` host threads call the candidate at once, each on a device stream of
-    its own with its own guarded copies of the inputs and outputs, its own poisoned
-    allocations; released together so their calls overlap. Returns the CallOutcome fields
-    they fill."""
+    its own with its own guarded copies of the inputs and outputs (placed from `staged`'s
+    device copies where it holds them), its own poisoned allocations; released together so
+    their calls overlap. Returns the CallOutcome fields they fill."""
     count = call.threads
     cuda = device.type == "cuda"
     while cuda and len(watch.callers) < count:
         watch.callers.append(torch.cuda.Stream(device))
-    buffers = [buffers_for(call, device, {}) for _ in range(count)]
+    buffers = [buffers_for(call, device, {}, staged=staged) for _ in range(count)]
     modes = [PoisonMode(call.poison, call.sentinel) for _ in range(count)]
     if cuda:
         for stream in watch.callers[:count]:
