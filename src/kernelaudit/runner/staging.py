@@ -45,8 +45,8 @@ class Staged:
         self._copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         """id of the host values -> (the values, held so the id stays theirs; the copy)."""
         self._refused: set[int] = set()
-        """ids of values with no copy, asked no more (their values are held by `_copies`'s
-        owner: the invocation, for as long as this lives)."""
+        """ids of values given no copy, not tried again (the invocation holds those values
+        for as long as this lives, so their ids stay theirs)."""
 
     def on_device(self, values: torch.Tensor) -> torch.Tensor:
         """`values`' copy on the device, made now where there is none and it has room;
@@ -95,7 +95,7 @@ def room(device: torch.device) -> int:
     free, total = torch.cuda.mem_get_info(device)
     fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     cap = int(total * fraction(device)) if fraction is not None else total
-    return max(0, min(free, cap - torch.cuda.memory_reserved(device)) + _reusable(device))
+    return max(0, min(free, cap - torch.cuda.memory_reserved(device))) + _reusable(device)
 
 
 def _reusable(device: torch.device) -> int:
