@@ -142,7 +142,7 @@ class Draws:
         inner = len(scope) if scope is not None else 0
         drawn = draw()
         tensors = _tensors(drawn)
-        size = sum(t.numel() * t.element_size() for t in tensors)
+        size = _nbytes(tensors)
         if sum(t.numel() for t in tensors) < SMALLEST or size > self.most_bytes:
             return _picked(drawn, names)
         with self._lock:
@@ -173,7 +173,7 @@ class Draws:
             if kept_key in held and _versions(kept) == self._versions[kept_key]:
                 continue
             dropped.append(kept_key)
-            freed += sum(t.numel() * t.element_size() for t in _tensors(kept))
+            freed += _nbytes(_tensors(kept))
         if self._bytes - freed + size > self.most_bytes:
             return False
         for kept_key in dropped:
@@ -204,7 +204,7 @@ class Draws:
     def _drop(self, key: Hashable) -> None:
         dropped = self._kept.pop(key)
         del self._versions[key]
-        self._bytes -= sum(t.numel() * t.element_size() for t in _tensors(dropped))
+        self._bytes -= _nbytes(_tensors(dropped))
         self._went(key)
 
     def origin(self, tensor: torch.Tensor) -> Hashable | None:
@@ -249,6 +249,10 @@ def _picked(kept: Kept, names: Collection[str] | None) -> Kept:
     if names is None or isinstance(kept, torch.Tensor):
         return kept
     return {name: value for name, value in kept.items() if name in names}
+
+
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _versions(kept: Kept) -> tuple[int, ...]:

@@ -42,6 +42,7 @@ from kernelaudit.runner.placing import (
     Placed,
     buffers_for,
     check_guards,
+    named_after_output,
     output_buffers,
     returned_outputs,
     tensors_in,
@@ -54,8 +55,8 @@ from kernelaudit.runner.threaded import concurrent_calls
 from kernelaudit.runner.watch import (
     Watch,
     changed,
+    changed_later,
     describe_output,
-    fingerprint,
     fingerprints,
     scrub_free_memory,
     threads_started,
@@ -271,7 +272,7 @@ def run_call(
     try:
         outputs = tuple(slot_views) if slots else returned_outputs(returned)
     finally:
-        scratch = [_named_after_output(a, outputs) for a in mode.allocations]
+        scratch = [named_after_output(a, outputs) for a in mode.allocations]
         breaches.extend(check_guards([*guarded_all, *scratch], index))
     late = fingerprints(outputs)
     deferred = changed(early, late) if early is not None else ()
@@ -437,32 +438,3 @@ def _timed(
     return replace(
         outcome, timing=timing, timed_fingerprints=tuple(seen), timed_outputs=timed_outputs
     )
-
-
-def changed_later(
-    held: Sequence[tuple[torch.Tensor, ...]], outcomes: Sequence[CallOutcome]
-) -> tuple[tuple[int, int], ...]:
-    """(call, output) pairs whose device values no longer have the bits they had when the call
-    returned."""
-    changed = []
-    for c, (outputs, outcome) in enumerate(zip(held, outcomes, strict=True)):
-        for o, (live, then) in enumerate(zip(outputs, outcome.fingerprints, strict=False)):
-            try:
-                now = fingerprint(live)
-            except Exception:
-                changed.append((c, o))
-                continue
-            if now != then:
-                changed.append((c, o))
-    return tuple(changed)
-
-
-def _named_after_output(
-    allocation: GuardedTensor, outputs: Sequence[torch.Tensor]
-) -> GuardedTensor:
-    """An allocation the candidate returned is reported as that output, not as scratch."""
-    storage = allocation.buffer.untyped_storage().data_ptr()
-    for i, output in enumerate(outputs):
-        if type(output) is torch.Tensor and output.untyped_storage().data_ptr() == storage:
-            return replace(allocation, label=f"output {i}")
-    return allocation

@@ -5,7 +5,7 @@ of them after the call."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -135,3 +135,12 @@ def to_cpu(tensor: torch.Tensor) -> torch.Tensor:
     Pageable, as a plain caller's would be: the candidate's process keeps no page-locked
     blocks between calls."""
     return host_copy(tensor, page_locked=False)
+
+
+def named_after_output(allocation: GuardedTensor, outputs: Sequence[torch.Tensor]) -> GuardedTensor:
+    """An allocation the candidate returned is reported as that output, not as scratch."""
+    storage = allocation.buffer.untyped_storage().data_ptr()
+    for i, output in enumerate(outputs):
+        if type(output) is torch.Tensor and output.untyped_storage().data_ptr() == storage:
+            return replace(allocation, label=f"output {i}")
+    return allocation

@@ -17,7 +17,7 @@ import torch
 
 from kernelaudit.runner.contention import Noise
 from kernelaudit.runner.memory import DeviceMemory
-from kernelaudit.runner.messages import OutputObject, StateChange
+from kernelaudit.runner.messages import CallOutcome, OutputObject, StateChange
 
 _CHUNK = 1 << 24
 """Words hashed per step: bounds the scratch a fingerprint needs to 16 Mi int64s."""
@@ -282,3 +282,21 @@ class Watch:
     """The side stream and scratch of the noise kernels, made on first use and kept."""
     callers: list[torch.cuda.Stream] = field(default_factory=list)
     """The streams concurrent threads call the candidate on, made on first use and kept."""
+
+
+def changed_later(
+    held: Sequence[tuple[torch.Tensor, ...]], outcomes: Sequence[CallOutcome]
+) -> tuple[tuple[int, int], ...]:
+    """(call, output) pairs whose device values no longer have the bits they had when the call
+    returned."""
+    changed = []
+    for c, (outputs, outcome) in enumerate(zip(held, outcomes, strict=True)):
+        for o, (live, then) in enumerate(zip(outputs, outcome.fingerprints, strict=False)):
+            try:
+                now = fingerprint(live)
+            except Exception:
+                changed.append((c, o))
+                continue
+            if now != then:
+                changed.append((c, o))
+    return tuple(changed)
