@@ -365,18 +365,20 @@ for step in ${steps[@]}; do
             "examples/layernorm/problem.py examples/layernorm/candidates.py::masked_statistics --profile default")
       names=(sol016-quick sol022-quick sol022-default layernorm-default)
       if [ -n "${PROFILE_SOL:-}" ]; then
-        # chosen SOL-ExecBench problems instead, default profile (PROFILE_SOL="L1/056_ ...")
+        # chosen SOL-ExecBench problems instead, in PROFILE_AS (default `default`;
+        # PROFILE_SOL="L1/056_ ...")
         runs=(); names=()
         for prefix in $PROFILE_SOL; do
           folder=$(ls -d "$sol"/${prefix}* | head -n 1)
-          runs+=("--sol $folder --profile default")
-          names+=("$(echo "$prefix" | tr '/A-Z' '-a-z' | tr -d '_')default")
+          runs+=("--sol $folder --profile ${PROFILE_AS:-default}")
+          names+=("$(echo "$prefix" | tr '/A-Z' '-a-z' | tr -d '_')${PROFILE_AS:-default}")
         done
       fi
       # bytecode for what every audit imports, so no run below pays for compiling it
       python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker, kernelaudit.sanitizer.child'
       for i in "${!runs[@]}"; do
-        python3 benchmarks/profile_audit.py ${runs[$i]} --out "$out/profiles/${names[$i]}" 2>&1 | head -n 40
+        # PROFILE_FLAGS="--stopwatches-only": the stopwatches at full speed, no cProfile
+        python3 benchmarks/profile_audit.py ${runs[$i]} ${PROFILE_FLAGS:-} --out "$out/profiles/${names[$i]}" 2>&1 | head -n 40
         cp "$out/profiles/${names[$i]}/summary.txt" "$out/profile-${names[$i]}.txt"
       done
       tar -czf "$out/profiles.tar.gz" -C "$out" profiles && rm -rf "$out/profiles"

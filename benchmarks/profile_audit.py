@@ -9,8 +9,12 @@ profiler runs, which replaces the interpreter's profiling hook).
 
 --sol audits a SOL-ExecBench problem with its own reference as the candidate. --stop-after
 SECONDS interrupts an audit that runs longer and writes what was seen until then. The folder gets
-timeline.json (every progress event with the seconds since the start), report.json, one
-<name>-<pid>.pstats per profiled process and summary.txt: the slowest functions of each.
+timeline.json (every progress event with the seconds since the start), spans.json (every
+stopwatch's call: what, thread, from and to), report.json, one <name>-<pid>.pstats per
+profiled process and summary.txt: the stopwatches, each probe's seconds on the auditor's main
+thread by part (making the case, sending, the worker's run, judging...), and the slowest
+functions of each process. --stopwatches-only leaves cProfile out, so the audit runs at its
+own speed and only the stopwatches and the timeline are kept.
 """
 
 from __future__ import annotations
@@ -74,7 +78,27 @@ _WATCHED = (
     ("kernelaudit.runner.process.Worker", "start"),
     ("kernelaudit.runner.process", "observe"),
     ("kernelaudit.runner.lent.Lender", "lend"),
+    ("kernelaudit.engine.executor.Executor", "prepare"),
+    ("kernelaudit.engine.executor.Executor", "observe"),
+    ("kernelaudit.runner.process.Worker", "_send"),
+    ("kernelaudit.runner.process.Worker", "_receive"),
+    ("kernelaudit.runner.observed", "_input_after"),
+    ("kernelaudit.runner.observed", "_observed"),
+    ("kernelaudit.device_copies.DeviceCopies", "copied"),
+    ("kernelaudit.oracle.resident.Resident", "get"),
+    ("kernelaudit.engine.planning", "plan_all"),
+    ("kernelaudit.engine.executor.Executor", "_truth"),
+    ("kernelaudit.engine.executor.Executor", "_measure"),
+    ("kernelaudit.engine.executor.Executor", "_clocked"),
+    ("kernelaudit.engine.executor.Executor", "_settle_ahead"),
+    ("kernelaudit.engine.executor.Executor", "_wait_ahead"),
 )
+"""Functions timed with a wall-clock stopwatch (`module.function` or `module.Class`, name);
+every check's `judge` is timed besides, per check (`_judges`)."""
+
+
+SPANS: list[tuple[str, str, float, float]] = []
+"""Every stopwatch's call: (label, thread, began, ended), on `time.perf_counter`'s clock."""
 
 
 def _stopwatches() -> dict[str, list[float]]:
@@ -97,10 +121,71 @@ def _stopwatches() -> dict[str, list[float]]:
             try:
                 return __original(*args, **kwargs)
             finally:
-                seen[__label].append(time.perf_counter() - began)
+                ended = time.perf_counter()
+                seen[__label].append(ended - began)
+                SPANS.append((__label, threading.current_thread().name, began, ended))
 
         setattr(owner, name, timed)
+    _judges(seen)
     return seen
+
+
+def _judges(seen: dict[str, list[float]]) -> None:
+    """A stopwatch on each check's `judge`, by the check's name."""
+    from kernelaudit.checks import REGISTRY
+
+    for owner in REGISTRY:
+        if "judge" not in vars(owner):
+            continue
+        label = f"judge {owner.name}"
+        seen[label] = []
+        original = vars(owner)["judge"]
+
+        def timed(self, *args, __original=original, __label=label, **kwargs):  # type: ignore[no-untyped-def]
+            began = time.perf_counter()
+            try:
+                return __original(self, *args, **kwargs)
+            finally:
+                ended = time.perf_counter()
+                seen[__label].append(ended - began)
+                SPANS.append((__label, threading.current_thread().name, began, ended))
+
+        owner.judge = timed  # type: ignore[method-assign]
+
+
+_ANATOMY = (
+    ("prepare", "Executor.prepare"),
+    ("truth", "Executor._truth"),
+    ("draws", "executor.materialize"),
+    ("send", "Worker._send"),
+    ("worker", "Worker._receive"),
+    ("read", "observed._observed"),
+    ("measure", "Executor._measure"),
+    ("clocked", "Executor._clocked"),
+)
+
+
+def _anatomy(probes: list[dict[str, object]], spans: list[dict[str, object]]) -> list[str]:
+    """Each probe's seconds on the auditor's main thread, from the end of the probe before
+    it to its own: the stopwatches that ended in between, summed (every check's `judge`
+    together)."""
+    header = " ".join(f"{name:>7}" for name, _ in (("probe", ""), *_ANATOMY, ("judge", "")))
+    lines = ["each probe on the main thread, in seconds:", f"{header}  what"]
+    last = 0.0
+    for event in probes:
+        end = float(event["at_s"])  # type: ignore[arg-type]
+        summed: dict[str, float] = {}
+        for span in spans:
+            ended = float(span["to_s"])  # type: ignore[arg-type]
+            if span["thread"] == "MainThread" and last < ended <= end:
+                label = str(span["what"])
+                label = "judge" if label.startswith("judge ") else label
+                summed[label] = summed.get(label, 0.0) + ended - float(span["from_s"])  # type: ignore[arg-type]
+        figures = [end - last, *(summed.get(label, 0.0) for _, label in _ANATOMY)]
+        figures.append(summed.get("judge", 0.0))
+        lines.append(" ".join(f"{f:7.2f}" for f in figures) + f"  {event['what']}")
+        last = end
+    return lines
 
 
 def _top(path: Path, limit: int) -> str:
@@ -125,13 +210,19 @@ def main() -> None:
         default=None,
         help="interrupt the audit after this many seconds and summarise what it did until then",
     )
+    parser.add_argument(
+        "--stopwatches-only",
+        action="store_true",
+        help="no cProfile anywhere: the stopwatches and the timeline alone, at full speed",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
     args.out.mkdir(parents=True, exist_ok=True)
     children = args.out / "children"
     children.mkdir(exist_ok=True)
-    _profile_children(children)
+    if not args.stopwatches_only:
+        _profile_children(children)
     if args.sol is not None:
         sys.path.insert(0, str(Path(__file__).parent))
         from solexecbench_scale import write_shim
@@ -167,7 +258,8 @@ def main() -> None:
         alarm.daemon = True
         alarm.start()
     profiler = cProfile.Profile()
-    profiler.enable()
+    if not args.stopwatches_only:
+        profiler.enable()
     try:
         report = audit(
             problem,
@@ -182,8 +274,14 @@ def main() -> None:
         report, verdict = None, f"interrupted after {args.stop_after} s"
     profiler.disable()
     wall = time.perf_counter() - began
-    profiler.dump_stats(str(args.out / f"auditor-{os.getpid()}.pstats"))
+    if not args.stopwatches_only:
+        profiler.dump_stats(str(args.out / f"auditor-{os.getpid()}.pstats"))
     (args.out / "timeline.json").write_text(json.dumps(timeline, indent=1))
+    spans = [
+        {"what": label, "thread": thread, "from_s": a - began, "to_s": b - began}
+        for label, thread, a, b in SPANS
+    ]
+    (args.out / "spans.json").write_text(json.dumps(spans))
     if report is not None:
         (args.out / "report.json").write_text(json.dumps(report.to_json(), indent=1, default=str))
     time.sleep(3.0)  # the children write their stats as they exit
@@ -208,7 +306,9 @@ def main() -> None:
         if gap > 0.5:
             lines.append(f"{event['at_s']:8.2f}  +{gap:5.2f} s  {event['what']}")
         last = float(event["at_s"])
-    for path in [args.out / f"auditor-{os.getpid()}.pstats", *sorted(children.glob("*.pstats"))]:
+    profiled = [] if args.stopwatches_only else [args.out / f"auditor-{os.getpid()}.pstats"]
+    lines += ["", *_anatomy(probes, spans)]
+    for path in [*profiled, *sorted(children.glob("*.pstats"))]:
         lines += ["", "=" * 100, path.name, _top(path, args.top)]
     (args.out / "summary.txt").write_text("\n".join(lines))
     print("\n".join(lines[:60]))
