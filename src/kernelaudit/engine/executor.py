@@ -3,6 +3,7 @@ run the candidate in its worker, and pair the two up."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -44,8 +45,10 @@ from kernelaudit.inputs.ahead import DrawsAhead
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.distributions import UNDEFINED_WHERE_NAN
 from kernelaudit.inputs.materialize import materialize, shapes_only
+from kernelaudit.oracle.compare import judging_device
 from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.oracle.truth import expected
+from kernelaudit.oracle.warm import warm_beside
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.runner.messages import Call, CallOutcome, Invocation, InvocationResult
 from kernelaudit.runner.process import Worker
@@ -77,6 +80,8 @@ class Executor:
         self._ahead: Future[None] | None = None
         self._drawn_ahead = DrawsAhead() if draws_ahead_on(device) else None
         """The next probe's large draws, made while the worker runs (`inputs.ahead`)."""
+        self._warmed = False
+        """Whether the judging's kernels were loaded beside a run (`oracle.warm`)."""
 
     def measure_ahead(self, probes: Sequence[Probe]) -> None:
         """Start making what the timed probes need, beside the probes that come first: torch's
@@ -218,10 +223,13 @@ class Executor:
             calls=tuple(calls), return_inputs=tensor_positions, always_return=judged
         )
         self._draw_ahead(steps, upcoming)
+        warming = self._warm_beside(steps)
         try:
             result = self.worker.run(invocation, limit)
         finally:
             wall = time.perf_counter() - started
+            if warming is not None:
+                warming.join()
             drawing = self._settle_ahead()
         timed = [i for i, step in enumerate(steps) if step.timed]
         if timed and not result.error and len(result.calls) > timed[0]:
@@ -256,6 +264,18 @@ class Executor:
         cases = [step.case or upcoming.case for step in upcoming.plan.sequence()]
         fresh = [case for case in (*cases, upcoming.case) if case not in self._expected]
         self._drawn_ahead.start(self.problem, fresh)
+
+    def _warm_beside(self, steps: tuple[Step, ...]) -> threading.Thread | None:
+        """At the first run that measures nothing on the device, the judging's kernels loaded
+        in a thread of their own while the worker runs (`oracle.warm`); joined when it ends."""
+        if self._warmed or any(step.timed or step.profiled or step.memory for step in steps):
+            return None
+        self._warmed = True
+        problem = self.problem
+        configs = problem.dtype_configs()
+        dtypes = [problem.output_dtype(out, c) for c in configs for out in problem.outputs]
+        dtypes += [c[name] for c in configs for name in problem.contract.mutates if name in c]
+        return warm_beside(judging_device(self.device), dtypes)
 
     def _settle_ahead(self) -> float:
         """Wait for the draws made ahead; the seconds waited count as making cases."""

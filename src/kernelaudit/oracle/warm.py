@@ -1,0 +1,72 @@
+"""The judging's kernels loaded on the device before the first result is judged.
+
+CUDA loads a kernel the first time it is launched (lazy module loading, the default since
+CUDA 11.7), so an auditor's first comparison on a GPU pays for every kernel the comparison
+uses: on an H200, a first comparison of a million bfloat16 elements took 0.22-0.40 s and the
+second 3-4 ms, and after a comparison of 1,024 elements the first took 3-4.5 ms as well
+(`benchmarks/first_judgement.py`; docs/benchmarks.md, "Kernels loaded beside the first run").
+In sampled `quick` audits of SOL-ExecBench L1 problems those first comparisons were the slowest
+judging of the audit (the stale-memory check's first result, 0.16-0.47 s).
+
+`warm_judging` makes a comparison of a few elements of each of the problem's result dtypes,
+and one bit-for-bit check, so that those kernels are loaded; `engine.executor` runs it in a
+thread of its own while the auditor waits for the worker's first run, where it costs nothing.
+The tensors are its own: nothing it does is kept, held or seen by any judgement.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+import torch
+
+from kernelaudit.oracle.compare import compare, is_exact
+from kernelaudit.runner.guard import same_bits
+
+ELEMENTS = 1024
+"""How many elements each warm-up comparison judges."""
+
+
+def warm_judging(device: torch.device, dtypes: Iterable[torch.dtype]) -> None:
+    """Judge a few elements of each of `dtypes` on `device` (a GPU; nothing elsewhere, where
+    there is nothing to load), against a float64 truth, as every check's judging does."""
+    if device.type != "cuda":
+        return
+    for dtype in dict.fromkeys(dtypes):
+        truth = torch.arange(ELEMENTS, device=device, dtype=torch.float64).reshape(8, -1)
+        if dtype.is_complex:
+            truth = torch.complex(truth, truth)
+        elif dtype == torch.bool:
+            truth = truth.remainder(2)
+        values = truth.to(dtype)
+        compare("warm-up", values, truth.to(_truth_dtype(dtype)), values, dtype, device=device)
+        same_bits(values, values.clone())
+    torch.cuda.synchronize(device)
+
+
+def _truth_dtype(dtype: torch.dtype) -> torch.dtype:
+    if is_exact(dtype):
+        return dtype
+    return torch.complex128 if dtype.is_complex else torch.float64
+
+
+def warm_beside(device: torch.device, dtypes: Iterable[torch.dtype]) -> threading.Thread | None:
+    """`warm_judging` started in a thread of its own (None where `device` is not a GPU);
+    join it before anything is timed or measured on the device."""
+    if device.type != "cuda":
+        return None
+    thread = threading.Thread(
+        target=_quietly, args=(device, tuple(dtypes)), name="judging-warm-up", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _quietly(device: torch.device, dtypes: tuple[torch.dtype, ...]) -> None:
+    # a warm-up that fails costs only the time it saves: the first judgement loads the
+    # kernels itself, and reports any real error where it happens
+    try:
+        warm_judging(device, dtypes)
+    except Exception:
+        return
