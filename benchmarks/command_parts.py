@@ -4,7 +4,10 @@ the command (reading the problem and candidates before, the terminal's tables af
 command run in-process with those parts timed. It starts as the `kernelaudit` command does
 (`kernelaudit.__main__`): the host's idle threads told to sleep soon, and the first
 candidate's worker started before torch is imported. Python's own start and end are outside
-it: the record's `wall_s` runs from this script's first line to the command's end.
+it: the record's `wall_s` runs from this script's first line to the command's end, and
+`began_at` and `ended_at` are those two moments on the host's clock, for a caller that times
+the process from outside (`gpu_run.sh command-end`). The process ends as the command's does
+(`os._exit` once the record is written: nothing of torch or the device is torn down).
 
     python benchmarks/command_parts.py --out parts.json -- PROBLEM CANDIDATE --profile quick
 
@@ -17,7 +20,9 @@ from __future__ import annotations
 import time
 
 _BEGAN = time.perf_counter()
+_BEGAN_AT = time.time()
 
+import os  # noqa: E402
 import sys  # noqa: E402
 
 from kernelaudit.runner import prestart, threads  # noqa: E402
@@ -86,6 +91,10 @@ def main() -> int:
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "wall_s": round(ended - _BEGAN, 3),
+        # on the host's clock, for a caller that times the process from outside: what comes
+        # before (the interpreter's start) and after (its end, the device's release)
+        "began_at": _BEGAN_AT,
+        "ended_at": _BEGAN_AT + (ended - _BEGAN),
         "import torch_s": round(_TORCH - _BEGAN, 3),
         "import kernelaudit_s": round(_KERNELAUDIT - _TORCH, 3),
         "rest of the command_s": round(ended - began - sum(parts.values()), 3),
@@ -101,4 +110,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # as the command ends (`cli.run`: a `check` leaves torch's modules and the device's
+    # context to the system), so that a process timed from outside ends as the command does
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

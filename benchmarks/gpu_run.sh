@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|some-tests|host-memory|casts|clock|clock-busy|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|some-tests|command-end|host-memory|casts|clock|clock-busy|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -355,6 +355,23 @@ for step in ${steps[@]}; do
       fi
       python3 benchmarks/held_memory.py --audit --checks "$checks" "${sol[@]}" \
         --out "$out/held-memory.json" 2>&1 | tail -n 40
+      ;;
+    command-end)
+      # what a `kernelaudit check` costs outside its audit, start to exit: the parts timed in
+      # the process (benchmarks/command_parts.py) and the process timed from outside, for
+      # COMMAND_SOL (default "L1/062_ L1/063_"), quick, twice each
+      mkdir -p "$out/command-end"
+      for prefix in ${COMMAND_SOL:-L1/062_ L1/063_}; do
+        folder=$(realpath "$(ls -d "${PROBLEMS:-build/solexecbench}"/${prefix}* | head -n 1)")
+        shim=$(cd benchmarks && python3 -c 'import sys; from pathlib import Path; from solexecbench_scale import write_shim; print(write_shim(Path(sys.argv[1]), Path("/tmp/shims")))' "$folder")
+        name=$(echo "$prefix" | tr '/' '-' | tr -d '_')
+        for round in 1 2; do
+          before=$(date +%s.%N)
+          python3 benchmarks/command_parts.py --out "$out/command-end/$name-$round.json" -- \
+            "$folder" "$shim" --profile quick > "$out/command-end/$name-$round.log" 2>&1
+          echo "$before $(date +%s.%N)" > "$out/command-end/$name-$round.times"
+        done
+      done
       ;;
     profile)
       # where one audit's time goes: the auditor and every child under cProfile, and a timeline

@@ -47,12 +47,15 @@ class Staged:
         self._refused: set[int] = set()
         """ids of values given no copy, not tried again (the invocation holds those values
         for as long as this lives, so their ids stay theirs)."""
+        self._released = False
+        """Whether `release` let the copies go: none is made after it."""
 
     def on_device(self, values: torch.Tensor) -> torch.Tensor:
         """`values`' copy on the device, made now where there is none and it has room;
         `values` itself for a small or non-host tensor, a CPU device, or no room."""
         if (
-            self.device.type != "cuda"
+            self._released
+            or self.device.type != "cuda"
             or values.device.type != "cpu"
             or values.nbytes < self.least_bytes
         ):
@@ -79,9 +82,8 @@ class Staged:
     def release(self) -> bool:
         """Let every copy go, and make none from now on; whether any was held."""
         held = bool(self._copies)
-        self._refused.update(self._copies)
         self._copies.clear()
-        self.least_bytes = 1 << 62
+        self._released = True
         if held and self.device.type == "cuda":
             torch.cuda.empty_cache()
         return held
@@ -95,12 +97,10 @@ def room(device: torch.device) -> int:
     free, total = torch.cuda.mem_get_info(device)
     fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
     cap = int(total * fraction(device)) if fraction is not None else total
-    return max(0, min(free, cap - torch.cuda.memory_reserved(device))) + _reusable(device)
-
-
-def _reusable(device: torch.device) -> int:
-    """Memory the allocator holds but has not handed out: it is room too."""
-    return max(0, torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    reserved = torch.cuda.memory_reserved(device)
+    # what the allocator holds but has not handed out is room too
+    reusable = max(0, reserved - torch.cuda.memory_allocated(device))
+    return max(0, min(free, cap - reserved)) + reusable
 
 
 def with_room(
