@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -47,7 +48,11 @@ def main() -> None:
     device = torch.device("cuda", 0)
     dtype = getattr(torch, args.dtype)
     torch.ones(1, device=device)  # the context made before anything is timed
-    record: dict[str, object] = {"warm": args.warm, "elements": args.elements}
+    record: dict[str, object] = {
+        "warm": args.warm,
+        "elements": args.elements,
+        "CUDA_MODULE_LOADING": os.environ.get("CUDA_MODULE_LOADING", ""),
+    }
     if args.warm:
         began = time.perf_counter()
         record["warm-up"] = _judged(1024, dtype, device)

@@ -29,7 +29,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 _CHILD_PROFILER = """
 import atexit, cProfile, os, sys
@@ -86,24 +88,45 @@ _WATCHED = (
     ("kernelaudit.runner.observed", "_observed"),
     ("kernelaudit.device_copies.DeviceCopies", "copied"),
     ("kernelaudit.oracle.resident.Resident", "get"),
-    ("kernelaudit.engine.planning", "plan_all"),
+    ("kernelaudit.engine.audit", "plan_all"),  # where the audit looks it up
     ("kernelaudit.engine.executor.Executor", "_truth"),
     ("kernelaudit.engine.executor.Executor", "_measure"),
     ("kernelaudit.engine.executor.Executor", "_clocked"),
     ("kernelaudit.engine.executor.Executor", "_settle_ahead"),
     ("kernelaudit.engine.executor.Executor", "_wait_ahead"),
 )
-"""Functions timed with a wall-clock stopwatch (`module.function` or `module.Class`, name);
-every check's `judge` is timed besides, per check (`_judges`)."""
+"""Functions timed with a wall-clock stopwatch (`module.function` or `module.Class`, name), each
+where its callers look it up; every check's `judge` is timed besides, per check."""
 
 
 SPANS: list[tuple[str, str, float, float]] = []
 """Every stopwatch's call: (label, thread, began, ended), on `time.perf_counter`'s clock."""
 
 
+def _stopwatch(
+    original: Callable[..., Any], label: str, seen: dict[str, list[float]]
+) -> Callable[..., Any]:
+    """`original`, its every call timed into `seen[label]` and `SPANS`."""
+    seen[label] = []
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            ended = time.perf_counter()
+            seen[label].append(ended - began)
+            SPANS.append((label, threading.current_thread().name, began, ended))
+
+    return timed
+
+
 def _stopwatches() -> dict[str, list[float]]:
-    """Wrap each of `_WATCHED` in a wall-clock stopwatch; returns the seconds of every call."""
+    """Wrap each of `_WATCHED`, and each check's `judge` (by the check's name), in a
+    wall-clock stopwatch; returns the seconds of every call."""
     import importlib
+
+    from kernelaudit.checks import REGISTRY
 
     seen: dict[str, list[float]] = {}
     for where, name in _WATCHED:
@@ -112,45 +135,12 @@ def _stopwatches() -> dict[str, list[float]]:
             owner = getattr(importlib.import_module(module_name), last)
         else:
             owner = importlib.import_module(where)
-        original = getattr(owner, name)
         label = f"{where.rsplit('.', 1)[-1]}.{name}"
-        seen[label] = []
-
-        def timed(*args, __original=original, __label=label, **kwargs):  # type: ignore[no-untyped-def]
-            began = time.perf_counter()
-            try:
-                return __original(*args, **kwargs)
-            finally:
-                ended = time.perf_counter()
-                seen[__label].append(ended - began)
-                SPANS.append((__label, threading.current_thread().name, began, ended))
-
-        setattr(owner, name, timed)
-    _judges(seen)
+        setattr(owner, name, _stopwatch(getattr(owner, name), label, seen))
+    for check in REGISTRY:
+        if "judge" in vars(check):
+            check.judge = _stopwatch(vars(check)["judge"], f"judge {check.name}", seen)  # type: ignore[method-assign]
     return seen
-
-
-def _judges(seen: dict[str, list[float]]) -> None:
-    """A stopwatch on each check's `judge`, by the check's name."""
-    from kernelaudit.checks import REGISTRY
-
-    for owner in REGISTRY:
-        if "judge" not in vars(owner):
-            continue
-        label = f"judge {owner.name}"
-        seen[label] = []
-        original = vars(owner)["judge"]
-
-        def timed(self, *args, __original=original, __label=label, **kwargs):  # type: ignore[no-untyped-def]
-            began = time.perf_counter()
-            try:
-                return __original(self, *args, **kwargs)
-            finally:
-                ended = time.perf_counter()
-                seen[__label].append(ended - began)
-                SPANS.append((__label, threading.current_thread().name, began, ended))
-
-        owner.judge = timed  # type: ignore[method-assign]
 
 
 _ANATOMY = (

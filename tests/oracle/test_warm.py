@@ -40,16 +40,26 @@ def test_an_audit_warms_the_judging_once_beside_an_unmeasured_run(
     (tmp_path / "candidates.py").write_text("def doubled(x):\n    return x * 2\n")
     problem = PROBLEM
     events: list[object] = []
-    run = process.Worker.run
+    run, prepare = process.Worker.run, executor.Executor.prepare
 
     def running(self, invocation, *args, **kwargs):  # type: ignore[no-untyped-def]
         events.append(invocation)
         return run(self, invocation, *args, **kwargs)
 
-    def warming(device: torch.device, dtypes: list[torch.dtype]) -> None:
+    def preparing(self, case):  # type: ignore[no-untyped-def]
+        events.append("prepare")
+        return prepare(self, case)
+
+    class Warming:
+        def join(self) -> None:
+            events.append("joined")
+
+    def warming(device: torch.device, dtypes: list[torch.dtype]) -> Warming:
         events.append(("warm", device, tuple(dtypes)))
+        return Warming()
 
     monkeypatch.setattr(process.Worker, "run", running)
+    monkeypatch.setattr(executor.Executor, "prepare", preparing)
     monkeypatch.setattr(executor, "warm_beside", warming)
     report = audit(
         problem, f"{tmp_path / 'candidates.py'}::doubled", "quick", "cpu", ["numerics", "timing"]
@@ -65,9 +75,13 @@ def test_an_audit_warms_the_judging_once_beside_an_unmeasured_run(
         for out in problem.outputs
     }
     assert set(dtypes) == results
-    # beside the first run, which measures nothing on the device
-    first = events[events.index(warmed[0]) + 1]
+    # beside the first run, which measures nothing on the device, and joined when it ends,
+    # before the next case (its float64 truth) is made
+    at = events.index(warmed[0])
+    first, after = events[at + 1], events[at + 2 :]
     assert not any(call.timed or call.profiled or call.memory for call in first.calls)  # type: ignore[attr-defined]
+    assert "joined" in after and "prepare" in after
+    assert after.index("joined") < after.index("prepare")
 
 
 def test_no_warm_up_runs_without_a_gpu() -> None:
@@ -78,21 +92,31 @@ def test_no_warm_up_runs_without_a_gpu() -> None:
 
 @_GPU
 @pytest.mark.gpu
-def test_the_warm_up_judges_every_kind_of_result_and_keeps_nothing() -> None:
-    held = DEVICE_COPIES.held_bytes()
+def test_the_warm_up_judges_every_kind_of_result_and_leaves_the_process_as_it_was() -> None:
+    device = torch.device("cuda")
     dtypes = [
         torch.bfloat16,
         torch.float16,
         torch.float32,
         torch.float64,
+        torch.float8_e4m3fn,
         torch.complex64,
+        torch.complex128,
         torch.int64,
         torch.int32,
         torch.uint8,
         torch.bool,
     ]
-    warm.warm_judging(torch.device("cuda"), dtypes)
+    torch.cuda.synchronize(device)
+    default, held, allocated = (
+        torch.get_default_dtype(),
+        DEVICE_COPIES.held_bytes(),
+        torch.cuda.memory_allocated(device),
+    )
+    warm.warm_judging(device, dtypes)
+    assert torch.get_default_dtype() == default
     assert DEVICE_COPIES.held_bytes() == held
+    assert torch.cuda.memory_allocated(device) == allocated  # nothing it made is kept
 
 
 @_GPU

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from attacks import files_in, survivors_after
 
 from kernelaudit.engine.audit import audit
 from kernelaudit.errors import UsageError
@@ -46,24 +47,18 @@ def _audit(root: Path, candidate: str) -> AuditReport:
     return audit(problem, spec, "quick", "cpu", ["numerics", "execution"])
 
 
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-    }
-
-
 @confined
 def test_a_candidate_cannot_write_next_to_the_problem_or_to_its_own_folder(
     tmp_path: Path,
 ) -> None:
     root = _copy(tmp_path)
-    problem_files = _snapshot(root / "problem")
-    own_files = _snapshot(root / "candidates")
+    problem_files = files_in(root / "problem")
+    own_files = files_in(root / "candidates")
     report = _audit(root, "plants_files")
     assert report.verdict == "PASS"  # it computes correctly; its writes went nowhere
     assert report.confined
-    assert _snapshot(root / "problem") == problem_files
-    assert _snapshot(root / "candidates") == own_files
+    assert files_in(root / "problem") == problem_files
+    assert files_in(root / "candidates") == own_files
 
 
 @confined
@@ -76,27 +71,11 @@ def test_a_candidate_cannot_reach_the_auditors_memory(
     assert any(f.check == "numerics" for f in report.failures)
 
 
-def _survivors(token: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if token.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 @confined
 def test_what_a_candidate_starts_ends_with_its_audit(tmp_path: Path) -> None:
     report = _audit(_copy(tmp_path), "outlives_the_audit")
     assert report.verdict == "PASS"
-    deadline = time.monotonic() + 10
-    while _survivors("kernelaudit-redteam-survivor") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _survivors("kernelaudit-redteam-survivor") == []
+    assert survivors_after("kernelaudit-redteam-survivor") == []
 
 
 def _hoard_fails_for_memory(tmp_path: Path, candidate: str, token: str) -> None:
@@ -110,10 +89,7 @@ def _hoard_fails_for_memory(tmp_path: Path, candidate: str, token: str) -> None:
     assert report.verdict == "FAIL"
     (memory,) = [f for f in report.failures if f.key == "memory:"]
     assert "GiB of host memory, more than the limit of 1.50 GiB" in memory.title
-    deadline = time.monotonic() + 10
-    while _survivors(token) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _survivors(token) == []
+    assert survivors_after(token) == []
 
 
 @confined

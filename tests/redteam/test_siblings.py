@@ -12,11 +12,11 @@ import shutil
 import site
 import sqlite3
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from attacks import ARMED, files_in, survivors_after
 
 import kernelaudit
 from kernelaudit.cli import main
@@ -38,6 +38,11 @@ ATTACKERS = {
 """Attackers, and the verdict each earns on its own arithmetic."""
 
 PLANTED_NAMES = ("sitecustomize.py", "usercustomize.py", "matplotlib.py")
+PLANTED = "# planted by a candidate\n"
+"""What `plants_a_module` writes."""
+
+SURVIVOR = "kernelaudit-redteam-survivor"
+"""What `outlives_the_audit`'s process carries on its command line."""
 
 confined = pytest.mark.skipif(
     not isolation().confined, reason=f"no sandbox on this machine: {isolation().reason}"
@@ -55,7 +60,11 @@ def _run(folder: Path, attackers: bool) -> tuple[int, dict[str, dict[str, Any]],
         (run / "candidates" / f"{name}.py").write_text(_source(body))
     if attackers:
         for name in ATTACKERS:
-            shutil.copy(FIXTURES / "candidates" / f"{name}.py", run / "candidates")
+            source = (FIXTURES / "candidates" / f"{name}.py").read_text()
+            # a survivor of its own: another test's may be alive meanwhile
+            source = source.replace(SURVIVOR, f"{SURVIVOR}-beside-siblings")
+            (run / "candidates" / f"{name}.py").write_text(source)
+        (run / "candidates" / ARMED).write_text("")
         names += list(ATTACKERS)
     manifest = run / "jobs.jsonl"
     manifest.write_text(
@@ -94,10 +103,6 @@ def _judged(row: dict[str, Any], reports: Path) -> tuple[object, ...]:
     )
 
 
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-
-
 def _planted_places() -> list[Path]:
     """Where the module-planting attacker aims: the import path the candidate's process is
     given (the test's own, kernelaudit's folder first) and the user's site-packages."""
@@ -106,15 +111,6 @@ def _planted_places() -> list[Path]:
     given += [Path(p) for p in sys.path if p]
     given.append(Path(site.getusersitepackages()))
     return [folder / name for folder in dict.fromkeys(given) for name in PLANTED_NAMES]
-
-
-def _survivors() -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if b"kernelaudit-redteam-survivor" in (entry / "cmdline").read_bytes():
-                found.append(entry.name)
-    return found
 
 
 @confined
@@ -129,17 +125,22 @@ def test_attackers_in_a_corpus_change_nothing_of_their_siblings(
     given = (str(auditor_path), os.environ.get("PYTHONPATH", ""))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in given if p))
     aimed = _planted_places()
-    already = {place for place in aimed if place.exists()}
+    before = {place: place.read_bytes() for place in aimed if place.is_file()}
     try:
         alone_code, alone, _ = _run(tmp_path / "alone", attackers=False)
         mixed_code, mixed, run = _run(tmp_path / "mixed", attackers=True)
     finally:
-        planted = [p for p in aimed if p not in already and p.exists()]
+        # what a broken sandbox let through is undone before anything else: files it
+        # overwrote put back, files it planted (by their content) removed
+        changed = [p for p, data in before.items() if not p.is_file() or p.read_bytes() != data]
+        for place in changed:
+            place.write_bytes(before[place])
         # the user's site-packages of the candidate's process, under the HOME it was given
-        planted += [p for p in (tmp_path / "home").rglob("*") if p.name in PLANTED_NAMES]
-        for place in planted:  # what a broken sandbox let through goes before anything else
+        new = [p for p in aimed if p not in before] + list((tmp_path / "home").rglob("*"))
+        planted = [p for p in new if p.is_file() and p.read_text(errors="replace") == PLANTED]
+        for place in planted:
             place.unlink()
-    assert planted == []
+    assert changed == [] and planted == []
     assert alone_code == mixed_code == 1  # `triples` fails in both
     for name in HONEST:
         judged = _judged(alone[name], tmp_path / "alone" / "run" / "results-reports")
@@ -149,16 +150,13 @@ def test_attackers_in_a_corpus_change_nothing_of_their_siblings(
         assert (mixed[name]["status"], mixed[name]["verdict"]) == ("done", verdict)
     # the problem, the honest candidates and the manifest as written; no file of the run holds
     # a sibling's mark
-    assert _files(run / "problem") == _files(FIXTURES / "problem")
+    assert files_in(run / "problem") == files_in(FIXTURES / "problem")
     for name, body in HONEST.items():
         assert (run / "candidates" / f"{name}.py").read_text() == _source(body)
     marked = [
         path
-        for path, data in _files(run).items()
+        for path, data in files_in(run).items()
         if b"# rewritten by a sibling" in data and not path.endswith("rewrites_its_siblings.py")
     ]
     assert marked == []
-    deadline = time.monotonic() + 10
-    while _survivors() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _survivors() == []
+    assert survivors_after(f"{SURVIVOR}-beside-siblings") == []

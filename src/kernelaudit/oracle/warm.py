@@ -16,11 +16,14 @@ The tensors are its own: nothing it does is kept, held or seen by any judgement.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 from collections.abc import Iterable
 
 import torch
 
+from kernelaudit.engine import beside
 from kernelaudit.oracle.compare import compare, is_exact
 from kernelaudit.runner.guard import same_bits
 
@@ -30,19 +33,30 @@ ELEMENTS = 1024
 
 def warm_judging(device: torch.device, dtypes: Iterable[torch.dtype]) -> None:
     """Judge a few elements of each of `dtypes` on `device` (a GPU; nothing elsewhere, where
-    there is nothing to load), against a float64 truth, as every check's judging does."""
+    there is nothing to load), against a float64 truth, as every check's judging does. A dtype
+    whose warm-up fails is left to its first judgement, and the others are still warmed."""
     if device.type != "cuda":
         return
     for dtype in dict.fromkeys(dtypes):
-        truth = torch.arange(ELEMENTS, device=device, dtype=torch.float64).reshape(8, -1)
-        if dtype.is_complex:
-            truth = torch.complex(truth, truth)
-        elif dtype == torch.bool:
-            truth = truth.remainder(2)
-        values = truth.to(dtype)
-        compare("warm-up", values, truth.to(_truth_dtype(dtype)), values, dtype, device=device)
-        same_bits(values, values.clone())
+        # the first judgement of such a result loads what this would have, and reports any
+        # real error where it happens
+        with contextlib.suppress(Exception):
+            _judged(device, dtype)
     torch.cuda.synchronize(device)
+
+
+def _judged(device: torch.device, dtype: torch.dtype) -> None:
+    # small integers: finite in every floating dtype (float8's largest is 448), exact in every
+    # integer one, the clean path every ordinary comparison takes
+    truth = torch.arange(ELEMENTS, device=device, dtype=torch.float64).remainder(64)
+    truth = truth.reshape(8, -1)
+    if dtype.is_complex:
+        truth = torch.complex(truth, truth)
+    elif dtype == torch.bool:
+        truth = truth.remainder(2)
+    values = truth.to(dtype)
+    compare("warm-up", values, truth.to(_truth_dtype(dtype)), values, dtype, device=device)
+    same_bits(values, values.clone())
 
 
 def _truth_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -52,21 +66,9 @@ def _truth_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def warm_beside(device: torch.device, dtypes: Iterable[torch.dtype]) -> threading.Thread | None:
-    """`warm_judging` started in a thread of its own (None where `device` is not a GPU);
-    join it before anything is timed or measured on the device."""
+    """`warm_judging` started beside the audit (`engine.beside`: every measurement of the
+    device waits for it), in a thread of its own; None where `device` is not a GPU. Join it
+    before anything else runs on the device."""
     if device.type != "cuda":
         return None
-    thread = threading.Thread(
-        target=_quietly, args=(device, tuple(dtypes)), name="judging-warm-up", daemon=True
-    )
-    thread.start()
-    return thread
-
-
-def _quietly(device: torch.device, dtypes: tuple[torch.dtype, ...]) -> None:
-    # a warm-up that fails costs only the time it saves: the first judgement loads the
-    # kernels itself, and reports any real error where it happens
-    try:
-        warm_judging(device, dtypes)
-    except Exception:
-        return
+    return beside.start(functools.partial(warm_judging, device, tuple(dtypes)), "judging-warm-up")
