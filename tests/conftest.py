@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernelaudit.runner.sandbox import isolation
 from kernelaudit.runner.threads import THREADS_VARIABLE, usable_cores
 
 
@@ -36,6 +37,17 @@ def pytest_configure(config: pytest.Config) -> None:
         share = int(told) if told.isdigit() else max(1, usable_cores() // int(processes))
         os.environ[THREADS_VARIABLE] = str(share)
         torch.set_num_threads(share)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Where no sandbox can start, say so at the end of the run: the tests that confine
+    candidates were skipped, and a run that only lists skips would hide it."""
+    found = isolation()
+    if not found.confined:
+        terminalreporter.write_line(
+            f"the sandbox's tests were skipped: {found.reason} (README, 'Run the tests')",
+            yellow=True,
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
