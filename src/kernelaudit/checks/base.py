@@ -73,6 +73,12 @@ class Step:
     memory: bool = False
     queued: bool = False
 
+    @property
+    def measures_the_device(self) -> bool:
+        """Whether the step times the candidate, lists its kernels or measures its memory:
+        what anything else on the device (the auditor's own work beside it) would disturb."""
+        return self.timed or self.profiled or self.memory
+
     def call_options(self) -> dict[str, Any]:
         """The fields that travel to the worker on its `Call`, by the Call's field names."""
         return {

@@ -259,7 +259,7 @@ class Executor:
     def _draw_ahead(self, steps: tuple[Step, ...], upcoming: Probe | None) -> None:
         if self._drawn_ahead is None or upcoming is None:
             return
-        if any(step.timed or step.profiled or step.memory for step in steps):
+        if any(step.measures_the_device for step in steps):
             return  # the host's cores stay the candidate's while it is measured
         cases = [step.case or upcoming.case for step in upcoming.plan.sequence()]
         fresh = [case for case in (*cases, upcoming.case) if case not in self._expected]
@@ -268,7 +268,7 @@ class Executor:
     def _warm_beside(self, steps: tuple[Step, ...]) -> threading.Thread | None:
         """At the first run that measures nothing on the device, the judging's kernels loaded
         in a thread of their own while the worker runs (`oracle.warm`); joined when it ends."""
-        if self._warmed or any(step.timed or step.profiled or step.memory for step in steps):
+        if self._warmed or any(step.measures_the_device for step in steps):
             return None
         self._warmed = True
         problem = self.problem
@@ -292,7 +292,7 @@ class Executor:
         time, kernels and peak device memory on the same case, the device's roofline, the
         case's FLOPs and bytes."""
         found: dict[str, Any] = {}
-        if not any(step.timed or step.profiled or step.memory for step in steps):
+        if not any(step.measures_the_device for step in steps):
             return found
         began = time.perf_counter()
         self._wait_ahead()

@@ -70,7 +70,7 @@ class Probing:
 def measures_the_device(probe: Probe) -> bool:
     """Whether a probe times the candidate, lists its kernels or measures its memory: work
     that anything else on the device (a concluding check's background run) would disturb."""
-    return any(step.timed or step.profiled or step.memory for step in probe.plan.sequence())
+    return any(step.measures_the_device for step in probe.plan.sequence())
 
 
 def quiet_last(probes: Sequence[Probe]) -> list[Probe]:
