@@ -4,7 +4,7 @@
 # turns going first: each audit's progress log and JSON report side by side in $OUT (an audit
 # cut short still shows how far it got, which the scale benchmark's record does not). Each is
 # run as `python -m kernelaudit check`, as the `kernelaudit` command starts it: its first
-# worker starting before the auditor imports torch (`runner.prestart`); a tree too old to
+# worker starting before the auditor imports torch (`runner.auditor.prestart`); a tree too old to
 # have that entry as `python -m kernelaudit.cli check`.
 # AB_SIDES="new" audits by this tree alone (a baseline, say).
 #   OUT=... AB_PROBLEMS="L1/026_ L2/028_" LIMIT=120 bash benchmarks/ab_logs.sh

@@ -25,7 +25,7 @@ _BEGAN_AT = time.time()
 import os  # noqa: E402
 import sys  # noqa: E402
 
-from kernelaudit.runner import prestart, threads  # noqa: E402
+from kernelaudit.runner.auditor import prestart, threads  # noqa: E402
 
 _COMMAND = sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
 threads.settle_waits()

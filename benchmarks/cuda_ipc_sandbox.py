@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from kernelaudit.runner.sandbox import confine
+from kernelaudit.runner.auditor.sandbox import confine
 
 _CHILD = r"""
 import base64, pickle, sys, time

@@ -7,8 +7,8 @@ widened on the device (`device_copies.moved`).
 
 Sources in page-locked memory (the auditor's copies of a worker's results, `host_copies`) and
 in pageable memory (a copy past the page-locked share); torch's threads set to `--threads`
-(the auditor's share of a host's cores, `runner.limits`). Each case is timed `--repeats` times
-after one warm-up, the device synchronised around each; the median is recorded.
+(the auditor's share of a host's cores, `runner.auditor.limits`). Each case is timed `--repeats`
+times after one warm-up, the device synchronised around each; the median is recorded.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What an auditor's first comparison costs on a GPU, against its second: a fresh process
 judges one result (`oracle.compare.compare`, the path every check's judging takes) and checks
-it bit for bit (`runner.guard.same_bits`, the races check's), twice each, with and without a
-comparison of a few elements first.
+it bit for bit (`runner.boundary.guard.same_bits`, the races check's), twice each, with and without
+a comparison of a few elements first.
 
     python benchmarks/first_judgement.py [--warm] [--elements N] [--dtype bfloat16]
 
@@ -19,7 +19,7 @@ import time
 import torch
 
 from kernelaudit.oracle.compare import compare
-from kernelaudit.runner.guard import same_bits
+from kernelaudit.runner.boundary.guard import same_bits
 
 
 def _judged(elements: int, dtype: torch.dtype, device: torch.device) -> dict[str, float]:

@@ -53,7 +53,7 @@ for step in ${steps[@]}; do
       # the smallest SOL-ExecBench references (as many as start within CLOCK_STOP_AFTER s)
       # audited with the timing check alone, the two clocks compared
       python3 -m pytest -q -p no:cacheprovider tests/engine/test_clocked.py \
-        tests/runner/test_observed.py tests/redteam/test_forged_observations.py tests/timing \
+        tests/runner/auditor/test_observed.py tests/redteam/test_forged_observations.py tests/timing \
         > "$out/clock-tests.txt" 2>&1
       note $? "$out/clock-tests.txt"
       tail -n 5 "$out/clock-tests.txt"
@@ -109,7 +109,7 @@ for step in ${steps[@]}; do
       sides=(new base)
       # bytecode for both trees, so neither's first audit pays for compiling it
       for src in "$PWD/src" "$PWD/${BASE:-build/base}/src"; do
-        PYTHONPATH="$src" python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker, kernelaudit.sanitizer.child'
+        PYTHONPATH="$src" python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker.main, kernelaudit.sanitizer.child'
       done
       for problem in "${problems[@]}"; do
         for side in "${sides[@]}"; do
@@ -339,7 +339,7 @@ for step in ${steps[@]}; do
         --out "$out/guard-overhead.json" 2>&1 | tail -n 3
       ;;
     lent)
-      # device memory lent to a confined worker (`runner.lent`): whether both sides see each
+      # device memory lent to a confined worker (`runner.boundary.lent`): whether both sides see each
       # other's writes, what lending costs, and what the auditor's own look at a GPU call's
       # memory costs against the worker's own buffers
       python3 benchmarks/lent_memory.py --out "$out/lent-memory.json" 2>&1 | tail -n 8
@@ -392,7 +392,7 @@ for step in ${steps[@]}; do
         done
       fi
       # bytecode for what every audit imports, so no run below pays for compiling it
-      python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker, kernelaudit.sanitizer.child'
+      python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker.main, kernelaudit.sanitizer.child'
       for i in "${!runs[@]}"; do
         # PROFILE_FLAGS="--stopwatches-only": the stopwatches at full speed, no cProfile
         python3 benchmarks/profile_audit.py ${runs[$i]} ${PROFILE_FLAGS:-} --out "$out/profiles/${names[$i]}" 2>&1 | head -n 40
@@ -433,7 +433,7 @@ for step in ${steps[@]}; do
       ;;
     sandbox)
       # the sandbox on a GPU: is it there, do the GPU paths work in it, and what it costs
-      python3 -c 'from kernelaudit.runner.sandbox import isolation; print(isolation())' | tee "$out/sandbox.txt"
+      python3 -c 'from kernelaudit.runner.auditor.sandbox import isolation; print(isolation())' | tee "$out/sandbox.txt"
       python3 -m pytest -q -p no:cacheprovider -rfE -m "gpu or not gpu" tests/redteam \
         tests/sanitizer/test_sanitizer_gpu.py tests/interpret/test_one_past_the_end_gpu.py \
         tests/checks/test_races_check.py tests/checks/test_memory_check.py \
@@ -446,7 +446,7 @@ for step in ${steps[@]}; do
     trust)
       # the red-team and unwatched runs on the GPU, and one SOL reference audited as its own
       # candidate (quick), its findings listed
-      python3 -m pytest -q -p no:cacheprovider -rfE tests/redteam tests/runner/test_threads.py \
+      python3 -m pytest -q -p no:cacheprovider -rfE tests/redteam tests/runner/auditor/test_threads.py \
         tests/checks/test_memory_check.py > "$out/trust-tests.txt" 2>&1
       note $? "$out/trust-tests.txt"
       tail -n 6 "$out/trust-tests.txt"

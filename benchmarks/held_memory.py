@@ -1,8 +1,8 @@
 """What torch's allocator still holds after common library calls, read the way the `memory`
 check reads a call, and who allocated each block still held (the allocator's recorded
-history): first each call made plainly (`runner.memory.read_memory` before and after), then
-the same calls as the worker makes them (`runner.call.run_invocation`, five measured calls, in
-this process), where the check reads what a candidate keeps. With --audit, the `memory`
+history): first each call made plainly (`runner.boundary.memory.read_memory` before and after), then
+the same calls as the worker makes them (`runner.worker.call.run_invocation`, five measured calls,
+in this process), where the check reads what a candidate keeps. With --audit, the `memory`
 check of a real audit of the matmul example whose candidate is torch's own product, the
 candidate recording the allocator's history from its import on and writing a snapshot at the
 start of every call (its worker unsandboxed, so it can write them): the blocks alive then, and
@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kernelaudit.runner.call import run_invocation
-from kernelaudit.runner.guard import prepare
-from kernelaudit.runner.memory import read_memory
-from kernelaudit.runner.messages import Call, Invocation, TensorArg
-from kernelaudit.runner.watch import Watch
+from kernelaudit.runner.boundary.guard import prepare
+from kernelaudit.runner.boundary.memory import read_memory
+from kernelaudit.runner.boundary.messages import Call, Invocation, TensorArg
+from kernelaudit.runner.worker.call import run_invocation
+from kernelaudit.runner.worker.watch import Watch
 
 MiB = 1 << 20
 

@@ -1,10 +1,10 @@
 """Can the auditor lend device memory to a sandboxed worker, and what does it cost?
 
-The auditor makes a block of device memory (`runner.lent`), fills it, and hands its descriptor
-to a child over a socket; the child (plain, or under the candidate's sandbox) maps it, checks
-the auditor's bytes, writes its own with a torch op and with a Triton kernel, and synchronizes;
-the auditor then reads the block itself. Per size: the auditor's seconds to make and map a
-block, the child's to receive and map it, and whether each side saw the other's writes.
+The auditor makes a block of device memory (`runner.boundary.lent`), fills it, and hands its
+descriptor to a child over a socket; the child (plain, or under the candidate's sandbox) maps it,
+checks the auditor's bytes, writes its own with a torch op and with a Triton kernel, and
+synchronizes; the auditor then reads the block itself. Per size: the auditor's seconds to make and
+map a block, the child's to receive and map it, and whether each side saw the other's writes.
 
     python benchmarks/lent_memory.py --out lent.json
 """
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
-from kernelaudit.runner import lent
-from kernelaudit.runner.sandbox import confine, isolation
+from kernelaudit.runner.auditor.sandbox import confine, isolation
+from kernelaudit.runner.boundary import lent
 
 _CHILD = r"""
 import socket, sys, time
 import torch, triton, triton.language as tl
-from kernelaudit.runner import lent
+from kernelaudit.runner.boundary import lent
 
 @triton.jit
 def _fill(out, n, BLOCK: tl.constexpr):

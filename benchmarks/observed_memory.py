@@ -1,4 +1,4 @@
-"""What the auditor's own look at a call's memory costs (`runner.observed`): one invocation
+"""What the auditor's own look at a call's memory costs (`runner.auditor.observed`): one invocation
 of a destination-passing candidate (y = 2x into its slot) through a worker, with the calls'
 buffers in the arena the auditor reads (as audits run: shared memory on a CPU, device memory
 lent to the worker on a GPU), against the same invocation with the arena withheld (the
@@ -22,10 +22,11 @@ from pathlib import Path
 
 import torch
 
-from kernelaudit.runner import arena as arenas
-from kernelaudit.runner import lent, process
+from kernelaudit.runner.auditor import process
+from kernelaudit.runner.boundary import arena as arenas
+from kernelaudit.runner.boundary import lent
+from kernelaudit.runner.boundary.messages import Call, Invocation, OutputSlot, TensorArg
 from kernelaudit.runner.candidate import parse_candidate
-from kernelaudit.runner.messages import Call, Invocation, OutputSlot, TensorArg
 
 _CANDIDATE = """
 import torch

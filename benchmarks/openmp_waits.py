@@ -1,6 +1,6 @@
 """What torch's element-wise operations cost back to back in one process, at three sizes: the
-other side of letting idle OpenMP threads sleep soon (`runner.threads.WAIT_VARIABLES`). Run it
-with and without the variable set, since OpenMP reads it when the process starts:
+other side of letting idle OpenMP threads sleep soon (`runner.auditor.threads.WAIT_VARIABLES`). Run
+it with and without the variable set, since OpenMP reads it when the process starts:
 
     python benchmarks/openmp_waits.py
     GOMP_SPINCOUNT=10000 python benchmarks/openmp_waits.py

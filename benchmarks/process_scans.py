@@ -2,11 +2,11 @@
 
 While an audit runs, several of the auditor's threads wait on processes at once (the worker's
 channel, the sanitizer's runs, the interpreted run, the reference's measurement), each reading
-the memory of the processes it waits on every `MEMORY_POLL_S` (`runner.limits.resident_bytes`).
-This starts `--processes` idle processes (a busy host's), `--waits` threads polling as those
-waits do, and times a fixed piece of Python work on the main thread (small torch operations, as
-judging makes) without and with them polling, alternated. Run it with `PYTHONPATH` set to
-each tree to compare.
+the memory of the processes it waits on every `MEMORY_POLL_S`
+(`runner.auditor.limits.resident_bytes`). This starts `--processes` idle processes (a busy host's),
+`--waits` threads polling as those waits do, and times a fixed piece of Python work on the main
+thread (small torch operations, as judging makes) without and with them polling, alternated. Run it
+with `PYTHONPATH` set to each tree to compare.
 
     python benchmarks/process_scans.py --processes 300 --waits 6 --json out.json
 """
@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from kernelaudit.runner import limits
+from kernelaudit.runner.auditor import limits
 
 
 def main_thread_work(rounds: int) -> float:

@@ -61,7 +61,7 @@ def _profile_children(folder: Path) -> None:
         p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p
     )
     # a worker writes its stats as it exits: let it end by itself before it is killed
-    from kernelaudit.runner.process import Worker
+    from kernelaudit.runner.auditor.process import Worker
 
     Worker.close_grace_s = 2.0
 
@@ -76,16 +76,16 @@ _WATCHED = (
     ("kernelaudit.engine.measure", "measure_roofline"),
     ("kernelaudit.engine.measure", "time_calls"),
     ("kernelaudit.engine.measure", "profile_kernels"),
-    ("kernelaudit.runner.process.Worker", "run"),
-    ("kernelaudit.runner.process.Worker", "start"),
-    ("kernelaudit.runner.process", "observe"),
-    ("kernelaudit.runner.lent.Lender", "lend"),
+    ("kernelaudit.runner.auditor.process.Worker", "run"),
+    ("kernelaudit.runner.auditor.process.Worker", "start"),
+    ("kernelaudit.runner.auditor.process", "observe"),
+    ("kernelaudit.runner.boundary.lent.Lender", "lend"),
     ("kernelaudit.engine.executor.Executor", "prepare"),
     ("kernelaudit.engine.executor.Executor", "observe"),
-    ("kernelaudit.runner.process.Worker", "_send"),
-    ("kernelaudit.runner.process.Worker", "_receive"),
-    ("kernelaudit.runner.observed", "_input_after"),
-    ("kernelaudit.runner.observed", "_observed"),
+    ("kernelaudit.runner.auditor.process.Worker", "_send"),
+    ("kernelaudit.runner.auditor.process.Worker", "_receive"),
+    ("kernelaudit.runner.auditor.observed", "_input_after"),
+    ("kernelaudit.runner.auditor.observed", "_observed"),
     ("kernelaudit.device_copies.DeviceCopies", "copied"),
     ("kernelaudit.oracle.resident.Resident", "get"),
     ("kernelaudit.engine.audit", "plan_all"),  # where the audit looks it up

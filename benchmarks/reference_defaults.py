@@ -32,7 +32,7 @@ from kernelaudit.oracle.compare import judging_device
 from kernelaudit.oracle.truth import expected, native_copy
 from kernelaudit.problem.backward import backward_problem
 from kernelaudit.problem.spec import Problem
-from kernelaudit.runner.guard import same_bits
+from kernelaudit.runner.boundary.guard import same_bits
 
 _SETTINGS = ("torch defaults", "no reduced-precision reductions", "and no TF32")
 

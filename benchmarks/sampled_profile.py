@@ -42,7 +42,10 @@ def summary(rows: list[tuple[list[str], int]], top: int) -> str:
         threads[(_last(stack, "process ")[:90], _last(stack, "thread "))] += count
     out.append("samples by process and thread:")
     out += [f"  {n:7d}  {p}  {t}" for (p, t), n in threads.most_common(top)]
-    for name, marker in (("auditor", "kernelaudit.cli"), ("worker", "kernelaudit.runner.worker")):
+    for name, marker in (
+        ("auditor", "kernelaudit.cli"),
+        ("worker", "kernelaudit.runner.worker.main"),
+    ):
         main = [
             (stack, count)
             for stack, count in rows

@@ -56,7 +56,7 @@ from solexecbench_references import float64_bytes, too_large
 
 import kernelaudit
 from kernelaudit.formats import read_problem, unrunnable
-from kernelaudit.runner.threads import thread_environment, thread_share
+from kernelaudit.runner.auditor.threads import thread_environment, thread_share
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCES = ROOT / "benchmarks" / "results" / "solexecbench-references-h100.json"

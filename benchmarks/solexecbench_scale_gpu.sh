@@ -26,7 +26,7 @@ export PYTHONPATH="${SRC:-$PWD/src}${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED
 # to a writable folder instead, written once before the audits start.
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-/tmp/kernelaudit-pycache}"
-python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker, kernelaudit.sanitizer.child'
+python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker.main, kernelaudit.sanitizer.child'
 {
   nvidia-smi --query-gpu=index,name,memory.total --format=csv
   timeout -s TERM -k 20 "${LIMIT:-560}" python3 benchmarks/solexecbench_scale.py "$problems" \

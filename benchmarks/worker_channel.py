@@ -28,15 +28,15 @@ import time
 from pathlib import Path
 
 with contextlib.suppress(ImportError):  # the code measured may predate it
-    from kernelaudit.runner.threads import settle_waits
+    from kernelaudit.runner.auditor.threads import settle_waits
 
     settle_waits()  # as the `kernelaudit` command does, before torch starts its threads
 
 import torch
 
+from kernelaudit.runner.auditor.process import Worker
+from kernelaudit.runner.boundary.messages import Call, Invocation, TensorArg
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.messages import Call, Invocation, TensorArg
-from kernelaudit.runner.process import Worker
 
 _CANDIDATE = "def kernel(x):\n    return x + 1\n"
 

@@ -1,5 +1,5 @@
-"""Where a worker's start goes: the steps `runner.worker.main` takes before it says it is ready,
-repeated in a fresh process in the worker's order and timed one by one (Python and torch, the
+"""Where a worker's start goes: the steps `runner.worker.main.main` takes before it says it is
+ready, repeated in a fresh process in the worker's order and timed one by one (Python and torch, the
 device, the memory cap, the stream count, the state snapshots, the candidate's import, the
 canary pattern), the wait for the auditor's first message left out. Not the worker itself:
 no sandbox around it (which adds its own start, docs/benchmarks.md "The sandbox's cost"), no
@@ -32,12 +32,12 @@ def mark(name):
     t = now
 import torch
 mark("import torch")
-from kernelaudit.runner import worker as _worker
+from kernelaudit.runner.worker import main as _worker
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
-from kernelaudit.runner.guard import prepare
-from kernelaudit.runner.memory import read_memory
-from kernelaudit.runner.state import snapshot
-from kernelaudit.runner.watch import Watch
+from kernelaudit.runner.boundary.guard import prepare
+from kernelaudit.runner.boundary.memory import read_memory
+from kernelaudit.runner.boundary.state import snapshot
+from kernelaudit.runner.worker.watch import Watch
 mark("import the worker")
 device = torch.device(sys.argv[2])
 if device.type == "cuda":

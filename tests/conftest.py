@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelaudit.runner.sandbox import isolation
-from kernelaudit.runner.threads import THREADS_VARIABLE, usable_cores
+from kernelaudit.runner.auditor.sandbox import isolation
+from kernelaudit.runner.auditor.threads import THREADS_VARIABLE, usable_cores
 
 
 def pytest_configure(config: pytest.Config) -> None:

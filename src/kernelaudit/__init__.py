@@ -2,7 +2,7 @@
 
 The problem-building names below, and `guard` (a kernel checked against its reference inside
 the real job, `kernelaudit.guarding`), are imported on first use, so that `kernelaudit check` can
-start its candidate's worker before this process has imported torch (`runner.prestart`)."""
+start its candidate's worker before this process has imported torch (`runner.auditor.prestart`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The `kernelaudit` command (and `python -m kernelaudit`).
 
 A `check` starts its first candidate's worker before anything imports torch
-(`runner.prestart`), then the command line runs as usual. The command's idle OpenMP threads
-sleep soon, as its children's do (`runner.threads.settle_waits`)."""
+(`runner.auditor.prestart`), then the command line runs as usual. The command's idle OpenMP threads
+sleep soon, as its children's do (`runner.auditor.threads.settle_waits`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import contextlib
 import sys
 from typing import NoReturn
 
-from kernelaudit.runner import prestart, threads
+from kernelaudit.runner.auditor import prestart, threads
 
 
 def run() -> NoReturn:

@@ -59,7 +59,7 @@ from kernelaudit.report.terminal import (
     verdict_table,
 )
 from kernelaudit.repro import replay
-from kernelaudit.runner import prestart
+from kernelaudit.runner.auditor import prestart
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.tripwires.command import add_parser as add_scan_parser
 

@@ -10,7 +10,7 @@ Two things the auditor keeps on the host are compared on the GPU again and again
   it instead;
 - each case's inputs as the auditor gave them to a call: after every call it compares the
   inputs the call may not write, as they lie in the memory it lent the worker, with its own
-  values (`runner.observed`), and copied those from pageable host memory for every call of
+  values (`runner.auditor.observed`), and copied those from pageable host memory for every call of
   every probe. In a sampled audit of a decoder layer on an H200 that was a fifth of the
   auditor's main thread. Now the first comparison's copy is held (`copied`) for the next.
 
@@ -31,7 +31,7 @@ import torch
 
 SHARE = 16
 """What is held is at most the device's memory divided by this: the auditor keeps a quarter of
-the device for its own work (`runner.limits.default_limits`), an eighth of it for kept draws
+the device for its own work (`runner.auditor.limits.default_limits`), an eighth of it for kept draws
 (`oracle.resident`), and the rest for the truth it computes and the comparisons it makes."""
 
 
@@ -173,4 +173,4 @@ def _bytes(tensor: torch.Tensor) -> int:
 
 DEVICE_COPIES = DeviceCopies()
 """The process's device copies of its kept cases' results (`oracle.kept_results` holds them,
-`oracle.compare` judges on them) and of the inputs it gave calls (`runner.observed`)."""
+`oracle.compare` judges on them) and of the inputs it gave calls (`runner.auditor.observed`)."""

@@ -27,7 +27,7 @@ import threading
 
 import torch
 
-from kernelaudit.runner.limits import machine_memory
+from kernelaudit.runner.auditor.limits import machine_memory
 
 PINNED_LEAST_BYTES = 1 << 20
 """Smaller copies are made in pageable memory: their first touch costs little, and the caching

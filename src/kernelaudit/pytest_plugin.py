@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from kernelaudit import testing
-from kernelaudit.runner.threads import THREADS_VARIABLE, usable_cores
+from kernelaudit.runner.auditor.threads import THREADS_VARIABLE, usable_cores
 
 PROFILES = ("quick", "default", "thorough")
 

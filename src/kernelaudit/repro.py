@@ -24,8 +24,8 @@ from kernelaudit.problem.domain import assuming
 from kernelaudit.profiles import profile_named
 from kernelaudit.report.html import write_html
 from kernelaudit.report.terminal import print_evidence
+from kernelaudit.runner.auditor.process import Worker
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.process import Worker
 
 
 def replay(args: argparse.Namespace, console: Console) -> int:

@@ -16,7 +16,7 @@ from kernelaudit.engine.measure import reference_memory
 from kernelaudit.findings import AuditReport
 from kernelaudit.problem.load import load_problem
 from kernelaudit.profiles import PROFILES
-from kernelaudit.runner.messages import CallOutcome, InvocationResult
+from kernelaudit.runner.boundary.messages import CallOutcome, InvocationResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MiB = 1 << 20

@@ -124,7 +124,7 @@ from kernelaudit.checks.base import Expected, Observation, Probe, RunPlan
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.inputs.case import Case
 from kernelaudit.problem.spec import Output, Problem, TensorInput
-from kernelaudit.runner.messages import CallOutcome, InvocationResult
+from kernelaudit.runner.boundary.messages import CallOutcome, InvocationResult
 
 rows = int(sys.argv[1])
 problem = Problem(

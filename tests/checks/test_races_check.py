@@ -17,7 +17,7 @@ from kernelaudit.checks.races import Races
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
 from kernelaudit.profiles import PROFILES
-from kernelaudit.runner.messages import CallOutcome, InvocationResult
+from kernelaudit.runner.boundary.messages import CallOutcome, InvocationResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

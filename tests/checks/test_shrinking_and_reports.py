@@ -12,8 +12,8 @@ from kernelaudit.checks.numerics import Numerics
 from kernelaudit.engine.executor import Executor
 from kernelaudit.findings import AuditReport, Finding, read_reports, write_reports
 from kernelaudit.problem.load import load_problem
+from kernelaudit.runner.auditor.process import Worker
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.process import Worker
 
 pytestmark = pytest.mark.slow
 

@@ -212,7 +212,7 @@ def test_a_write_into_the_auditors_own_code_fails_on_its_own(
     path.write_text(
         "import sys\n\n"
         "import torch\n\n"
-        '_harness = sys.modules.get("kernelaudit.runner.call")\n\n\n'
+        '_harness = sys.modules.get("kernelaudit.runner.worker.call")\n\n\n'
         "def scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:\n"
         "    if _harness is not None:\n"
         "        _harness.check_guards = _harness.check_guards\n"

@@ -6,8 +6,8 @@ from rich.console import Console
 
 from kernelaudit.findings import AuditReport
 from kernelaudit.report.caveats import isolated
-from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER
-from kernelaudit.runner.sandbox import NESTED_ALLOWED
+from kernelaudit.runner.auditor.sandbox import NESTED_ALLOWED
+from kernelaudit.runner.boundary.lent import OBSERVED_BY_THE_WORKER
 
 
 def _report(isolation: str) -> AuditReport:

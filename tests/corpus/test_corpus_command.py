@@ -33,7 +33,7 @@ from kernelaudit.corpus import command as corpus_command
 from kernelaudit.corpus.cluster import run_ray
 from kernelaudit.corpus.store import Store
 from kernelaudit.errors import UsageError
-from kernelaudit.runner.sandbox import Isolation
+from kernelaudit.runner.auditor.sandbox import Isolation
 
 FAST = ["--profile", "quick", "--checks", "tripwires", "--device", "cpu"]
 KILLS_ITS_AUDITOR = """
@@ -89,11 +89,11 @@ def test_a_run_killed_with_sigkill_resumes_without_redoing_finished_jobs(
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and (
         processes_mentioning("kernelaudit.corpus.slot", f"--parent {run.pid}")
-        or processes_mentioning("kernelaudit.runner.worker", str(corpus))
+        or processes_mentioning("kernelaudit.runner.worker.main", str(corpus))
     ):
         time.sleep(0.1)
     assert not processes_mentioning("kernelaudit.corpus.slot", f"--parent {run.pid}")
-    assert not processes_mentioning("kernelaudit.runner.worker", str(corpus))
+    assert not processes_mentioning("kernelaudit.runner.worker.main", str(corpus))
 
     capsys.readouterr()
     assert main(argv) == 1  # the killer's job ends in a crash

@@ -24,7 +24,7 @@ from running_corpora import (
 )
 
 from kernelaudit.cli import main
-from kernelaudit.runner.threads import THREADS_VARIABLE, usable_cores
+from kernelaudit.runner.auditor.threads import THREADS_VARIABLE, usable_cores
 
 pytestmark = [
     pytest.mark.slow,

@@ -15,7 +15,7 @@ from kernelaudit.corpus.jobs import Job, keyed
 from kernelaudit.corpus.slot import job_message, run_job
 from kernelaudit.inputs import batch
 from kernelaudit.problem.spec import Problem
-from kernelaudit.runner.sandbox import Isolation, isolation
+from kernelaudit.runner.auditor.sandbox import Isolation, isolation
 
 pytestmark = pytest.mark.slow
 CHECKS = ["specialisation"]  # plans a shape past the largest workload along its batch axes

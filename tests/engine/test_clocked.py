@@ -16,7 +16,7 @@ from kernelaudit.engine.clocked import (
     disagrees,
     repeats_for,
 )
-from kernelaudit.runner.messages import CallOutcome, InvocationResult, OutputSlot
+from kernelaudit.runner.boundary.messages import CallOutcome, InvocationResult, OutputSlot
 from kernelaudit.timing.measure import Timing
 
 

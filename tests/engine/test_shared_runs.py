@@ -12,7 +12,7 @@ import pytest
 from kernelaudit.engine import probing
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
-from kernelaudit.runner import process
+from kernelaudit.runner.auditor import process
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rmsnorm_backward"
 
@@ -101,7 +101,7 @@ def test_a_run_is_held_only_where_all_it_keeps_alive_fits(
 
     from kernelaudit.checks.base import Expected, Observation, Probe, RunPlan
     from kernelaudit.inputs.case import Case
-    from kernelaudit.runner.messages import CallOutcome, InvocationResult
+    from kernelaudit.runner.boundary.messages import CallOutcome, InvocationResult
 
     # a float32 result of 1,000 elements whose case holds 100,000 of input and float64 truth
     result = torch.zeros(1000)

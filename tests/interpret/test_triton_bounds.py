@@ -27,8 +27,8 @@ from kernelaudit.interpret.run import InterpretedRun
 from kernelaudit.problem.load import load_problem
 from kernelaudit.problem.spec import Axis, Problem
 from kernelaudit.profiles import PROFILES
+from kernelaudit.runner.boundary.messages import Call, OutputSlot, TensorArg
 from kernelaudit.runner.candidate import parse_candidate
-from kernelaudit.runner.messages import Call, OutputSlot, TensorArg
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KERNELS = FIXTURES / "scale_kernels.py"

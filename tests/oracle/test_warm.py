@@ -15,7 +15,7 @@ from kernelaudit.engine import executor
 from kernelaudit.engine.audit import audit
 from kernelaudit.oracle import warm
 from kernelaudit.problem.spec import Output, Problem, TensorInput
-from kernelaudit.runner import process
+from kernelaudit.runner.auditor import process
 
 
 def doubled(x: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernelaudit.cli import main
-from kernelaudit.runner.sandbox import SANDBOX_SWITCH, isolation
+from kernelaudit.runner.auditor.sandbox import SANDBOX_SWITCH, isolation
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -1,7 +1,7 @@
 """Candidates that rebind, in their own process, what the worker observes around their calls.
-The calls' inputs and output slots lie in memory the auditor maps too (`runner.arena`: shared
-memory on a CPU, device memory it lends the worker on a GPU), and the auditor reads their
-guard bands and inputs there itself (`runner.observed`): each forgery ends in FAIL for the
+The calls' inputs and output slots lie in memory the auditor maps too (`runner.boundary.arena`:
+shared memory on a CPU, device memory it lends the worker on a GPU), and the auditor reads their
+guard bands and inputs there itself (`runner.auditor.observed`): each forgery ends in FAIL for the
 candidate, for the reason it hid."""
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from kernelaudit.errors import UsageError
 from kernelaudit.findings import AuditReport
 from kernelaudit.problem.load import load_problem
 from kernelaudit.profiles import PROFILES
-from kernelaudit.runner import limits, sandbox
-from kernelaudit.runner.launch import child_environment, run_python
-from kernelaudit.runner.sandbox import isolation
+from kernelaudit.runner.auditor import limits, sandbox
+from kernelaudit.runner.auditor.launch import child_environment, run_python
+from kernelaudit.runner.auditor.sandbox import isolation
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

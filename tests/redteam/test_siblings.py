@@ -20,7 +20,7 @@ from attacks import ARMED, files_in, survivors_after
 
 import kernelaudit
 from kernelaudit.cli import main
-from kernelaudit.runner.sandbox import isolation
+from kernelaudit.runner.auditor.sandbox import isolation
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAST = ["--profile", "quick", "--checks", "execution,numerics", "--device", "cpu"]

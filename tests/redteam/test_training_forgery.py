@@ -106,7 +106,7 @@ POINTS_PAST_ITS_REGION = (
     + """
 import sys
 
-from kernelaudit.runner.shared import SharedTensor
+from kernelaudit.runner.boundary.shared import SharedTensor
 
 
 def _forged_answer(*arguments):

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from kernelaudit.errors import UsageError
+from kernelaudit.runner.auditor.process import Worker
+from kernelaudit.runner.boundary.messages import Call, Invocation, TensorArg
 from kernelaudit.runner.candidate import CandidateRef, from_callable, parse_candidate
-from kernelaudit.runner.messages import Call, Invocation, TensorArg
-from kernelaudit.runner.process import Worker
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -22,9 +22,9 @@ from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
 from kernelaudit.problem.spec import Axis
 from kernelaudit.profiles import PROFILES
-from kernelaudit.runner import sandbox
+from kernelaudit.runner.auditor import sandbox
+from kernelaudit.runner.auditor.sandbox import Isolation
 from kernelaudit.runner.candidate import parse_candidate
-from kernelaudit.runner.sandbox import Isolation
 from kernelaudit.sanitizer import session as sanitizer_session
 from kernelaudit.sanitizer.child import ChildResult
 from kernelaudit.sanitizer.locate import Located

@@ -10,7 +10,7 @@ from kernelaudit.checks.base import Expected, Observation, Probe
 from kernelaudit.checks.timing import Timing
 from kernelaudit.inputs.case import Case
 from kernelaudit.problem.spec import Contract, Output, Problem, TensorInput
-from kernelaudit.runner.messages import CallOutcome, InvocationResult
+from kernelaudit.runner.boundary.messages import CallOutcome, InvocationResult
 from kernelaudit.timing.measure import Timing as Measured
 from kernelaudit.timing.roofline import Roofline
 

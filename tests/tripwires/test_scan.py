@@ -58,15 +58,15 @@ CASES = {
 
         import kernelaudit.timing.measure as measure
 
-        _call = sys.modules["kernelaudit.runner.call"]
+        _call = sys.modules["kernelaudit.runner.worker.call"]
 
 
         def candidate(x):
-            worker = importlib.import_module("kernelaudit.runner.worker")
+            worker = importlib.import_module("kernelaudit.runner.worker.main")
             _call._clock = lambda: 0.0
             measure._ELAPSED_MS = None
             setattr(worker, "run_invocation", None)
-            sys.modules["kernelaudit.runner.observed"].observe = None
+            sys.modules["kernelaudit.runner.auditor.observed"].observe = None
             return x * 2
         """,
         [
@@ -74,9 +74,9 @@ CASES = {
             ("harness-tampering", "measure._ELAPSED_MS = "),
             ("harness-tampering", 'setattr(worker, "run_invocation"'),
             ("harness-tampering", "].observe = "),
-            ("environment", 'sys.modules["kernelaudit.runner.call"]'),
+            ("environment", 'sys.modules["kernelaudit.runner.worker.call"]'),
             ("environment", "import kernelaudit.timing.measure"),
-            ("environment", 'sys.modules["kernelaudit.runner.observed"]'),
+            ("environment", 'sys.modules["kernelaudit.runner.auditor.observed"]'),
         ],
     ),
     "harness-tampering through a module named at run time": (
@@ -84,14 +84,14 @@ CASES = {
         import importlib
         import sys
 
-        _name = "kernel" + "audit.runner.call"
+        _name = "kernel" + "audit.runner.worker.call"
         _call = sys.modules[_name]
         this = sys.modules[__name__]
         this.cache = {}
 
 
         def candidate(x):
-            worker = importlib.import_module(".".join(["kernelaudit", "runner", "worker"]))
+            worker = importlib.import_module(".".join(["kernelaudit", "runner", "worker", "main"]))
             _call._clock = lambda: 0.0
             setattr(worker, "run_invocation", None)
             for module in list(sys.modules.values()):

@@ -17,8 +17,8 @@ import torch
 from kernelaudit.inputs.case import Case
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
+from kernelaudit.runner.boundary.messages import InvocationResult
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.messages import InvocationResult
 
 if TYPE_CHECKING:  # the oracle imports this module
     from kernelaudit.oracle.compare import Memo

@@ -25,7 +25,7 @@ from kernelaudit.inputs.batch import (
     result_shapes,
 )
 from kernelaudit.inputs.case import Case
-from kernelaudit.runner.guard import same_elements
+from kernelaudit.runner.boundary.guard import same_elements
 
 _SAME_SIZE_INTEGERS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

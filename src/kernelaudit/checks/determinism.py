@@ -9,7 +9,7 @@ from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, Ru
 from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.checks.sweep import boundary_cases
-from kernelaudit.runner.guard import same_elements
+from kernelaudit.runner.boundary.guard import same_elements
 
 
 class Determinism:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
-from kernelaudit.runner.messages import StateChange
+from kernelaudit.runner.boundary.messages import StateChange
 
 
 class GlobalState:

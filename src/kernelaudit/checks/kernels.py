@@ -8,7 +8,7 @@ On a CPU there are no device kernels to list, but Triton's interpreter runs a Tr
 kernels there: a candidate that can reach Triton kernels (its function names them, or functions
 of its own that it calls do; failing that, its own module defines them) and launches none of
 them in a call at the first workload computes that call with something else (torch, the host),
-which fails the same way (`runner.watch.InterpretedLaunches` counts them in the worker). The
+which fails the same way (`runner.worker.watch.InterpretedLaunches` counts them in the worker). The
 calls judged are those of any probe on the timing probe's case (the first workload at default
 values, first dtype configuration and plain layout): the timing probe's, or the numerics
 sweep's when the check is chosen alone. A candidate whose format declares it Triton (a

@@ -35,8 +35,8 @@ from kernelaudit.large.sizing import ELEMENTS, CannotGrow, LargeCase, limit_name
 from kernelaudit.oracle.promote import full_precision_accumulation
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.profiles import Profile
+from kernelaudit.runner.boundary.failures import describe
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.failures import describe
 from kernelaudit.timing.measure import synchronize
 
 HEADROOM_BYTES = 1 << 30

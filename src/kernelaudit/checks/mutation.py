@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
-from kernelaudit.runner.guard import same_bits, same_elements
+from kernelaudit.runner.boundary.guard import same_bits, same_elements
 
 
 class Mutation:

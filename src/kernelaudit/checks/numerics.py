@@ -15,7 +15,7 @@ from kernelaudit.oracle.conditioning import Nudged
 from kernelaudit.oracle.metrics import row_errors, row_squared_errors
 from kernelaudit.oracle.mismatches import locate
 from kernelaudit.problem.spec import IndexInput
-from kernelaudit.runner.guard import same_bits
+from kernelaudit.runner.boundary.guard import same_bits
 
 _TOP_ROWS = 5
 _JUDGEMENTS_KEPT = 4

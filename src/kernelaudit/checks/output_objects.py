@@ -13,7 +13,7 @@ import torch
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe
 from kernelaudit.checks.labels import output_name
 from kernelaudit.inputs.case import dtype_name
-from kernelaudit.runner.messages import OutputObject
+from kernelaudit.runner.boundary.messages import OutputObject
 
 
 class OutputObjects:

@@ -43,7 +43,7 @@ from kernelaudit.inputs.cost import result_sizes
 from kernelaudit.inputs.materialize import GENERATOR, default_distribution, distributions_for
 from kernelaudit.problem.spec import Problem, TensorInput
 from kernelaudit.profiles import Profile
-from kernelaudit.runner.limits import machine_memory
+from kernelaudit.runner.auditor.limits import machine_memory
 
 KEPT_SHARE = 8
 """The results one probe keeps (every run's, for a nondeterministic problem) are held to the

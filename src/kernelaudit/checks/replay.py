@@ -33,7 +33,7 @@ from kernelaudit.checks.numerics import judge_results
 from kernelaudit.checks.sweep import boundary_cases
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import case_elements
-from kernelaudit.runner.watch import changed
+from kernelaudit.runner.boundary.messages import changed
 
 _SEQUENCES = {
     "same-buffers": "call 2 got call 1's input tensors (same address) updated in place with new "

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelaudit.checks.base import Failure, Severity
-from kernelaudit.runner.limits import passed_bound
+from kernelaudit.runner.auditor.limits import passed_bound
 from kernelaudit.sanitizer.attribution import attribute, kernel_base
 from kernelaudit.sanitizer.report import Report
 from kernelaudit.sanitizer.session import Session, ToolRun

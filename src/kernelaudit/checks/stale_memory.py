@@ -26,7 +26,7 @@ from kernelaudit.checks.base import (
 from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.checks.sweep import boundary_cases
-from kernelaudit.runner.watch import SCRUB_BYTE
+from kernelaudit.runner.boundary.poison import SCRUB_BYTE
 
 
 class StaleMemory:

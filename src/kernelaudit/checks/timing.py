@@ -28,7 +28,7 @@ from kernelaudit.checks.labels import output_name
 from kernelaudit.checks.numerics import judge_results
 from kernelaudit.engine.clocked import beats_floor, disagrees
 from kernelaudit.inputs.case import Case
-from kernelaudit.runner.watch import changed
+from kernelaudit.runner.boundary.messages import changed
 from kernelaudit.timing import measure
 from kernelaudit.timing.kernels import agreement, is_mismatch
 from kernelaudit.timing.measure import format_seconds

@@ -16,7 +16,7 @@ import torch
 from kernelaudit.checks.base import Failure, Observation, PlanContext, Probe, RunPlan
 from kernelaudit.checks.sweep import boundary_cases
 from kernelaudit.oracle.mismatches import locate
-from kernelaudit.runner.poison import poison_value
+from kernelaudit.runner.boundary.poison import poison_value
 
 # NaN, sentinel, NaN: an element that follows the poison in all three calls was never written;
 # one that is NaN exactly in the NaN calls was computed from poisoned memory

@@ -35,7 +35,7 @@ from kernelaudit.report.html import write_html
 from kernelaudit.report.index import IndexEntry, entry_of, write_index
 from kernelaudit.report.junit import Unaudited, write_junit
 from kernelaudit.report.sarif import write_sarif
-from kernelaudit.runner.sandbox import isolation
+from kernelaudit.runner.auditor.sandbox import isolation
 
 DEFAULT_DB = "kernelaudit-corpus.sqlite"
 _RETRIED = {"error", "timeout", "crash", "tampered"}

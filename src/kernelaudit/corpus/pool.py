@@ -23,8 +23,8 @@ from kernelaudit.corpus.jobs import Job
 from kernelaudit.corpus.slot import job_message, result_of
 from kernelaudit.corpus.store import MAX_TRIES, Flight, JobResult
 from kernelaudit.errors import UsageError
-from kernelaudit.runner.launch import child_environment
-from kernelaudit.runner.threads import thread_environment, usable_cores
+from kernelaudit.runner.auditor.launch import child_environment
+from kernelaudit.runner.auditor.threads import thread_environment, usable_cores
 
 OnResult = Callable[[JobResult], None]
 

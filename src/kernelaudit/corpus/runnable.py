@@ -11,7 +11,7 @@ import torch
 from kernelaudit.formats import unrunnable
 from kernelaudit.problem.dims import resolve_shape
 from kernelaudit.problem.spec import Problem, ScalarInput
-from kernelaudit.runner.limits import machine_memory
+from kernelaudit.runner.auditor.limits import machine_memory
 
 _TRUTH_BYTES = torch.finfo(torch.float64).bits // 8
 

@@ -35,7 +35,7 @@ from kernelaudit.findings import report_document
 from kernelaudit.formats import read_candidate, read_problem
 from kernelaudit.problem.spec import Problem
 from kernelaudit.report.terminal import progress_bar
-from kernelaudit.runner.sandbox import isolation
+from kernelaudit.runner.auditor.sandbox import isolation
 
 _PARENT_POLL_S = 0.2
 

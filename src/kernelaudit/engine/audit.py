@@ -44,14 +44,14 @@ from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.problem.backward import autograd_signature, backward_problem
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile, profile_named
+from kernelaudit.runner.auditor.limits import Limits, default_limits
+from kernelaudit.runner.auditor.preflight import refusal, refused_report
+from kernelaudit.runner.auditor.process import Worker
+from kernelaudit.runner.auditor.sandbox import isolation
+from kernelaudit.runner.auditor.threads import held_to, thread_share
+from kernelaudit.runner.boundary.lent import OBSERVED_BY_THE_WORKER, unavailable
+from kernelaudit.runner.boundary.messages import CANDIDATE_MAINS
 from kernelaudit.runner.candidate import CandidateRef, from_callable
-from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER, unavailable
-from kernelaudit.runner.limits import Limits, default_limits
-from kernelaudit.runner.messages import CANDIDATE_MAINS
-from kernelaudit.runner.preflight import refusal, refused_report
-from kernelaudit.runner.process import Worker
-from kernelaudit.runner.sandbox import isolation
-from kernelaudit.runner.threads import held_to, thread_share
 from kernelaudit.timing.peaks import measure_roofline
 
 _CPU_SM_TARGET = 132
@@ -164,8 +164,9 @@ def run_audit(
     """Audit `candidate` on `problem`. `worker`, when given, is the candidate's worker launched
     ahead of time (see `Worker.launch`); the audit closes it. Findings are numbered
     `{finding_prefix}F1`, `F2`, ... The audit holds this process's thread pools to its share of
-    the cores while it runs (`runner.threads`). A candidate whose source shows it cannot be
-    called as the problem calls it fails at once, with the whole error (`runner.preflight`)."""
+    the cores while it runs (`runner.auditor.threads`). A candidate whose source shows it cannot be
+    called as the problem calls it fails at once, with the whole error
+    (`runner.auditor.preflight`)."""
     _refuse_inside_a_candidate()
     why = refusal(problem, candidate)
     if why:
@@ -386,8 +387,8 @@ class _Backward:
 
 def _confinement(device: str) -> str:
     """How the candidate's processes were confined (`sandbox.Isolation`), and on a GPU where
-    the auditor cannot lend the worker device memory (`runner.lent`), that the calls' memory
-    there was observed by the worker alone."""
+    the auditor cannot lend the worker device memory (`runner.boundary.lent`), that the calls'
+    memory there was observed by the worker alone."""
     described = isolation().describe()
     if device.startswith("cuda"):
         why = unavailable(torch.device(device))

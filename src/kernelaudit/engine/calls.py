@@ -11,8 +11,8 @@ from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import tensor_elements
 from kernelaudit.problem.dims import resolve_shape
 from kernelaudit.problem.spec import Problem
-from kernelaudit.runner.messages import Call, OutputSlot, TensorArg
-from kernelaudit.runner.poison import AUDIT_SENTINEL
+from kernelaudit.runner.boundary.messages import Call, OutputSlot, TensorArg
+from kernelaudit.runner.boundary.poison import AUDIT_SENTINEL
 
 
 def call_for(

@@ -7,7 +7,7 @@ invocations itself, on its own clock: one of the timed call followed by `repeats
 back to back (`Call.repeat`), and a base of the call alone with the same buffers laid out,
 alternated; the difference, divided by the repetitions, is what a call costs, whatever the
 worker says, with the channel's and the harness's costs taken out. Each repetition leaves its
-results in buffers of its own in the arena, which the auditor reads (`runner.observed`): a
+results in buffers of its own in the arena, which the auditor reads (`runner.auditor.observed`): a
 worker that skips the calls it is timed on leaves them without the call's results.
 
 What it does not stop: a worker that recognises the base invocation and delays it lowers the
@@ -42,8 +42,8 @@ from typing import Any
 
 import torch
 
-from kernelaudit.runner.arena import slots_bytes
-from kernelaudit.runner.messages import InvocationResult, OutputSlot
+from kernelaudit.runner.boundary.arena import slots_bytes
+from kernelaudit.runner.boundary.messages import InvocationResult, OutputSlot
 from kernelaudit.timing.measure import Timing, flush_l2_cache, synchronize
 from kernelaudit.timing.roofline import RooflinePosition, measured_position
 

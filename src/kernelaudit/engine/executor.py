@@ -50,8 +50,8 @@ from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.oracle.truth import expected
 from kernelaudit.oracle.warm import warm_beside
 from kernelaudit.problem.spec import Problem, ScalarInput
-from kernelaudit.runner.messages import Call, CallOutcome, Invocation, InvocationResult
-from kernelaudit.runner.process import Worker
+from kernelaudit.runner.auditor.process import Worker
+from kernelaudit.runner.boundary.messages import Call, CallOutcome, Invocation, InvocationResult
 from kernelaudit.timing.peaks import measure_roofline
 
 _CACHE_SIZE = 16

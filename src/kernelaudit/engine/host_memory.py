@@ -5,12 +5,12 @@ A case prepared for judging holds its inputs, its float64 truth and its baseline
 and later its nudged case's pair (`oracle.conditioning`). One case, or the cases one probe
 runs together with the worker's copies of their inputs and the candidate's results of its
 calls, may take half of the machine's memory; the cases kept for the checks that run them
-again an eighth. The candidate's processes may hold the other half (`runner.limits.host_share`),
-their copy of the inputs included: counting that copy in the auditor's half too leaves the
-other half for what the candidate makes itself, the shared regions and the processes' own
-footprint, so both sides near their limits at once still fit the machine. Each is estimated
-from the shapes before anything is made: a case past its share is not made, and the auditor is
-not killed for memory without a report.
+again an eighth. The candidate's processes may hold the other half
+(`runner.auditor.limits.host_share`), their copy of the inputs included: counting that copy in the
+auditor's half too leaves the other half for what the candidate makes itself, the shared regions and
+the processes' own footprint, so both sides near their limits at once still fit the machine. Each is
+estimated from the shapes before anything is made: a case past its share is not made, and the
+auditor is not killed for memory without a report.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import input_bytes, output_sizes, result_sizes
 from kernelaudit.problem.spec import Problem
-from kernelaudit.runner.limits import machine_memory
+from kernelaudit.runner.auditor.limits import machine_memory
 
 Prepared = tuple[dict[str, object], Expected]
 """A case's logical inputs and its trusted results."""

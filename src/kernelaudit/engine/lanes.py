@@ -7,7 +7,7 @@ reference runs, Triton's compiled kernels) is computed once; the problems expect
 longest go first, each to the first lane that is free (so the lanes end close together), and
 each problem's reports come back as soon as it is done, with their HTML sections drawn in the
 lane where asked (the figures are most of an HTML report's cost, and a lane draws them while
-the others still audit). On a CPU each lane takes its share of the cores (`runner.threads`);
+the others still audit). On a CPU each lane takes its share of the cores (`runner.auditor.threads`);
 on a host with several GPUs each lane takes one GPU.
 """
 
@@ -27,7 +27,7 @@ import torch
 from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.findings import AuditReport, report_document
 from kernelaudit.profiles import Profile
-from kernelaudit.runner.threads import THREADS_VARIABLE, host_share
+from kernelaudit.runner.auditor.threads import THREADS_VARIABLE, host_share
 
 
 @dataclass(frozen=True)

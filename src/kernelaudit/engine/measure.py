@@ -12,7 +12,7 @@ import torch
 from kernelaudit.inputs.case import Case, dtype_name
 from kernelaudit.oracle.truth import native_copy
 from kernelaudit.problem.spec import Problem
-from kernelaudit.runner.memory import peak_since, read_memory, start_peak
+from kernelaudit.runner.boundary.memory import peak_since, read_memory, start_peak
 from kernelaudit.timing.kernels import KernelProfile, profile_kernels
 from kernelaudit.timing.measure import time_calls
 from kernelaudit.timing.peaks import measure_roofline
@@ -102,8 +102,8 @@ def reference_memory(
 ) -> dict[str, Any]:
     """The reference's peak device memory during one call at the case's dtypes, above what
     was allocated when the call began (its inputs), measured as the worker measures the
-    candidate's (`kernelaudit.runner.memory`): after a first call that warms it up, with the
-    library workspaces torch keeps released. Nothing on a CPU."""
+    candidate's (`kernelaudit.runner.boundary.memory`): after a first call that warms it up, with
+    the library workspaces torch keeps released. Nothing on a CPU."""
     where = torch.device(device)
     if where.type != "cuda":
         return {}

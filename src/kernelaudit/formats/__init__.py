@@ -2,7 +2,7 @@
 own problem modules, SOL-ExecBench definitions and solutions, KernelBench models.
 
 `read_problem`, `read_candidate` and `unrunnable` (in `readers`) are imported on first use, so
-that a solution can be unpacked before torch is imported (`runner.prestart`)."""
+that a solution can be unpacked before torch is imported (`runner.auditor.prestart`)."""
 
 from __future__ import annotations
 

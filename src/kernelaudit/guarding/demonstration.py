@@ -2,7 +2,7 @@
 in a short training run (`examples/embedding_backward/guard_training.py`), one that sums in
 fp16 and must be caught in its hottest rows, one that sums in fp32 and must not be.
 
-Each run is a child process in the candidates' sandbox (`runner.launch`): the example's
+Each run is a child process in the candidates' sandbox (`runner.auditor.launch`): the example's
 kernels are code to be checked, and the auditor's process never imports a kernel. The
 child's guard writes its summary into the child's own folder, which this reads.
 """
@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from kernelaudit.runner.launch import run_python
+from kernelaudit.runner.auditor.launch import run_python
 
 SCRIPT = Path("embedding_backward") / "guard_training.py"
 

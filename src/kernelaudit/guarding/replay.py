@@ -1,6 +1,6 @@
 """`kernelaudit repro RECORD.json`: a guard's failing call run again, on its kept inputs.
 
-The kernel runs where every candidate runs, in a sandboxed worker (`runner.process`); the
+The kernel runs where every candidate runs, in a sandboxed worker (`runner.auditor.process`); the
 reference is imported from its file here, as a problem's is; the outputs are judged as the
 guard judged them (`judged`). The exit status says whether the failure is still there.
 """
@@ -18,9 +18,9 @@ from rich.markup import escape
 from kernelaudit.errors import UsageError
 from kernelaudit.guarding.judged import judge
 from kernelaudit.guarding.records import read_record
+from kernelaudit.runner.auditor.process import Worker
+from kernelaudit.runner.boundary.messages import Call, Invocation, TensorArg
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.messages import Call, Invocation, TensorArg
-from kernelaudit.runner.process import Worker
 from kernelaudit.sourcefile import import_source
 
 

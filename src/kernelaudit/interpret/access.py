@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from kernelaudit.interpret.records import OutOfBounds
-from kernelaudit.runner.guard import storage_span
+from kernelaudit.runner.boundary.guard import storage_span
 
 MAX_GROUPS = 64
 """Groups (call, kernel, argument, access kind) recorded; further ones are only counted."""

@@ -2,8 +2,8 @@
 of its own: `python -m kernelaudit.interpret.child REQUEST RESULT`.
 
 REQUEST (written by the auditor with `torch.save`) names the candidate and holds the calls to
-make (`kernelaudit.runner.messages.Call`: the logical input values, their layouts, the output
-slots) and the names of the problem's inputs and outputs. Every tensor is placed on the CPU
+make (`kernelaudit.runner.boundary.messages.Call`: the logical input values, their layouts, the
+output slots) and the names of the problem's inputs and outputs. Every tensor is placed on the CPU
 between guard bands, as the worker places them, so an access past a tensor lands in a band
 rather than in a neighbour. RESULT is JSON (`Interpretation.to_json`), rewritten after each
 call so that what a later call's hang or crash cuts short is not lost.
@@ -32,10 +32,10 @@ from kernelaudit.interpret.access import (
     watch_accesses,
 )
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
+from kernelaudit.runner.boundary.guard import allocate, contiguous_geometry, place, storage_span
+from kernelaudit.runner.boundary.messages import Call, TensorArg
+from kernelaudit.runner.boundary.poison import PoisonMode, fill_poison
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
-from kernelaudit.runner.guard import allocate, contiguous_geometry, place, storage_span
-from kernelaudit.runner.messages import Call, TensorArg
-from kernelaudit.runner.poison import PoisonMode, fill_poison
 
 _ALLOCATED = "a buffer the candidate allocated"
 

@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 
 from kernelaudit.interpret.records import Interpretation, UnreadableResult
+from kernelaudit.runner.auditor.launch import exit_description, start_python
+from kernelaudit.runner.auditor.limits import FolderBound, passed_bound, wait_within
+from kernelaudit.runner.auditor.sandbox import cache_bound
+from kernelaudit.runner.boundary.messages import Call
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import exit_description, start_python
-from kernelaudit.runner.limits import FolderBound, passed_bound, wait_within
-from kernelaudit.runner.messages import Call
-from kernelaudit.runner.sandbox import cache_bound
 
 _STDERR_TAIL_LINES = 3
 

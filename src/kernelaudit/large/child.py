@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from kernelaudit.large.draws import drawn_all
+from kernelaudit.runner.boundary.failures import describe
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
-from kernelaudit.runner.failures import describe
 from kernelaudit.timing.measure import synchronize
 
 

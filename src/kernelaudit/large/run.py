@@ -33,8 +33,8 @@ from kernelaudit.inputs.case import dtype_name
 from kernelaudit.large.sizing import LargeCase
 from kernelaudit.problem.dims import dim_size, resolve_shape
 from kernelaudit.problem.spec import IndexInput, MaskInput, Problem, ScalarInput, TensorInput
+from kernelaudit.runner.auditor.launch import ChildExit, finish_python, start_python
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import ChildExit, finish_python, start_python
 
 
 @dataclass(frozen=True)

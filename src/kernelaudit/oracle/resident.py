@@ -9,7 +9,7 @@ Now the first case that takes a kept draw copies it to the device once, at its n
 and every later case gets a copy made on the device from it (and its float64 truth a
 promotion of it there). What is held is bounded by `most_bytes` (an eighth of the device's
 memory), the least recently used dropped first; the candidate's limit is three quarters of the
-memory free when the audit began (`runner.limits.default_limits`), so this stays within the
+memory free when the audit began (`runner.auditor.limits.default_limits`), so this stays within the
 quarter the auditor keeps for its own work. A tensor that holds no kept draw unchanged
 (`Draws.origin`), or too large to hold, is copied from the host as before. The values are the
 same bits either way.

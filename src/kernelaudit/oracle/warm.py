@@ -25,7 +25,7 @@ import torch
 
 from kernelaudit.engine import beside
 from kernelaudit.oracle.compare import compare, is_exact
-from kernelaudit.runner.guard import same_bits
+from kernelaudit.runner.boundary.guard import same_bits
 
 ELEMENTS = 1024
 """How many elements each warm-up comparison judges."""

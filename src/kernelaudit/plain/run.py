@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 
 from kernelaudit.inputs.case import dtype_name
+from kernelaudit.runner.auditor.launch import run_python
+from kernelaudit.runner.boundary.messages import Call, StateChange, TensorArg
+from kernelaudit.runner.boundary.state import FLAG_NAMES, FUNCTION_NAMES, RNG_NAMES
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import run_python
-from kernelaudit.runner.messages import Call, StateChange, TensorArg
-from kernelaudit.runner.state import FLAG_NAMES, FUNCTION_NAMES, RNG_NAMES
 
 CALLER = Path(__file__).with_name("caller.py")
 
@@ -33,7 +33,7 @@ class PlainRun:
     error: str = ""
     kind: str = ""
     state_changes: tuple[StateChange, ...] = ()
-    """The process-wide state (`runner.state`: flags, functions, random number generators)
+    """The process-wide state (`runner.boundary.state`: flags, functions, random number generators)
     that differs after the calls from before the candidate was imported, read by the plain
     script (no harness to rebind there)."""
 

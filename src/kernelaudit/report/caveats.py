@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from kernelaudit.findings import AuditReport, Finding
-from kernelaudit.runner.lent import OBSERVED_BY_THE_WORKER
-from kernelaudit.runner.sandbox import NESTED_ALLOWED
+from kernelaudit.runner.auditor.sandbox import NESTED_ALLOWED
+from kernelaudit.runner.boundary.lent import OBSERVED_BY_THE_WORKER
 
 CPU_TIMINGS = ("timing", "times")
 """The check and key of a candidate's timing note."""

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 _STYLE = {"PASS": "bold green", "FAIL": "bold red"}
 _WHOLE = ("error",)
 """Evidence printed whole, never shortened: the error a user must read to act (a candidate
-refused before its audit, `runner.preflight`)."""
+refused before its audit, `runner.auditor.preflight`)."""
 _SEVERITY = {"fail": "red", "warn": "yellow", "note": "cyan"}
 
 QUIET_S = 30.0

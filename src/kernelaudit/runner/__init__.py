@@ -1,18 +1,24 @@
 """Running a candidate in isolation, and what the auditor observes of its runs.
 
-The trusted side: `process.Worker` starts the child (`launch`, in the sandbox of `sandbox`,
-with the host threads of `threads`; the command's first one ahead of torch's import,
-`prestart`), sends it invocations through `channel` and `wire` (`messages` is what crosses),
-lends it device memory (`lent`) and shared regions (`shared`) for its calls' buffers, and reads
-those buffers itself after each call (`observed`, `arena`, with `guard`'s comparisons): guard
-bands, the inputs a call may not write, the outputs. `limits` bounds the child's memory, disk
-and time; `candidate` and `preflight` name and check a candidate before it runs; `failures`
-tells why a call failed.
+The folders are the two sides of the trust boundary and what lies on it:
 
-The untrusted side, inside the child: `worker` imports the candidate and answers invocations;
-`call` runs each call on fresh guarded buffers (`placing`, `guard`, `staging`) with `poison`
-filling memory the candidate should write before reading, under `contention` and `threaded`
-for the races check. The worker's own observations (`watch`, `state`, `memory`, `overlap`,
-`autotuners`) go back in the reply, where a candidate that reaches them could forge them:
-docs/threat-model.md says which of them the auditor checks itself.
+- `auditor/`, the trusted side, in the auditor's process: `process.Worker` starts the child
+  (`launch`, in the sandbox of `sandbox`, with the host threads of `threads`; the command's
+  first one ahead of torch's import, `prestart`), talks to it over `channel`, bounds its
+  memory, disk and time (`limits`), and reads each call's buffers itself after the reply
+  (`observed`): guard bands, the inputs a call may not write, the outputs. `preflight` checks
+  a candidate's source before it runs.
+- `worker/`, the untrusted side, inside the candidate's process: `main` imports the candidate
+  and answers invocations; `call` runs each call on fresh guarded buffers (`placing`,
+  `staging`), under `contention` and `threaded` for the races check. The worker's own
+  observations (`watch`, `overlap`, `autotuners`) go back in the reply, where a candidate
+  that reaches them could forge them: docs/threat-model.md says which of them the auditor
+  checks itself. Nothing in the auditor's process imports this folder.
+- `boundary/`, what both sides hold in common: the messages (`messages`) and their encoding
+  (`wire`), the memory they share (`shared`) or the auditor lends (`lent`) and its layout
+  (`arena`), and the conventions both apply to it: canary bands (`guard`), poison
+  (`poison`), the process-wide state a call must leave alone (`state`), how a failed call is
+  told (`failures`) and how a call's device memory is read (`memory`).
+
+`candidate` names a candidate and loads it, for every process that runs one.
 """

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelaudit.runner.launch import child_environment, file_tail
-from kernelaudit.runner.limits import FolderBound, wait_within
+from kernelaudit.runner.auditor.launch import child_environment, file_tail
+from kernelaudit.runner.auditor.limits import FolderBound, wait_within
 
 PADDING_BYTES = 1 << 16
 """memcheck's `--padding`: an unused gap after every allocation, so an overrun lands in no

@@ -17,9 +17,9 @@ from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import input_bytes
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
+from kernelaudit.runner.auditor.limits import host_share
+from kernelaudit.runner.auditor.sandbox import cache_bound, for_candidate
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.limits import host_share
-from kernelaudit.runner.sandbox import cache_bound, for_candidate
 from kernelaudit.sanitizer.attribution import is_library_kernel, kernel_base
 from kernelaudit.sanitizer.cases import Arguments, arguments, small_cases
 from kernelaudit.sanitizer.child import ChildResult, Launched, read_result, write_request

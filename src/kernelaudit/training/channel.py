@@ -4,7 +4,7 @@ The model, its optimizers, losses and drift stay in the auditor; only the plugge
 cross to the candidate's process (`kernelaudit.training.worker`), which runs under the sandbox
 like every process that imports a candidate, and lives as long as the experiment: one process
 answers every call of every run. Each call sends the slot's arguments as they are after the
-plug's casts, tensors as raw bytes (`runner.wire`); each answer is bounded by what the slot
+plug's casts, tensors as raw bytes (`runner.boundary.wire`); each answer is bounded by what the slot
 declares for those arguments (`slots.declared_results`, sizes the auditor computes itself) before
 any of it is read, and checked against the same declaration before the model uses it (`Slots`).
 
@@ -14,8 +14,8 @@ and every later call raises `ChannelStopped`.
 
 Where the platform has them, the tensors themselves do not go through the pipe: the arguments
 are copied into one shared memory region and the results come back in another
-(`runner.shared`), the message naming each tensor's place. The auditor sizes both, the results'
-to the declared results; a result that does not fit comes through the pipe, bounded as
+(`runner.boundary.shared`), the message naming each tensor's place. The auditor sizes both, the
+results' to the declared results; a result that does not fit comes through the pipe, bounded as
 before.
 """
 
@@ -34,11 +34,11 @@ from typing import IO
 
 import torch
 
-from kernelaudit.runner import shared
+from kernelaudit.runner.auditor.launch import PIPE_BYTES, start_piped
+from kernelaudit.runner.boundary import shared
+from kernelaudit.runner.boundary.shared import Region, SharedTensor
+from kernelaudit.runner.boundary.wire import TooLarge, decode, encode
 from kernelaudit.runner.candidate import CandidateRef
-from kernelaudit.runner.launch import PIPE_BYTES, start_piped
-from kernelaudit.runner.shared import Region, SharedTensor
-from kernelaudit.runner.wire import TooLarge, decode, encode
 from kernelaudit.training.slots import PlugRaised, Result, declared_results, wrong_result
 
 _READY_BYTES = 1 << 20

@@ -9,8 +9,8 @@ The model, the optimizers, the losses and the drift stay with the auditor
 (`training.channel`), which validates every answer: nothing computed here is believed beyond
 the tensors of a result, whose number, shapes and dtypes the auditor checks.
 
-Messages go through `runner.wire`: tensors travel as raw bytes beside a pickle of plain values,
-or stay in the shared regions (`runner.shared`) and are named by their place there.
+Messages go through `runner.boundary.wire`: tensors travel as raw bytes beside a pickle of plain
+values, or stay in the shared regions (`runner.boundary.shared`) and are named by their place there.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from kernelaudit.interpret import casts
+from kernelaudit.runner.boundary.shared import Region, SharedTensor
+from kernelaudit.runner.boundary.wire import decode, encode
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
-from kernelaudit.runner.shared import Region, SharedTensor
-from kernelaudit.runner.wire import decode, encode
 from kernelaudit.training.slots import describe
 
 _MESSAGE_CHARS = 4000
@@ -100,7 +100,7 @@ def _cut(text: str) -> str:
 
 
 class _Channel:
-    """Blocking reads and writes of `runner.wire` messages on two pipe ends."""
+    """Blocking reads and writes of `runner.boundary.wire` messages on two pipe ends."""
 
     def __init__(self, reads: int, writes: int) -> None:
         self.reads = reads

@@ -114,7 +114,7 @@ def read_solution(path: str | Path, problem: Problem) -> tuple[Problem, Candidat
 def unpack_solution(path: str | Path) -> Unpacked:
     """Check a solution.json's fields and write its sources into the cache. Needs no problem
     and no torch: `kernelaudit check` does it before importing torch, to start the
-    candidate's worker at once (`runner.prestart`)."""
+    candidate's worker at once (`runner.auditor.prestart`)."""
     file = Path(path).resolve()
     data = _read(file)
     spec = data.get("spec")
