@@ -310,7 +310,7 @@ def test_a_run_past_its_limit_is_killed_with_everything_it_started(tmp_path: Pat
         f"open({str(started)!r}, 'w').write(str(child.pid))\n"
         "time.sleep(60)\n"
     )
-    done = run("memcheck", [sys.executable, "-c", script], environment("cpu"), 2.0, tmp_path / "x")
+    done = run("memcheck", [sys.executable, "-c", script], *_in(tmp_path, 2.0))
     assert done.timed_out and done.seconds < 20 and done.log == ""
     grandchild = int(started.read_text())
     # SIGKILL takes effect asynchronously: on a loaded machine the process may take a moment
@@ -325,7 +325,7 @@ def test_a_run_whose_audit_ended_is_stopped_at_once(tmp_path: Path) -> None:
     threading.Timer(0.5, stop.set).start()
     began = time.monotonic()
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
-    done = run("memcheck", sleeper, environment("cpu"), 60.0, tmp_path / "x", stop)
+    done = run("memcheck", sleeper, *_in(tmp_path, 60.0), stop=stop)
     assert done.returncode is None and time.monotonic() - began < 10
 
 
@@ -334,7 +334,7 @@ def test_a_run_holding_more_host_memory_than_allowed_is_stopped_and_noted(
 ) -> None:
     hoard = [sys.executable, "-c", "import time; b = b'x' * (2 << 30); time.sleep(60)"]
     limit = 3 << 29
-    done = run("memcheck", hoard, environment("cpu"), 60.0, tmp_path / "x", None, limit)
+    done = run("memcheck", hoard, *_in(tmp_path, 60.0), host_memory_bytes=limit)
     assert done.returncode is None and not done.timed_out and done.seconds < 30
     assert "GiB of host memory, more than the limit of 1.50 GiB" in done.over_memory
     failures = judged(_synthetic(ToolRun(done, None)), audit_s=1.0)
@@ -343,6 +343,13 @@ def test_a_run_holding_more_host_memory_than_allowed_is_stopped_and_noted(
         ("cost", "note"),
     ]
     assert "what it reported until then is judged" in failures[0].title
+
+
+def _in(folder: Path, limit_s: float) -> tuple[dict[str, str], float, Path, Path, Path]:
+    """`run`'s environment, limit, log, candidate and scratch for a command run in `folder`."""
+    candidate = folder / "candidate.py"
+    candidate.write_text("")
+    return environment("cpu"), limit_s, folder / "x", candidate, folder
 
 
 def _alive(pid: int) -> bool:

@@ -9,11 +9,8 @@ torch, Triton and the candidate) cost seconds that the probes then hide.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import signal
 import subprocess
 import tempfile
 import threading
@@ -25,8 +22,8 @@ from pathlib import Path
 import torch
 
 from kernelaudit.interpret.records import Interpretation, UnreadableResult
-from kernelaudit.runner.auditor.launch import exit_description, start_python
-from kernelaudit.runner.auditor.limits import FolderBound, passed_bound, wait_within
+from kernelaudit.runner.auditor.launch import exit_description, start_python, wait_then_end
+from kernelaudit.runner.auditor.limits import FolderBound, passed_bound
 from kernelaudit.runner.auditor.sandbox import cache_bound
 from kernelaudit.runner.boundary.messages import Call
 from kernelaudit.runner.candidate import CandidateRef
@@ -127,14 +124,11 @@ class InterpretedRun:
                 error=f"the interpreted run could not start: {self._unstarted}", cause="crash"
             )
         try:
-            waited = wait_within(
+            # whatever the candidate started goes with it
+            waited = wait_then_end(
                 self._process, self._deadline, self._host_memory_bytes, cache=self._cache
             )
         finally:
-            # whatever the candidate started goes with it
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._process.pid, signal.SIGKILL)
-            self._process.wait()
             self._collected.set()  # the starting thread may end
         try:
             self._stderr.seek(0)
@@ -146,8 +140,6 @@ class InterpretedRun:
             self._folder.cleanup()
         cause, why = passed_bound(waited.over_memory, waited.over_disk)
         if cause:
-            if waited.over_disk and self._cache is not None:
-                self._cache.empty()
             return replace(seen or Interpretation(), error=why, cause=cause)
         if waited.timed_out:
             return replace(

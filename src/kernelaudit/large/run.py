@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import tempfile
 import weakref
@@ -33,7 +31,7 @@ from kernelaudit.inputs.case import dtype_name
 from kernelaudit.large.sizing import LargeCase
 from kernelaudit.problem.dims import dim_size, resolve_shape
 from kernelaudit.problem.spec import IndexInput, MaskInput, Problem, ScalarInput, TensorInput
-from kernelaudit.runner.auditor.launch import ChildExit, finish_python, start_python
+from kernelaudit.runner.auditor.launch import ChildExit, end_group, finish_python, start_python
 from kernelaudit.runner.candidate import CandidateRef
 
 
@@ -180,9 +178,7 @@ class Waiting:
 def _ended(
     process: subprocess.Popen[bytes], stderr: IO[bytes], cleanup: Callable[[], None]
 ) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    end_group(process)
     if process.stdin is not None:
         process.stdin.close()
     stderr.close()

@@ -7,9 +7,6 @@ can pass for a report.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,8 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelaudit.runner.auditor.launch import child_environment, file_tail
-from kernelaudit.runner.auditor.limits import FolderBound, wait_within
+from kernelaudit.runner.auditor.launch import (
+    child_environment,
+    file_tail,
+    start_confined,
+    wait_then_end,
+)
+from kernelaudit.runner.auditor.limits import FolderBound
 
 PADDING_BYTES = 1 << 16
 """memcheck's `--padding`: an unused gap after every allocation, so an overrun lands in no
@@ -125,37 +127,36 @@ def run(
     env: dict[str, str],
     limit_s: float,
     log: Path,
+    candidate: str | Path,
+    scratch: Path,
+    readable: Sequence[str | Path] = (),
     stop: threading.Event | None = None,
     host_memory_bytes: int = 0,
     cache: FolderBound | None = None,
 ) -> Run:
-    """Run `command` in a process group of its own for at most `limit_s` seconds, until `stop`
-    is set (the audit it belongs to ended without it), until its processes hold more than
+    """Run `command`, which runs `candidate`, as every candidate's process starts
+    (`launch.start_confined`: in its sandbox, writing only `scratch`, reading `readable`
+    besides the candidate's folder) for at most `limit_s` seconds, until `stop` is set (the
+    audit it belongs to ended without it), until its processes hold more than
     `host_memory_bytes` of host memory (0: half of the machine's), or until they write more to
-    the candidate's cache folder than `cache` lets it hold (the folder is then emptied)."""
+    the candidate's cache folder than `cache` lets it hold (the folder is then emptied);
+    whatever it started ends with it."""
     with tempfile.TemporaryFile() as output:
         began = time.perf_counter()
-        process = subprocess.Popen(
-            list(command),
-            stdin=subprocess.DEVNULL,
+        process = start_confined(
+            command,
+            env,
+            candidate,
+            scratch,
+            readable,
             stdout=output,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
         )
         deadline = time.monotonic() + max(limit_s, 1.0)
-        try:
-            waited = wait_within(process, deadline, host_memory_bytes, stop, cache)
-        finally:
-            # whatever the candidate left running dies with the run
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        waited = wait_then_end(process, deadline, host_memory_bytes, stop, cache)
         seconds = time.perf_counter() - began
         tail = file_tail(output)
     text = log.read_text(errors="replace") if log.is_file() else ""
-    if waited.over_disk and cache is not None:
-        cache.empty()
     return Run(
         tool,
         tuple(command),

@@ -18,7 +18,7 @@ from kernelaudit.inputs.cost import input_bytes
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.auditor.limits import host_share
-from kernelaudit.runner.auditor.sandbox import cache_bound, for_candidate
+from kernelaudit.runner.auditor.sandbox import cache_bound
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.sanitizer.attribution import is_library_kernel, kernel_base
 from kernelaudit.sanitizer.cases import Arguments, arguments, small_cases
@@ -183,36 +183,40 @@ def run_session(
                 return f"{max(left, 0.0):.0f} s of the {budget:.0f} s budget left"
             log = work / f"{tool}.log"
             child = child_command(sanitized_request, work / f"{tool}.json")
-            command, confined = confined_run(
-                sanitizer_command(executable, tool, log, left, kernels, child)
-            )
+            command = sanitizer_command(executable, tool, log, left, kernels, child)
 
             def sanitized() -> ToolRun:
-                done = run(
-                    tool, command, confined, left, log, halt, profile.host_memory_bytes, cache
-                )
+                done = confined_run(tool, command, left, log)
                 return ToolRun(done, parse(done.log, tool) if done.log else None, kernels)
 
             return pool.submit(sanitized)
 
-        def confined_run(command: list[str]) -> tuple[list[str], dict[str, str]]:
-            # the tool's own installation is read, the work folder written
-            tool_home = Path(executable).resolve().parent.parent
-            return for_candidate(command, env, candidate.path, scratch=work, readable=[tool_home])
-
         cache = cache_bound(candidate.path)
+        # the tool's own installation is read, the work folder written
+        tool_home = Path(executable).resolve().parent.parent
+
+        def confined_run(tool: str, command: list[str], limit_s: float, log: Path) -> Run:
+            return run(
+                tool,
+                command,
+                env,
+                limit_s,
+                log,
+                candidate.path,
+                work,
+                [tool_home],
+                halt,
+                profile.host_memory_bytes,
+                cache,
+            )
+
         limit = profile.timeout_s * PLAIN_LIMIT_FACTOR
-        command, confined = confined_run(child_command(plain_request, work / "plain.json"))
         plain_running = pool.submit(
-            run,
+            confined_run,
             "plain",
-            command,
-            confined,
+            child_command(plain_request, work / "plain.json"),
             limit,
             work / "plain.log",
-            halt,
-            profile.host_memory_bytes,
-            cache,
         )
         # the tools that need nothing from the plain run start beside it
         early = {tool: start(tool, ()) for tool in profile.sanitizer_tools}

@@ -25,7 +25,6 @@ import contextlib
 import math
 import os
 import select
-import signal
 import subprocess
 import tempfile
 import time
@@ -34,7 +33,7 @@ from typing import IO
 
 import torch
 
-from kernelaudit.runner.auditor.launch import PIPE_BYTES, start_piped
+from kernelaudit.runner.auditor.launch import PIPE_BYTES, end_group, start_piped
 from kernelaudit.runner.boundary import shared
 from kernelaudit.runner.boundary.shared import Region, SharedTensor
 from kernelaudit.runner.boundary.wire import TooLarge, decode, encode
@@ -258,9 +257,7 @@ class CandidateProcess:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        end_group(proc)
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:

@@ -1,7 +1,8 @@
 """Starting the processes that run a candidate: their environment (`child_environment`), and
-one launcher for every child (`start_python`, and `run_python` for a one-shot child waited
-for, or `finish_python` for one started earlier): in the candidate's sandbox, in a session of
-its own, killed with everything it started once done or out of time."""
+one launcher for every child (`start_confined`, through `start_python` for a Python child,
+`run_python` for a one-shot child waited for, or `finish_python` for one started earlier): in
+the candidate's sandbox, in a session of its own, and ended with everything it started once
+done or out of time (`end_group`, `wait_then_end`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import site
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 import kernelaudit
-from kernelaudit.runner.auditor.limits import passed_bound, wait_within
+from kernelaudit.runner.auditor.limits import FolderBound, Waited, passed_bound, wait_within
 from kernelaudit.runner.auditor.sandbox import cache_bound, for_candidate, isolation
 from kernelaudit.runner.auditor.threads import THREADS_VARIABLE, thread_environment, thread_share
 
@@ -74,6 +76,39 @@ class ChildExit:
         return "", ""
 
 
+def start_confined(
+    command: Sequence[str],
+    environment: Mapping[str, str],
+    candidate: str | Path,
+    scratch: str | Path | None,
+    readable: Sequence[str | Path] = (),
+    stdout: int | IO[bytes] = subprocess.DEVNULL,
+    stderr: int | IO[bytes] = subprocess.PIPE,
+    cwd: str | Path | None = None,
+    pass_fds: Sequence[int] = (),
+    stdin: int = subprocess.DEVNULL,
+) -> subprocess.Popen[bytes]:
+    """Start `command`, which runs `candidate`, without waiting for it: in a session of its
+    own, with exactly `environment`, and in its sandbox (`runner.auditor.sandbox`: writing
+    only `scratch`, when given, and reading `readable` besides the candidate's folder),
+    keeping open the file descriptors `pass_fds`. `stdin`: nothing (the default), or
+    `subprocess.PIPE` for a child that waits to be told to go on. The one place a process
+    that runs a candidate is started; whoever starts it ends it (`end_group`)."""
+    confined, env = for_candidate(
+        list(command), dict(environment), candidate, scratch=scratch, readable=readable
+    )
+    return subprocess.Popen(
+        confined,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+        pass_fds=tuple(pass_fds),
+    )
+
+
 def start_python(
     arguments: list[str],
     device: str,
@@ -88,30 +123,50 @@ def start_python(
     gpus: int | None = None,
     stdin: int = subprocess.DEVNULL,
 ) -> subprocess.Popen[bytes]:
-    """Start `python *arguments`, which runs `candidate`, without waiting for it: in a session
-    of its own, with a candidate's environment (`child_environment`, and `environment` over
-    it) and in its sandbox (`runner.auditor.sandbox`: writing only `scratch`, when given, and
-    reading `readable` besides the candidate's folder), keeping open the file descriptors
-    `pass_fds`. `gpus`: as `child_environment` takes it; `stdin`: nothing (the default), or
-    `subprocess.PIPE` for a child that waits to be told to go on. Whoever starts it kills its
-    process group when done."""
-    command, env = for_candidate(
+    """Start `python *arguments` as `start_confined` starts a command, with a candidate's
+    environment (`child_environment`, and `environment` over it). `gpus`: as
+    `child_environment` takes it."""
+    return start_confined(
         [sys.executable, *arguments],
         {**child_environment(device, gpus), **(environment or {})},
         candidate,
-        scratch=scratch,
-        readable=readable,
-    )
-    return subprocess.Popen(
-        command,
-        stdin=stdin,
+        scratch,
+        readable,
         stdout=stdout,
         stderr=stderr,
-        start_new_session=True,
-        env=env,
         cwd=cwd,
-        pass_fds=tuple(pass_fds),
+        pass_fds=pass_fds,
+        stdin=stdin,
     )
+
+
+def end_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill the child's whole process group, whatever is left of it, and reap the child: a
+    candidate that leaves processes behind takes them with it, even once the child itself
+    has ended."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def wait_then_end(
+    process: subprocess.Popen[bytes],
+    deadline: float,
+    host_memory_bytes: int = 0,
+    stop: threading.Event | None = None,
+    cache: FolderBound | None = None,
+) -> Waited:
+    """Wait for a child as `limits.wait_within` does (until it ends, `deadline` on the
+    monotonic clock passes, `stop` is set, or it passes its host memory or cache folder's
+    bound), then end it with its group (`end_group`); a cache folder it wrote past its bound
+    is emptied."""
+    try:
+        waited = wait_within(process, deadline, host_memory_bytes, stop, cache)
+    finally:
+        end_group(process)
+    if waited.over_disk and cache is not None:
+        cache.empty()
+    return waited
 
 
 @dataclass(frozen=True)
@@ -266,20 +321,12 @@ def finish_python(
     host_memory_bytes: int = 0,
 ) -> ChildExit:
     """Wait for a child `start_python` started (its standard error going to the file
-    `stderr`), and kill its whole process group once it is done, past `timeout_s` from now,
-    or once its processes hold more than `host_memory_bytes` of host memory
-    (`limits.wait_within`), or write past its cache folder's bound: a candidate that leaves
-    processes behind takes them with it."""
-    cache = cache_bound(candidate)
-    try:
-        deadline = time.monotonic() + timeout_s
-        waited = wait_within(process, deadline, host_memory_bytes, cache=cache)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    if waited.over_disk and cache is not None:
-        cache.empty()
+    `stderr`) and end it with its group (`wait_then_end`) once it is done, past `timeout_s`
+    from now, or once its processes hold more than `host_memory_bytes` of host memory, or
+    write past its cache folder's bound."""
+    waited = wait_then_end(
+        process, time.monotonic() + timeout_s, host_memory_bytes, cache=cache_bound(candidate)
+    )
     if waited.returncode is None:
         return ChildExit(
             waited.timed_out,

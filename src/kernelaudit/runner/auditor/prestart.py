@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import socket
 import tempfile
 from dataclasses import dataclass, replace
@@ -32,7 +31,13 @@ from typing import IO
 
 from kernelaudit.corpus.jobs import Job, as_read
 from kernelaudit.errors import UsageError
-from kernelaudit.runner.auditor.launch import Piped, child_environment, memory_file, start_piped
+from kernelaudit.runner.auditor.launch import (
+    Piped,
+    child_environment,
+    end_group,
+    memory_file,
+    start_piped,
+)
 from kernelaudit.runner.auditor.threads import visible_gpus
 
 WORKER = "kernelaudit.runner.worker.main"
@@ -187,9 +192,7 @@ def _end(early: Early) -> None:
     for fd in (child.to_child, child.from_child, *child.regions, child.lending):
         with contextlib.suppress(OSError):
             os.close(fd)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(early.child.process.pid, signal.SIGKILL)
-    early.child.process.wait()
+    end_group(early.child.process)
     early.log.close()
 
 

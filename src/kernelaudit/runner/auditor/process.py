@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -31,7 +30,7 @@ import torch
 from kernelaudit.errors import UsageError
 from kernelaudit.runner.auditor import prestart
 from kernelaudit.runner.auditor.channel import Channel, Died, OverLimit, Timeout
-from kernelaudit.runner.auditor.launch import exit_description, written_since
+from kernelaudit.runner.auditor.launch import end_group, exit_description, written_since
 from kernelaudit.runner.auditor.limits import (
     MEMORY_POLL_S,
     FolderBound,
@@ -326,9 +325,7 @@ class Worker:
             self._lender = None
         if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        end_group(proc)
         self._proc = None
         if self._stderr is not None:
             self._stderr.close()
