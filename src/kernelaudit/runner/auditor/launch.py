@@ -178,29 +178,11 @@ class Piped:
     """Written by the auditor, not blocking (a child that stops reading cannot hang it)."""
     from_child: int
     regions: tuple[int, ...] = ()
-    """Memory files the child maps too (`memory_file`), the auditor's to close: the worker's
-    arguments and results, where the platform has them."""
+    """Memory files the child maps too (`runner.boundary.memory_file`), the auditor's to close: the
+    worker's arguments and results, where the platform has them."""
     lending: int = -1
     """The auditor's end of a socket the worker is handed device memory through
     (`runner.boundary.lent`), the auditor's to close; -1: none."""
-
-
-def memory_file(name: str) -> int:
-    """A new anonymous memory file sealed against shrinking, closed on exec (only a child it
-    is passed to gets it), as `runner.boundary.shared.Region` maps it; -1 where the platform or a
-    filter refuses one. Made without torch, so a worker started early can have its own."""
-    if not (hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS")):
-        return -1
-    try:
-        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    except OSError:
-        return -1
-    try:
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
-    except OSError:
-        os.close(fd)
-        return -1
-    return fd
 
 
 _TAIL_BYTES = 4000

@@ -35,10 +35,10 @@ from kernelaudit.runner.auditor.launch import (
     Piped,
     child_environment,
     end_group,
-    memory_file,
     start_piped,
 )
 from kernelaudit.runner.auditor.threads import visible_gpus
+from kernelaudit.runner.boundary.memory_file import memory_file
 
 WORKER = "kernelaudit.runner.worker.main"
 
@@ -121,8 +121,8 @@ def start_worker(
     """Start a worker for the file `candidate` (`python -m kernelaudit.runner.worker.main READ_FD
     WRITE_FD FILE ARGUMENTS_FD RESULTS_FD LENDING_FD`), its output to `log`; what to call and
     where comes in its first message. ARGUMENTS_FD and RESULTS_FD are the memory files the
-    calls' large tensors cross in (`launch.memory_file`; "-" where there are none), one each
-    way; LENDING_FD is the worker's end of the socket device memory is lent through
+    calls' large tensors cross in (`runner.boundary.memory_file`; "-" where there are none), one
+    each way; LENDING_FD is the worker's end of the socket device memory is lent through
     (`runner.boundary.lent`)."""
     regions = [memory_file("arguments"), memory_file("results")]
     if min(regions) < 0:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from kernelaudit.host_copies import host_copy
-from kernelaudit.runner.auditor.launch import memory_file
+from kernelaudit.runner.boundary.memory_file import memory_file
 
 ALIGN = 64
 """Tensors and arena buffers start at multiples of this many bytes from the region's start."""
@@ -83,7 +83,7 @@ class Region:
 
     @classmethod
     def create(cls, name: str) -> Region:
-        """A new region (`launch.memory_file`); OSError where none can be made."""
+        """A new region (`memory_file.memory_file`); OSError where none can be made."""
         fd = memory_file(name)
         if fd < 0:
             raise OSError(f"no anonymous memory file could be made for {name}")
