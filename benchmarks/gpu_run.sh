@@ -109,7 +109,12 @@ for step in ${steps[@]}; do
       sides=(new base)
       # bytecode for both trees, so neither's first audit pays for compiling it
       for src in "$PWD/src" "$PWD/${BASE:-build/base}/src"; do
-        PYTHONPATH="$src" python3 -c 'import torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.runner.worker.main, kernelaudit.sanitizer.child'
+        # the worker's module by either tree's name (runner/worker.py before the runner's folders)
+        PYTHONPATH="$src" python3 -c 'import importlib, torch, torch._dynamo, torch.profiler, triton, kernelaudit.engine.audit, kernelaudit.sanitizer.child
+try:
+    importlib.import_module("kernelaudit.runner.worker.main")
+except ImportError:
+    importlib.import_module("kernelaudit.runner.worker")'
       done
       for problem in "${problems[@]}"; do
         for side in "${sides[@]}"; do
