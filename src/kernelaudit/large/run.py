@@ -32,6 +32,7 @@ from kernelaudit.large.sizing import LargeCase
 from kernelaudit.problem.dims import dim_size, resolve_shape
 from kernelaudit.problem.spec import IndexInput, MaskInput, Problem, ScalarInput, TensorInput
 from kernelaudit.runner.auditor.launch import ChildExit, end_group, finish_python, start_python
+from kernelaudit.runner.auditor.limits import exited
 from kernelaudit.runner.candidate import CandidateRef
 
 
@@ -162,7 +163,7 @@ class Waiting:
         """Whether this child can run `candidate`'s case on `device`: started for them, and
         still waiting."""
         same = (candidate, device) == (self.candidate, self.device)
-        return same and self._closed.alive and self.process.poll() is None
+        return same and self._closed.alive and exited(self.process) is None
 
     def go(self) -> None:
         """Tell a child started ahead that its request is written."""

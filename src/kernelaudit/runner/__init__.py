@@ -15,10 +15,10 @@ The folders are the two sides of the trust boundary and what lies on it:
   that reaches them could forge them: docs/threat-model.md says which of them the auditor
   checks itself. Nothing in the auditor's process imports this folder.
 - `boundary/`, what both sides hold in common: the messages (`messages`) and their encoding
-  (`wire`), the memory they share (`shared`) or the auditor lends (`lent`) and its layout
-  (`arena`), and the conventions both apply to it: canary bands (`guard`), poison
-  (`poison`), the process-wide state a call must leave alone (`state`), how a failed call is
-  told (`failures`) and how a call's device memory is read (`memory`).
+  (`wire`), the memory they share (`shared`, in `memory_file`s) or the auditor lends (`lent`)
+  and its layout (`arena`), and the conventions both apply to it: canary bands (`guard`),
+  poison (`poison`), the process-wide state a call must leave alone (`state`), how a failed
+  call is told (`failures`) and how a call's device memory is read (`memory`).
 
 `candidate` names a candidate and loads it, for every process that runs one.
 """

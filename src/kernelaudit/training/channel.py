@@ -21,7 +21,6 @@ before.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import select
@@ -34,6 +33,7 @@ from typing import IO
 import torch
 
 from kernelaudit.runner.auditor.launch import PIPE_BYTES, end_group, start_piped
+from kernelaudit.runner.auditor.limits import exited, until_exit
 from kernelaudit.runner.boundary import shared
 from kernelaudit.runner.boundary.shared import Region, SharedTensor
 from kernelaudit.runner.boundary.wire import TooLarge, decode, encode
@@ -226,8 +226,7 @@ class CandidateProcess:
             os.close(self._to_child)
             self._to_child = -1
         if self._proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=_CLOSE_GRACE_S)
+            until_exit(self._proc, _CLOSE_GRACE_S)  # left for `_kill` to reap
         self._kill()
         if self._stderr is not None:
             self._stderr.close()
@@ -322,16 +321,18 @@ class CandidateProcess:
                 )
             if _ready(fd, writing, min(remaining, _POLL_S)):
                 return
-            if self._proc.poll() is not None:
+            if exited(self._proc) is not None:
                 if _ready(fd, writing, 0.0):
                     return
                 raise _Stop(self._death())
 
     def _death(self) -> str:
         assert self._proc is not None
-        try:
-            code = self._proc.wait(timeout=_CLOSE_GRACE_S)
-        except subprocess.TimeoutExpired:
+        code = exited(self._proc)
+        if code is None:
+            until_exit(self._proc, _CLOSE_GRACE_S)
+            code = exited(self._proc)
+        if code is None:
             return "the candidate's training process closed its channel but is still running"
         return f"the candidate's training process died (exit {code})"
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from kernelaudit.runner.auditor.launch import PIPE_BYTES
+from kernelaudit.runner.auditor.limits import exited
 from kernelaudit.runner.boundary.shared import Region
 from kernelaudit.runner.boundary.wire import decode, encode
 
@@ -114,7 +115,7 @@ class Channel:
             self.watch()
             if _ready(fd, writing, min(remaining, POLL_S)):
                 return
-            if self.process.poll() is not None:
+            if exited(self.process) is not None:
                 if _ready(fd, writing, 0.0):
                     return
                 raise Died()

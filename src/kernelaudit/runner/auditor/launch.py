@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import IO
 
 import kernelaudit
-from kernelaudit.runner.auditor.limits import FolderBound, Waited, passed_bound, wait_within
+from kernelaudit.runner.auditor.limits import (
+    FolderBound,
+    Waited,
+    exited,
+    passed_bound,
+    until_exit,
+    wait_within,
+)
 from kernelaudit.runner.auditor.sandbox import cache_bound, for_candidate, isolation
 from kernelaudit.runner.auditor.threads import THREADS_VARIABLE, thread_environment, thread_share
 
@@ -143,9 +150,12 @@ def start_python(
 def end_group(process: subprocess.Popen[bytes]) -> None:
     """Kill the child's whole process group, whatever is left of it, and reap the child: a
     candidate that leaves processes behind takes them with it, even once the child itself
-    has ended."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
+    has ended (its end is read without reaping it, `limits.exited`, so its group's id is
+    still its own). A child reaped already is not signalled again: its pid may be another
+    process's by now."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
     process.wait()
 
 
@@ -210,10 +220,13 @@ def written_since(log: IO[bytes], since: int, most_bytes: int = _TAIL_BYTES) -> 
 
 
 def exit_description(process: subprocess.Popen[bytes], grace_s: float) -> str:
-    """How a long-lived child ended, in words (waiting `grace_s` for it to end at all)."""
-    try:
-        code = process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
+    """How a long-lived child ended, in words (waiting `grace_s` for it to end at all; it
+    is left for `end_group` to reap)."""
+    code = exited(process)
+    if code is None:
+        until_exit(process, grace_s)
+        code = exited(process)
+    if code is None:
         return "closed its channel but is still running"
     if code > 128 and isolation().confined:
         code = 128 - code  # bubblewrap exits 128 + n for a child killed by signal n

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import select
 import shutil
 import subprocess
 import threading
@@ -16,6 +17,9 @@ from dataclasses import dataclass
 MEMORY_POLL_S = 0.2
 """How often the host memory of a candidate's processes is read while the auditor waits on
 them."""
+
+_UNTIL_EXIT_STEP_S = 0.05
+"""How often a child's end is looked for where the platform has no process descriptors."""
 
 
 def machine_memory() -> int:
@@ -323,7 +327,7 @@ def wait_within(
     wait does not read."""
     limit = host_memory_bytes or host_share()
     namespaces: set[str] = set()
-    while (returncode := process.poll()) is None:
+    while (returncode := exited(process)) is None:
         left = deadline - time.monotonic()
         if left <= 0:
             return Waited(None, timed_out=True)
@@ -334,6 +338,34 @@ def wait_within(
             return Waited(None, over_memory=over_memory(used, limit))
         if cache is not None and (why := cache.over()):
             return Waited(None, over_disk=why)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=min(left, MEMORY_POLL_S))
+        until_exit(process, min(left, MEMORY_POLL_S))
     return Waited(returncode)
+
+
+def exited(process: subprocess.Popen[bytes]) -> int | None:
+    """The child's exit status once it has ended (a signal's as its negative number), None
+    while it runs, read without reaping it: until it is reaped (`launch.end_group`), its pid,
+    and so its process group's id, is no other process's, so the group can be killed with
+    whatever it left behind and nothing else."""
+    if process.returncode is not None:
+        return process.returncode
+    try:
+        seen = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (AttributeError, ChildProcessError):  # no waitid here, or reaped already
+        return process.poll()
+    if seen is None:
+        return None
+    return seen.si_status if seen.si_code == os.CLD_EXITED else -seen.si_status
+
+
+def until_exit(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Wait until the child ends or `timeout_s` passes, without reaping it (`exited`)."""
+    try:
+        fd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # no process descriptors here: a short sleep instead
+        time.sleep(min(timeout_s, _UNTIL_EXIT_STEP_S))
+        return
+    try:
+        select.select([fd], [], [], max(timeout_s, 0.0))
+    finally:
+        os.close(fd)

@@ -38,6 +38,7 @@ from kernelaudit.runner.auditor.limits import (
     over_memory,
     region_most_bytes,
     resident_bytes,
+    until_exit,
 )
 from kernelaudit.runner.auditor.observed import observe
 from kernelaudit.runner.auditor.sandbox import cache_bound
@@ -278,8 +279,7 @@ class Worker:
             return
         self._close_fds(only_to_child=True)
         if self.close_grace_s > 0:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=self.close_grace_s)
+            until_exit(self._proc, self.close_grace_s)  # left for `_kill` to reap
         self._kill()
 
     # --- the child's life ---
