@@ -3,6 +3,7 @@ traceback without the harness's own frames. Used by every process that calls a c
 
 from __future__ import annotations
 
+import os
 import traceback
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import torch
 
 from kernelaudit.timing.measure import synchronize
 
-_HARNESS_DIR = str(Path(__file__).resolve().parents[1])
+_HARNESS_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
 """The runner's folder: frames of the harness on either side of the boundary."""
 _MESSAGE_CHARS = 6000
 
