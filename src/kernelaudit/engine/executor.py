@@ -48,7 +48,7 @@ from kernelaudit.inputs.materialize import materialize, shapes_only
 from kernelaudit.oracle.compare import judging_device
 from kernelaudit.oracle.resident import RESIDENT
 from kernelaudit.oracle.truth import expected
-from kernelaudit.oracle.warm import warm_beside
+from kernelaudit.oracle.warm import judged_dtypes, warm_beside
 from kernelaudit.problem.spec import Problem, ScalarInput
 from kernelaudit.runner.auditor.process import Worker
 from kernelaudit.runner.boundary.messages import Call, CallOutcome, Invocation, InvocationResult
@@ -271,11 +271,7 @@ class Executor:
         if self._warmed or any(step.measures_the_device for step in steps):
             return None
         self._warmed = True
-        problem = self.problem
-        configs = problem.dtype_configs()
-        dtypes = [problem.output_dtype(out, c) for c in configs for out in problem.outputs]
-        dtypes += [c[name] for c in configs for name in problem.contract.mutates if name in c]
-        return warm_beside(judging_device(self.device), dtypes)
+        return warm_beside(judging_device(self.device), judged_dtypes(self.problem))
 
     def _settle_ahead(self) -> float:
         """Wait for the draws made ahead; the seconds waited count as making cases."""

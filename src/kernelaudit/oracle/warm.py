@@ -25,6 +25,7 @@ import torch
 
 from kernelaudit.engine import beside
 from kernelaudit.oracle.compare import compare, is_exact
+from kernelaudit.problem.spec import Problem
 from kernelaudit.runner.boundary.guard import same_bits
 
 ELEMENTS = 1024
@@ -63,6 +64,14 @@ def _truth_dtype(dtype: torch.dtype) -> torch.dtype:
     if is_exact(dtype):
         return dtype
     return torch.complex128 if dtype.is_complex else torch.float64
+
+
+def judged_dtypes(problem: Problem) -> list[torch.dtype]:
+    """The dtypes the judging of `problem`'s results compares: every output's, and every input
+    the contract lets a call write, under each of its dtype configurations."""
+    configs = problem.dtype_configs()
+    dtypes = [problem.output_dtype(out, c) for c in configs for out in problem.outputs]
+    return dtypes + [c[name] for c in configs for name in problem.contract.mutates if name in c]
 
 
 def warm_beside(device: torch.device, dtypes: Iterable[torch.dtype]) -> threading.Thread | None:

@@ -33,7 +33,7 @@ from typing import IO
 import torch
 
 from kernelaudit.runner.auditor.launch import PIPE_BYTES, end_group, start_piped
-from kernelaudit.runner.auditor.limits import exited, until_exit
+from kernelaudit.runner.auditor.limits import exited, exited_within, until_exit
 from kernelaudit.runner.boundary import shared
 from kernelaudit.runner.boundary.shared import Region, SharedTensor
 from kernelaudit.runner.boundary.wire import TooLarge, decode, encode
@@ -328,10 +328,7 @@ class CandidateProcess:
 
     def _death(self) -> str:
         assert self._proc is not None
-        code = exited(self._proc)
-        if code is None:
-            until_exit(self._proc, _CLOSE_GRACE_S)
-            code = exited(self._proc)
+        code = exited_within(self._proc, _CLOSE_GRACE_S)
         if code is None:
             return "the candidate's training process closed its channel but is still running"
         return f"the candidate's training process died (exit {code})"

@@ -25,9 +25,8 @@ import kernelaudit
 from kernelaudit.runner.auditor.limits import (
     FolderBound,
     Waited,
-    exited,
+    exited_within,
     passed_bound,
-    until_exit,
     wait_within,
 )
 from kernelaudit.runner.auditor.sandbox import cache_bound, for_candidate, isolation
@@ -222,10 +221,7 @@ def written_since(log: IO[bytes], since: int, most_bytes: int = _TAIL_BYTES) -> 
 def exit_description(process: subprocess.Popen[bytes], grace_s: float) -> str:
     """How a long-lived child ended, in words (waiting `grace_s` for it to end at all; it
     is left for `end_group` to reap)."""
-    code = exited(process)
-    if code is None:
-        until_exit(process, grace_s)
-        code = exited(process)
+    code = exited_within(process, grace_s)
     if code is None:
         return "closed its channel but is still running"
     if code > 128 and isolation().confined:

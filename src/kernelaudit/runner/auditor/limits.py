@@ -358,6 +358,15 @@ def exited(process: subprocess.Popen[bytes]) -> int | None:
     return seen.si_status if seen.si_code == os.CLD_EXITED else -seen.si_status
 
 
+def exited_within(process: subprocess.Popen[bytes], grace_s: float) -> int | None:
+    """`exited`, once the child has had up to `grace_s` to end (None: it still runs)."""
+    code = exited(process)
+    if code is None:
+        until_exit(process, grace_s)
+        code = exited(process)
+    return code
+
+
 def until_exit(process: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Wait until the child ends or `timeout_s` passes, without reaping it (`exited`)."""
     try:
