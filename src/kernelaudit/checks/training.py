@@ -121,6 +121,8 @@ def _failure(outcome: Outcome, experiment: Experiment, slot: str) -> Failure:
     evidence.append(("loss curves", outcome.curves))
     evidence.append(("seconds", round(outcome.seconds, 1)))
     evidence.append(("seconds by side", {k: round(v, 1) for k, v in outcome.parts.items()}))
+    if outcome.reference_runs:
+        evidence.append(("reference's runs", outcome.reference_runs))
     unjudged = [j for j in outcome.judgements if j.inconclusive]
     if unjudged and not departed:
         return Failure(

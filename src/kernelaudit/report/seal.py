@@ -63,13 +63,13 @@ def check(content: Any, sealed: Any) -> Literal["intact", "changed", "foreign", 
     return "intact" if hmac.compare_digest(expected, str(sealed["hmac"])) else "changed"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder, renamed over it: a
-    reader sees the old file or the new one, never half of one."""
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Write `text` (or bytes) to `path` through a temporary file in the same folder, renamed
+    over it: a reader sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(descriptor, "w") as handle:
+        with os.fdopen(descriptor, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
         os.replace(temporary, path)
     except BaseException:

@@ -23,6 +23,7 @@ import torch
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.problem.spec import IndexInput, Problem, TensorInput
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.training import kept
 from kernelaudit.training.channel import CandidateProcess
 from kernelaudit.training.data import batches, token_counts, token_stream
 from kernelaudit.training.envelope import Judgement, conclusion, judge
@@ -48,12 +49,13 @@ _CURVE_POINTS = 120
 _HOT_SHARE = 100
 """The most frequent 1/_HOT_SHARE of the vocabulary (at least one token) are the hot rows."""
 
-_Envelope = tuple[Trajectory, list[Trajectory], list[Shadowed]]
-"""The reference's run, the perturbed runs and the perturbed runs' shadows of one optimizer."""
+_Envelope = kept.Envelope
 
 _references: dict[tuple[Any, ...], dict[str, _Envelope]] = {}
 """Reference, perturbed and shadowing runs by (problem, configuration, experiment, device): every
 candidate of a problem is compared with the same ones."""
+_origins: dict[tuple[Any, ...], str] = {}
+"""Where each of `_references` came from: made in this process, or kept on disk (`kept`)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class Outcome:
     parts: dict[str, float] = field(default_factory=dict)
     """Seconds of the reference's runs (none where an earlier candidate of the problem made
     them) and of the candidate's, which go on side by side."""
+    reference_runs: str = ""
+    """Where the reference's runs came from: made by this audit, by an earlier audit in this
+    process, or kept on disk by an earlier one (`kept`)."""
 
 
 def slot_dtypes(problem: Problem, config: int) -> tuple[torch.dtype | None, ...]:
@@ -132,17 +137,21 @@ def run_experiment(
                 return "plain" if all(r.error for r in (*runs, *shadows)) else "all"
 
             began_reference = time.perf_counter()
+            made_before = _reference_key(problem, config, experiment, device) in _references
             references = _reference_runs(
                 problem, config, dtypes, experiment, tokens, device, wanted
             )
             reference_s = time.perf_counter() - began_reference
+            origin = _origins.get(_reference_key(problem, config, experiment, device), _MADE_HERE)
+            if made_before and origin == _MADE_HERE:
+                origin = "made by an earlier audit in this process"
             runs, shadows, error = side.result()
     finally:
         torch.set_num_threads(threads)
     parts = {"reference's runs": reference_s, "candidate's runs": candidate_s[0]}
     if error:
         seconds = time.perf_counter() - began
-        return Outcome(label, (), {}, [], error, seconds, error, parts)
+        return Outcome(label, (), {}, [], error, seconds, error, parts, origin)
     assert references is not None, "only a candidate that could not train stops them all"
     counts = token_counts(tokens, experiment.config.vocab)
     hot = torch.topk(counts, max(1, experiment.config.vocab // _HOT_SHARE)).indices
@@ -161,6 +170,7 @@ def run_experiment(
         conclusion(judgements),
         time.perf_counter() - began,
         parts=parts,
+        reference_runs=origin,
     )
 
 
@@ -173,13 +183,19 @@ def _reference_runs(
     device: str,
     wanted: Callable[[], str] = lambda: "all",
 ) -> dict[str, _Envelope] | None:
-    """The reference's runs for every optimizer, from the cache when another candidate of the
-    problem made them. `wanted()`, asked before each run, may cut them short: "plain" keeps
-    only the reference's own run per optimizer (no envelope), "none" returns None. Only a
-    whole set is cached."""
-    key = (problem.source or problem.name, problem.slot, config, experiment, device)
+    """The reference's runs for every optimizer: those an earlier candidate of the problem had
+    made in this process, else those kept on disk by an earlier audit (`kept`), else made now
+    (and kept). `wanted()`, asked before each run, may cut them short: "plain" keeps only the
+    reference's own run per optimizer (no envelope), "none" returns None. Only a whole set is
+    kept."""
+    key = _reference_key(problem, config, experiment, device)
     if key in _references:
         return _references[key]
+    kept_as = kept.name_for(problem, problem.slot, config, experiment, device)
+    found = kept.load(kept_as)
+    if found is not None:
+        _references[key], _origins[key] = found, f"kept on disk by an earlier audit ({kept_as})"
+        return found
     plain = Plug(problem.slot, Native(problem.reference), dtypes)
     references = {}
     for optimizer in OPTIMIZERS:
@@ -206,8 +222,18 @@ def _reference_runs(
         centre = Plug(problem.slot, Rounded(problem.reference), dtypes)
         shadows = shadow_all(experiment, optimizer, centre, (*nudged, plain), tokens, device)
         runs[optimizer] = (references[optimizer], perturbed, shadows)
-    _references[key] = runs
+    _references[key], _origins[key] = runs, _MADE_HERE
+    kept.keep(kept_as, runs)
     return runs
+
+
+_MADE_HERE = "made by this audit"
+
+
+def _reference_key(
+    problem: Problem, config: int, experiment: Experiment, device: str
+) -> tuple[Any, ...]:
+    return (problem.source or problem.name, problem.slot, config, experiment, device)
 
 
 def _result_dtypes(problem: Problem, config: int) -> list[torch.dtype]:
