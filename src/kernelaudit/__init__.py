@@ -7,7 +7,12 @@ start its candidate's worker before this process has imported torch (`runner.aud
 from __future__ import annotations
 
 import importlib
+import time
 from typing import TYPE_CHECKING
+
+IMPORTED_AT = time.time()
+"""When this process imported kernelaudit: a source file changed since is not the code it runs
+(`training.kept` keeps nothing made by such a process)."""
 
 if TYPE_CHECKING:
     from kernelaudit.guarding import Guard, guard, guard_autograd

@@ -9,6 +9,8 @@ import re
 import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from running_corpora import (
     NUMERICS,
     alive,
     candidate,
+    environment,
     processes_mentioning,
     rows,
     start_run,
@@ -137,15 +140,21 @@ def _flights(db: Path) -> dict[str, int]:
         return dict(connection.execute("SELECT key, tries FROM flights").fetchall())
 
 
-def test_a_job_that_takes_the_run_down_is_tried_once_more_then_stored_as_a_crash(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    root = tmp_path / "corpus"
+def _one_hanging_job(root: Path) -> Path:
+    """A manifest of one job whose problem hangs once imported."""
     root.mkdir()
     (root / "hangs.py").write_text(HANGS.format(variable=THREADS_VARIABLE))
     candidate(root, "only")
     manifest = root / "jobs.jsonl"
     manifest.write_text(json.dumps({"problem": "hangs.py", "candidate": "only.py::only"}))
+    return manifest
+
+
+def test_a_job_that_takes_the_run_down_is_tried_once_more_then_stored_as_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "corpus"
+    manifest = _one_hanging_job(root)
     db = tmp_path / "results.sqlite"
     argv = ["corpus", str(manifest), "--db", str(db), *NUMERICS]
 
@@ -189,6 +198,55 @@ def test_a_job_that_takes_the_run_down_is_tried_once_more_then_stored_as_a_crash
     assert main(argv) == 1
     assert "1 already in" in " ".join(capsys.readouterr().out.split())
     assert len(_seen(root)) == 3
+
+
+INTERRUPTED_IN_A_READER = """
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from kernelaudit.cli import main
+
+
+def interrupt_a_reader() -> None:
+    # once the slot is auditing, Ctrl-C as the kernel may deliver it: to a thread that reads
+    # a slot, not to the main thread
+    seen = Path(sys.argv[1])
+    while not (seen.exists() and seen.read_text()):
+        time.sleep(0.05)
+    (reader,) = [t for t in threading.enumerate() if t.name == "kernelaudit-slot-reader"]
+    assert reader.ident is not None
+    signal.pthread_kill(reader.ident, signal.SIGINT)
+
+
+threading.Thread(target=interrupt_a_reader, daemon=True).start()
+print("exit code", main(sys.argv[2:]), flush=True)
+"""
+
+
+def test_an_interrupt_a_slots_reader_takes_still_ends_the_run(tmp_path: Path) -> None:
+    root = tmp_path / "corpus"
+    manifest = _one_hanging_job(root)
+    argv = ["corpus", str(manifest), "--db", str(tmp_path / "results.sqlite"), *NUMERICS]
+    run = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_IN_A_READER, str(root / "seen.jsonl"), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env=environment(),
+    )
+    try:
+        out, _ = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    # before, the run waited for its slots with no end and never saw the interrupt
+    assert "exit code 130" in out
+    _wait_for(lambda: not alive(int(str(_seen(root)[-1]["helper"]))), "the helper's end", 3)
 
 
 def test_a_job_timeout_must_be_a_positive_number_of_seconds(

@@ -52,6 +52,13 @@ _Answers = queue.Queue[tuple["_Slot", "subprocess.Popen[str]", "str | None"]]
 
 _STOP_GRACE_S = 5.0
 
+WAKE_S = 0.5
+"""The longest the run waits for its slots' answers at a time. A signal sent to the run (a
+user's Ctrl-C) may be taken by one of the threads that read the slots, and Python acts on it
+only in the main thread, once that thread runs again: a wait with no end left an interrupted
+run blocked for as long as its slots said nothing, for good with a job whose problem hangs
+(`tests/corpus/test_corpus_recovery.py`)."""
+
 
 @dataclass(frozen=True)
 class Place:
@@ -113,7 +120,9 @@ def run_local(
             slot.give(pending)
         while any(slot.job is not None for slot in slots):
             try:
-                slot, process, line = answers.get(timeout=_until_overdue(slots, job_timeout))
+                overdue = _until_overdue(slots, job_timeout)
+                wait = WAKE_S if overdue is None else min(overdue, WAKE_S)
+                slot, process, line = answers.get(timeout=wait)
             except queue.Empty:
                 for slot in slots:
                     if job_timeout is not None and slot.overdue(job_timeout):
@@ -224,7 +233,10 @@ class _Slot:
             )
         self.ready = False
         threading.Thread(
-            target=_forward, args=(self, self.process, self.answers), daemon=True
+            target=_forward,
+            args=(self, self.process, self.answers),
+            name="kernelaudit-slot-reader",
+            daemon=True,
         ).start()
 
     def now_ready(self) -> None:

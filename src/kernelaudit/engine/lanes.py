@@ -29,6 +29,9 @@ from kernelaudit.findings import AuditReport, report_document
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.auditor.threads import THREADS_VARIABLE, host_share
 
+_WAKE_S = 0.5
+"""The longest the lanes' results are waited for at a time."""
+
 
 @dataclass(frozen=True)
 class Job:
@@ -114,7 +117,9 @@ def audit_in_lanes(
             for positions in problems
         }
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            # a bounded wait: a signal the pool's own threads take is acted on only once the
+            # main thread runs again (see `corpus.pool.WAKE_S`)
+            done, pending = wait(pending, timeout=_WAKE_S, return_when=FIRST_COMPLETED)
             for future in done:
                 for position, document, section in future.result():
                     report = AuditReport.from_json(document)

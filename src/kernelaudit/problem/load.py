@@ -4,7 +4,9 @@ and the fix."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import hashlib
 import re
 import sys
 import traceback
@@ -73,9 +75,33 @@ def load_problem(path: str | Path) -> Problem:
             f"`problem` is a {type(problem).__name__}, not a Problem",
             "build it with kernelaudit.Problem(...)",
         )
-    problem = replace(problem, source=str(file.resolve()))
+    problem = replace(problem, source=str(file.resolve()), source_files=loaded_from(file))
     validate(problem, source_text=file.read_text())
     return problem
+
+
+def loaded_from(file: Path) -> tuple[tuple[str, str], ...]:
+    """`file` and every module now loaded from its folder or below (installed packages that
+    lie there left out), each as its path within the folder and the sha256 of its bytes."""
+    home = file.resolve().parent
+    found = {file.resolve()}
+    for module in list(sys.modules.values()):
+        try:
+            location = getattr(module, "__file__", None)
+            path = Path(location).resolve() if isinstance(location, str) else None
+        except Exception:  # a lazy module that cannot say
+            continue
+        if path is None or path.suffix != ".py" or not path.is_relative_to(home):
+            continue
+        if not {"site-packages", "dist-packages"} & set(path.parts):
+            found.add(path)
+    files = []
+    for path in sorted(found):
+        with contextlib.suppress(OSError):
+            files.append(
+                (str(path.relative_to(home)), hashlib.sha256(path.read_bytes()).hexdigest())
+            )
+    return tuple(files)
 
 
 def _execute(file: Path) -> object:

@@ -320,6 +320,11 @@ class Problem:
     `SLOTS`); "" when the problem is not wired into the training check."""
     source: str = ""
     """The file the problem was loaded from ("" when built in code)."""
+    source_files: tuple[tuple[str, str], ...] = ()
+    """The problem's file and every module loaded from its folder when it was loaded (helpers
+    its reference imports), each as its path within the folder and the sha256 of its bytes
+    then: what its reference is made of (`problem.load.loaded_from`; empty when built in
+    code). The training check keeps the reference's runs by them (`training.kept`)."""
     sampler: Sampler | None = None
     """The benchmark's own input generator, when the problem came with one."""
     notes: tuple[str, ...] = ()

@@ -49,13 +49,13 @@ _CURVE_POINTS = 120
 _HOT_SHARE = 100
 """The most frequent 1/_HOT_SHARE of the vocabulary (at least one token) are the hot rows."""
 
-_Envelope = kept.Envelope
-
-_references: dict[tuple[Any, ...], dict[str, _Envelope]] = {}
+_references: dict[tuple[Any, ...], dict[str, kept.Envelope]] = {}
 """Reference, perturbed and shadowing runs by (problem, configuration, experiment, device): every
 candidate of a problem is compared with the same ones."""
 _origins: dict[tuple[Any, ...], str] = {}
-"""Where each of `_references` came from: made in this process, or kept on disk (`kept`)."""
+"""Where each of `_references` came from, as the report says it: made by the audit that made
+them (and kept on disk for the next, or why not), or read from the disk (`kept`)."""
+_EARLIER = "made by an earlier audit in this process"
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,13 @@ class Outcome:
     seconds: float
     error: str = ""
     parts: dict[str, float] = field(default_factory=dict)
-    """Seconds of the reference's runs (none where an earlier candidate of the problem made
-    them) and of the candidate's, which go on side by side."""
+    """Seconds of the reference's runs (next to none where an earlier candidate of the problem
+    made them, or they were read from the disk) and of the candidate's, which go on side by
+    side."""
     reference_runs: str = ""
-    """Where the reference's runs came from: made by this audit, by an earlier audit in this
-    process, or kept on disk by an earlier one (`kept`)."""
+    """Where the reference's runs came from: made by this audit (kept on disk for the next, or
+    why not), by an earlier audit in this process, or kept on disk by an earlier one (`kept`),
+    and where they are kept."""
 
 
 def slot_dtypes(problem: Problem, config: int) -> tuple[torch.dtype | None, ...]:
@@ -137,14 +139,16 @@ def run_experiment(
                 return "plain" if all(r.error for r in (*runs, *shadows)) else "all"
 
             began_reference = time.perf_counter()
-            made_before = _reference_key(problem, config, experiment, device) in _references
+            key = _reference_key(problem, config, experiment, device)
+            made_before = key in _references
             references = _reference_runs(
                 problem, config, dtypes, experiment, tokens, device, wanted
             )
             reference_s = time.perf_counter() - began_reference
-            origin = _origins.get(_reference_key(problem, config, experiment, device), _MADE_HERE)
-            if made_before and origin == _MADE_HERE:
-                origin = "made by an earlier audit in this process"
+            # cut short, they are neither kept in this process nor on disk
+            origin = _origins.get(key, "made by this audit, in part (not kept)")
+            if made_before and origin.startswith("made by this audit"):
+                origin = _EARLIER
             runs, shadows, error = side.result()
     finally:
         torch.set_num_threads(threads)
@@ -182,7 +186,7 @@ def _reference_runs(
     tokens: torch.Tensor,
     device: str,
     wanted: Callable[[], str] = lambda: "all",
-) -> dict[str, _Envelope] | None:
+) -> dict[str, kept.Envelope] | None:
     """The reference's runs for every optimizer: those an earlier candidate of the problem had
     made in this process, else those kept on disk by an earlier audit (`kept`), else made now
     (and kept). `wanted()`, asked before each run, may cut them short: "plain" keeps only the
@@ -191,10 +195,11 @@ def _reference_runs(
     key = _reference_key(problem, config, experiment, device)
     if key in _references:
         return _references[key]
-    kept_as = kept.name_for(problem, problem.slot, config, experiment, device)
+    kept_as = kept.name_for(problem, config, dtypes, experiment, tokens, device)
     found = kept.load(kept_as)
     if found is not None:
-        _references[key], _origins[key] = found, f"kept on disk by an earlier audit ({kept_as})"
+        place = kept.place_of(kept_as)
+        _references[key], _origins[key] = found, f"kept on disk by an earlier audit ({place})"
         return found
     plain = Plug(problem.slot, Native(problem.reference), dtypes)
     references = {}
@@ -202,7 +207,7 @@ def _reference_runs(
         if wanted() == "none":
             return None
         references[optimizer] = train(experiment, optimizer, plain, tokens, device)
-    runs: dict[str, _Envelope] = {}
+    runs: dict[str, kept.Envelope] = {}
     for optimizer in OPTIMIZERS:
         nudged = [
             Plug(problem.slot, Perturbed(problem.reference, seed), dtypes)
@@ -222,12 +227,11 @@ def _reference_runs(
         centre = Plug(problem.slot, Rounded(problem.reference), dtypes)
         shadows = shadow_all(experiment, optimizer, centre, (*nudged, plain), tokens, device)
         runs[optimizer] = (references[optimizer], perturbed, shadows)
-    _references[key], _origins[key] = runs, _MADE_HERE
-    kept.keep(kept_as, runs)
+    why_not = kept.keep(kept_as, runs)
+    origin = f"made by this audit, kept for the next ({kept.place_of(kept_as)})"
+    _references[key] = runs
+    _origins[key] = f"made by this audit (not kept: {why_not})" if why_not else origin
     return runs
-
-
-_MADE_HERE = "made by this audit"
 
 
 def _reference_key(
