@@ -3,6 +3,7 @@ read once changed; named by what they depend on, and by nothing a candidate writ
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -140,7 +141,7 @@ def test_a_kept_set_changed_on_disk_is_not_read(tmp_path: Path) -> None:
     problem = load_problem(_copied_example("embedding_backward", tmp_path))
     _made(problem)
     name = _name(problem)
-    place = kept.place_of(name)
+    place = kept.folder() / name
     manifest_file = place / kept.MANIFEST
     manifest = json.loads(manifest_file.read_text())
     tensors = place / manifest["tensors"]
@@ -168,9 +169,9 @@ def test_a_kept_set_changed_on_disk_is_not_read(tmp_path: Path) -> None:
 
     # a sealed set copied over another's: read for neither
     other = _name(problem, experiment=replace(SMALL, seed=1))
-    kept.place_of(other).mkdir(parents=True)
-    shutil.copy(tensors, kept.place_of(other) / tensors.name)
-    (kept.place_of(other) / kept.MANIFEST).write_text(original_manifest)
+    (kept.folder() / other).mkdir(parents=True)
+    shutil.copy(tensors, (kept.folder() / other) / tensors.name)
+    ((kept.folder() / other) / kept.MANIFEST).write_text(original_manifest)
     assert kept.load(other) is None
 
 
@@ -188,15 +189,18 @@ def test_a_set_is_named_by_what_its_runs_depend_on_and_not_by_a_candidate(
     assert _name(problem, experiment=replace(SMALL, steps=4)) != name
     assert _name(problem, experiment=replace(SMALL, seed=1)) != name
     assert _name(problem, tokens=TOKENS.flip(0)) != name
-    # the reference's file changed, even by a comment: made again once the problem is loaded
+    # the reference's file changed, even by a comment: the problem as it was loaded no longer
+    # says what its file holds, so nothing is kept for it; loaded again, it names other runs
     problem_file.write_text(problem_file.read_text() + "\n# changed\n")
-    assert _name(problem) == name  # the problem as it was loaded
-    assert _name(load_problem(problem_file)) != name
+    assert _name(problem) == ""
+    assert _name(load_problem(problem_file)) not in ("", name)
     # a problem built in code has no file to name it by: nothing is kept for it
     assert _name(replace(problem, source="", source_files=())) == ""
 
 
-def test_a_helper_the_reference_imports_is_part_of_the_name(tmp_path: Path) -> None:
+def test_a_helper_the_reference_imports_is_part_of_the_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     problem_file = _copied_example("embedding_backward", tmp_path)
     helper = problem_file.parent / "scaling_for_kept_runs.py"
     helper.write_text("SCALE = 1.0\n")
@@ -205,10 +209,20 @@ def test_a_helper_the_reference_imports_is_part_of_the_name(tmp_path: Path) -> N
     try:
         name = _name(load_problem(problem_file))
         helper.write_text("SCALE = 2.0\n")
-        sys.modules.pop("scaling_for_kept_runs", None)
-        assert _name(load_problem(problem_file)) != name
+        # still imported as it was: the process runs the old helper, and keeps nothing
+        assert _name(load_problem(problem_file)) == ""
+        sys.modules.pop("scaling_for_kept_runs", None)  # imported afresh: other runs
+        problem = load_problem(problem_file)
+        again = _name(problem)
+        assert again not in ("", name)
+        # a helper the reference imports only when it runs counts once it is imported
+        (problem_file.parent / "imported_late_for_kept_runs.py").write_text("LATE = 1\n")
+        monkeypatch.syspath_prepend(str(problem_file.parent))
+        importlib.import_module("imported_late_for_kept_runs")
+        assert _name(problem) not in ("", again)
     finally:
         sys.modules.pop("scaling_for_kept_runs", None)
+        sys.modules.pop("imported_late_for_kept_runs", None)
 
 
 def test_nothing_is_kept_by_a_process_whose_code_changed_on_disk(
@@ -254,13 +268,13 @@ def test_the_kept_sets_are_bounded_the_least_used_given_up_first(tmp_path: Path)
     names = [_name(problem, experiment=replace(SMALL, seed=s)) for s in (1, 2)]
     for name in names:
         assert kept.keep(name, {"sgd": (run, [], [])}) == ""
-    size = sum(p.stat().st_size for p in kept.place_of(names[0]).iterdir())
+    size = sum(p.stat().st_size for p in (kept.folder() / names[0]).iterdir())
     # the first used more lately than the second
-    os.utime(kept.place_of(names[1]) / kept.MANIFEST, (1_000_000, 1_000_000))
-    os.utime(kept.place_of(names[0]) / kept.MANIFEST, (2_000_000, 2_000_000))
+    os.utime((kept.folder() / names[1]) / kept.MANIFEST, (1_000_000, 1_000_000))
+    os.utime((kept.folder() / names[0]) / kept.MANIFEST, (2_000_000, 2_000_000))
     kept._bound(kept.folder(), 10 * size)
     assert all(kept.load(name) is not None for name in names)
-    os.utime(kept.place_of(names[1]) / kept.MANIFEST, (1_000_000, 1_000_000))
-    os.utime(kept.place_of(names[0]) / kept.MANIFEST, (2_000_000, 2_000_000))
+    os.utime((kept.folder() / names[1]) / kept.MANIFEST, (1_000_000, 1_000_000))
+    os.utime((kept.folder() / names[0]) / kept.MANIFEST, (2_000_000, 2_000_000))
     kept._bound(kept.folder(), size + size // 2)
     assert kept.load(names[1]) is None and kept.load(names[0]) is not None

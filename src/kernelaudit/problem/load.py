@@ -10,8 +10,10 @@ import hashlib
 import re
 import sys
 import traceback
+import weakref
 from dataclasses import fields, replace
 from pathlib import Path
+from types import ModuleType
 
 from kernelaudit.errors import ProblemError, UsageError
 from kernelaudit.problem.domain import Domain
@@ -80,27 +82,42 @@ def load_problem(path: str | Path) -> Problem:
     return problem
 
 
+_FIRST_SEEN: weakref.WeakKeyDictionary[ModuleType, str] = weakref.WeakKeyDictionary()
+"""The digest of each module's file as `loaded_from` first saw it while the module was loaded:
+a module imported once runs as it was then, whatever its file holds later."""
+
+
 def loaded_from(file: Path) -> tuple[tuple[str, str], ...]:
     """`file` and every module now loaded from its folder or below (installed packages that
-    lie there left out), each as its path within the folder and the sha256 of its bytes."""
+    lie there left out), each as its path within the folder and the sha256 of its bytes; empty
+    where a loaded module's file has changed since this process first saw it (the code it runs
+    is not what the file says)."""
     home = file.resolve().parent
-    found = {file.resolve()}
+    prefixes = (str(home), str(file.parent.absolute()))
+    found: dict[Path, ModuleType | None] = {file.resolve(): None}
     for module in list(sys.modules.values()):
         try:
             location = getattr(module, "__file__", None)
-            path = Path(location).resolve() if isinstance(location, str) else None
+            if not isinstance(location, str) or not location.startswith(prefixes):
+                continue
+            path = Path(location).resolve()
         except Exception:  # a lazy module that cannot say
             continue
-        if path is None or path.suffix != ".py" or not path.is_relative_to(home):
+        if path.suffix != ".py" or not path.is_relative_to(home):
             continue
-        if not {"site-packages", "dist-packages"} & set(path.parts):
-            found.add(path)
+        if not {"site-packages", "dist-packages"} & set(path.relative_to(home).parts):
+            found.setdefault(path, module)
     files = []
-    for path in sorted(found):
-        with contextlib.suppress(OSError):
-            files.append(
-                (str(path.relative_to(home)), hashlib.sha256(path.read_bytes()).hexdigest())
-            )
+    for path, module in sorted(found.items(), key=lambda item: item[0]):
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            continue
+        if module is not None:
+            with contextlib.suppress(TypeError):  # a module type that takes no weak reference
+                if _FIRST_SEEN.setdefault(module, digest) != digest:
+                    return ()
+        files.append((str(path.relative_to(home)), digest))
     return tuple(files)
 
 

@@ -47,6 +47,7 @@ import torch
 
 import kernelaudit
 from kernelaudit.formats.cache import cache_root
+from kernelaudit.problem.load import loaded_from
 from kernelaudit.problem.spec import Problem
 from kernelaudit.report.seal import check, seal, write_atomically
 from kernelaudit.runner.boundary.state import FLAG_NAMES, snapshot
@@ -85,18 +86,19 @@ def name_for(
     device: str,
 ) -> str:
     """The digest a set of the reference's runs is kept under; "" where none may be kept: a
-    problem built in code, kernelaudit's sources changed since this process imported them, or
-    anything that could not be read."""
+    problem built in code, its files or kernelaudit's sources changed since this process
+    loaded them, or anything that could not be read."""
     if not problem.source_files:
         return ""
     try:
         code = _code()
-        if not code:
+        files = _files(problem)
+        if not code or not files:
             return ""
         parts = [
             f"format {FORMAT}",
             code,
-            *(f"{path} {digest}" for path, digest in problem.source_files),
+            *(f"{path} {digest}" for path, digest in files),
             problem.slot,
             str(config),
             repr(tuple(dtypes)),
@@ -107,13 +109,25 @@ def name_for(
             f"NVIDIA_TF32_OVERRIDE={os.environ.get('NVIDIA_TF32_OVERRIDE', '')}",
             f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {_cudnn()}",
         ]
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(part.encode(errors="surrogateescape"))
+            digest.update(b"\0")
     except Exception:  # nothing kept is worth failing the audit for
         return ""
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode())
-        digest.update(b"\0")
     return digest.hexdigest()[:32]
+
+
+def _files(problem: Problem) -> tuple[tuple[str, str], ...]:
+    """The problem's files as it was loaded, with the modules its reference has imported from
+    its folder since (inside a function, say); none where one of them has changed since."""
+    now = dict(loaded_from(Path(problem.source)))
+    if not now:
+        return ()
+    then = dict(problem.source_files)
+    if any(now.get(path, digest) != digest for path, digest in then.items()):
+        return ()
+    return tuple(sorted({**now, **then}.items()))
 
 
 def load(name: str) -> dict[str, Envelope] | None:
@@ -154,12 +168,15 @@ def keep(name: str, runs: Mapping[str, Envelope]) -> str:
     """Keep `runs` under `name`; "" once kept, else why not (a run of them stopped before its
     end, no name, the cache could not be written)."""
     if not name:
-        return "nothing names them (a problem built in code, or kernelaudit changed on disk)"
+        return (
+            "no name could be made for them (a problem built in code, its files or kernelaudit "
+            "changed since they were loaded, or a file that could not be read)"
+        )
     if any(run.error for envelope in runs.values() for run in _all(envelope)):
         return "a run of them stopped before its end"
-    place = folder() / name
     temporary = ""
     try:
+        place = folder() / name
         tensors: dict[str, torch.Tensor] = {}
         optimizers = {
             optimizer: {
@@ -194,6 +211,8 @@ def keep(name: str, runs: Mapping[str, Envelope]) -> str:
         temporary = ""
         _tidy(place, manifest["tensors"])
         _bound(folder(), MOST_BYTES)
+        if not (place / MANIFEST).is_file():
+            return f"larger than the cache's bound of {MOST_BYTES >> 30} GiB for kept runs"
     except Exception as error:
         return f"the cache could not be written: {type(error).__name__}: {error}"
     finally:
@@ -203,9 +222,12 @@ def keep(name: str, runs: Mapping[str, Envelope]) -> str:
     return ""
 
 
-def place_of(name: str) -> Path:
+def place_of(name: str) -> str:
     """The folder the set named `name` is kept in (delete it to have the runs made again)."""
-    return folder() / name
+    try:
+        return str(folder() / name)
+    except Exception:  # no home to find the cache in
+        return name
 
 
 def _all(envelope: Envelope) -> list[Trajectory | Shadowed]:
