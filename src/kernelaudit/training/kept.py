@@ -9,12 +9,14 @@ pipeline auditing each candidate with a command of its own), a corpus slot, the 
 
 A set is kept in the cache (`formats.cache.cache_root`) under `training/`, in a folder named
 by a digest of everything the runs depend on (`name_for`): the problem's files as they were
-when it was loaded (`Problem.source_files`), the slot, the dtype configuration, the slot's
+when it was loaded (`Problem.source_files`, with the helpers its reference has imported from
+its folder since), the slot, the dtype configuration, the slot's
 dtypes, the experiment and its token batches, the device's model, the precision and
 determinism flags, the versions of torch, CUDA and cuDNN, and kernelaudit's own code. A
 candidate's file is none of these, so a candidate changed and audited again finds the set its
 problem's first audit kept. Nothing is kept or read for a problem built in code, or by a
-process whose kernelaudit sources changed on disk after it imported them. Only a whole set in
+process whose kernelaudit sources, problem files or helper modules changed on disk after it
+loaded them (the code it runs is then not what the files say). Only a whole set in
 which every run trained to its end is kept: a run that stopped (the device out of memory, say)
 is made again by the next audit. Keeping is never worth an audit: whatever fails while a set
 is named, read or written leaves the runs to be made (and says why they were not kept).
