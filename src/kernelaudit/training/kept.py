@@ -56,7 +56,7 @@ from kernelaudit.runner.boundary.state import FLAG_NAMES, snapshot
 from kernelaudit.training.loop import Experiment, Trajectory
 from kernelaudit.training.shadow import Shadowed
 
-FORMAT = 1
+FORMAT = 2
 """The layout of a kept set; part of its name, so a set of another layout is never read."""
 MOST_BYTES = 8 << 30
 """What the kept sets may hold on disk together (a set of the GPU's experiment is about 0.6 GB
@@ -182,14 +182,13 @@ def keep(name: str, runs: Mapping[str, Envelope]) -> str:
         tensors: dict[str, torch.Tensor] = {}
         optimizers = {
             optimizer: {
-                "reference": _trajectory_entry(f"{optimizer}/reference", reference, tensors),
+                "reference": _entry(f"{optimizer}/reference", reference, tensors),
                 "perturbed": [
-                    _trajectory_entry(f"{optimizer}/perturbed/{i}", t, tensors)
+                    _entry(f"{optimizer}/perturbed/{i}", t, tensors)
                     for i, t in enumerate(perturbed)
                 ],
                 "shadows": [
-                    _shadowed_entry(f"{optimizer}/shadows/{i}", s, tensors)
-                    for i, s in enumerate(shadows)
+                    _entry(f"{optimizer}/shadows/{i}", s, tensors) for i, s in enumerate(shadows)
                 ],
             }
             for optimizer, (reference, perturbed, shadows) in runs.items()
@@ -237,49 +236,40 @@ def _all(envelope: Envelope) -> list[Trajectory | Shadowed]:
     return [reference, *perturbed, *shadows]
 
 
-def _trajectory_entry(
-    prefix: str, run: Trajectory, tensors: dict[str, torch.Tensor]
+def _entry(
+    prefix: str, run: Trajectory | Shadowed, tensors: dict[str, torch.Tensor]
 ) -> dict[str, Any]:
-    # losses as a tensor: the seal's JSON holds no NaN, and a diverging run may have one
-    tensors[f"{prefix}/losses"] = torch.tensor(run.losses, dtype=torch.float64)
-    for parameter, value in run.parameters.items():
-        tensors[f"{prefix}/parameters/{parameter}"] = value
+    """`run`'s entry in the manifest; its tensors (a trajectory's losses and parameters, a
+    shadow's drift) put in `tensors` under `prefix`."""
+    named = run.parameters if isinstance(run, Trajectory) else run.drift
+    if isinstance(run, Trajectory):
+        # losses as a tensor: the seal's JSON holds no NaN, and a diverging run may have one
+        tensors[f"{prefix}/losses"] = torch.tensor(run.losses, dtype=torch.float64)
+    for key, value in named.items():
+        tensors[f"{prefix}/named/{key}"] = value
     return {
         "at": prefix,
         "optimizer": run.optimizer,
-        "parameters": list(run.parameters),
+        "named": list(named),
         "slot_calls": run.slot_calls,
     }
 
 
-def _shadowed_entry(prefix: str, run: Shadowed, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
-    for parameter, value in run.drift.items():
-        tensors[f"{prefix}/drift/{parameter}"] = value
-    return {
-        "at": prefix,
-        "optimizer": run.optimizer,
-        "drift": list(run.drift),
-        "slot_calls": run.slot_calls,
-    }
+def _named(entry: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {key: tensors[f"{entry['at']}/named/{key}"] for key in entry["named"]}
 
 
 def _trajectory(entry: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Trajectory:
-    prefix = entry["at"]
     return Trajectory(
         optimizer=entry["optimizer"],
-        losses=tuple(tensors[f"{prefix}/losses"].tolist()),
-        parameters={p: tensors[f"{prefix}/parameters/{p}"] for p in entry["parameters"]},
+        losses=tuple(tensors[f"{entry['at']}/losses"].tolist()),
+        parameters=_named(entry, tensors),
         slot_calls=int(entry["slot_calls"]),
     )
 
 
 def _shadowed(entry: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Shadowed:
-    prefix = entry["at"]
-    return Shadowed(
-        optimizer=entry["optimizer"],
-        drift={p: tensors[f"{prefix}/drift/{p}"] for p in entry["drift"]},
-        slot_calls=int(entry["slot_calls"]),
-    )
+    return Shadowed(entry["optimizer"], _named(entry, tensors), int(entry["slot_calls"]))
 
 
 def _code() -> str:
