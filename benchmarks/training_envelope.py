@@ -27,6 +27,7 @@ import torch
 from kernelaudit.engine.audit import environment, resolve_device
 from kernelaudit.problem.load import load_problem
 from kernelaudit.training.data import batches, token_counts, token_stream
+from kernelaudit.training.envelope import tail_gap
 from kernelaudit.training.experiment import slot_dtypes
 from kernelaudit.training.loop import Experiment, Perturbed, Rounded, Trajectory, train
 from kernelaudit.training.shadow import Shadowed, shadow, shadow_all
@@ -114,12 +115,6 @@ def _candidates(name: str, device: str, dtype: torch.dtype) -> dict[str, Callabl
     return found
 
 
-def _tail_gap(losses: tuple[float, ...], reference: tuple[float, ...]) -> float:
-    tail = max(len(reference) // 4, 1)
-    gaps = [abs(a - b) for a, b in zip(losses[-tail:], reference[-tail:], strict=True)]
-    return sum(gaps) / len(gaps)
-
-
 def _row_norms(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     difference = a.double() - b.double()
     return difference.reshape(difference.shape[0] if difference.dim() >= 2 else 1, -1).norm(dim=1)
@@ -131,8 +126,8 @@ def _summary(reference: Trajectory, perturbed: list[Trajectory], run: Trajectory
     row, as the judgement before shadowing did)."""
     if run.error:
         return {"error": run.error}
-    loss = _tail_gap(run.losses, reference.losses) / max(
-        max(_tail_gap(p.losses, reference.losses) for p in perturbed), 1e-12
+    loss = tail_gap(run.losses, reference.losses) / max(
+        max(tail_gap(p.losses, reference.losses) for p in perturbed), 1e-12
     )
     rows = {}
     for name, final in reference.parameters.items():

@@ -12,6 +12,7 @@ in envelopes, and whether it departs (the reference's runs are made once, for th
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -31,7 +32,9 @@ def main() -> None:
     parser.add_argument("--config", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--json", type=Path, help="also write each outcome's curves here")
     args = parser.parse_args()
+    kept = []
     device = resolve_device(args.device)
     problem = load_problem(EXAMPLES / args.example / "problem.py")
     experiment = Experiment.for_device(device, args.steps)
@@ -49,6 +52,18 @@ def main() -> None:
             worst = ", ".join(f"{d.parameter} {d.ratio:.2f}" for d in j.drifts[:3])
             verdict = "departs" if j.departs else "within"
             print(f"  {j.optimizer}: loss {j.loss_ratio:.2f}, drift {worst}: {verdict}")
+        kept.append(
+            {
+                "candidate": spec,
+                "dtypes": outcome.dtypes,
+                "steps": experiment.steps,
+                "loss ratios": {j.optimizer: j.loss_ratio for j in outcome.judgements},
+                "drift ratios": {j.optimizer: j.drift_ratio for j in outcome.judgements},
+                "curves": outcome.curves,
+            }
+        )
+    if args.json is not None:
+        args.json.write_text(json.dumps(kept, indent=1))
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ class Judgement:
 
     optimizer: str
     loss_ratio: float
-    """Mean |candidate - reference| loss over the last quarter of steps, in envelopes."""
+    """Median |candidate - reference| loss over the last quarter of steps, in envelopes."""
     loss_gap: float
     loss_envelope: float
     drifts: tuple[Drift, ...]
@@ -87,14 +87,22 @@ class Judgement:
         return self.loss_departs or self.parameters_depart
 
 
-def _tail_gap(losses: Sequence[float], reference: Sequence[float]) -> float:
+def tail_gap(losses: Sequence[float], reference: Sequence[float]) -> float:
+    """The median |loss - reference loss| over the last quarter of steps.
+
+    The median, not the mean: under SGD these small models' losses spike now and then (one
+    step several times higher, gone a few steps later), and where a spike falls is as chaotic
+    as the rest of a free-running run. One spike in a run's tail moved a mean by more than the
+    whole envelope, failing a correct kernel; a bias that changes how the model trains moves
+    the loss at most steps of the tail, which the median keeps.
+    """
     steps = min(len(losses), len(reference))
     if steps == 0:
         return float("inf")
     tail = max(steps // 4, 1)
     a = torch.tensor(losses[steps - tail : steps], dtype=torch.float64)
     b = torch.tensor(reference[steps - tail : steps], dtype=torch.float64)
-    return float((a - b).abs().mean())
+    return float((a - b).abs().median())
 
 
 def _rows(drift: torch.Tensor) -> torch.Tensor:
@@ -145,14 +153,14 @@ def judge(
         )
     scale = abs(sum(reference.losses) / max(len(reference.losses), 1))
     loss_envelope = max(
-        max((_tail_gap(p.losses, reference.losses) for p in perturbed), default=0.0),
+        max((tail_gap(p.losses, reference.losses) for p in perturbed), default=0.0),
         1e-7 * scale,
     )
     error = candidate.error or shadowed.error
     if error:
         infinite = float("inf")
         return Judgement(candidate.optimizer, infinite, infinite, loss_envelope, (), error)
-    loss_gap = _tail_gap(candidate.losses, reference.losses)
+    loss_gap = tail_gap(candidate.losses, reference.losses)
     token_rows = token_rows or {}
     drifts = []
     for name, drift in shadowed.drift.items():

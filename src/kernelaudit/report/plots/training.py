@@ -74,7 +74,7 @@ def loss_figure(optimizer: str, curve: Mapping[str, Sequence[Any]]) -> Figure | 
         steps[len(steps) - max(len(steps) // 4, 1)],
         steps[-1],
         color="#fff3c4",
-        label="judged: mean gap over the last quarter",
+        label="judged: median gap over the last quarter",
     )
     gap.plot(
         steps,
