@@ -94,7 +94,8 @@ def tail_gap(losses: Sequence[float], reference: Sequence[float]) -> float:
     step several times higher, gone a few steps later), and where a spike falls is as chaotic
     as the rest of a free-running run. One spike in a run's tail moved a mean by more than the
     whole envelope, failing a correct kernel; a bias that changes how the model trains moves
-    the loss at most steps of the tail, which the median keeps.
+    the loss on most of the tail's steps, which the median keeps (of an even count, the lower
+    of the two middle gaps).
     """
     steps = min(len(losses), len(reference))
     if steps == 0:
