@@ -38,10 +38,10 @@ from kernelaudit.runner.auditor.limits import FolderBound, machine_memory
 BUBBLEWRAP = "bwrap"
 
 SANDBOX_SWITCH = "KERNELAUDIT_SANDBOX"
+"""Set to "off" to run candidates without the sandbox (reported as such in every audit)."""
 
 SANDBOX_HOME = "/home/user"
 """Where a confined process finds its home: its candidate's own cache folder, mounted there."""
-"""Set to "off" to run candidates without the sandbox (reported as such in every audit)."""
 
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
 """Read-only system folders: programs, libraries, the dynamic linker's configuration, drivers'
