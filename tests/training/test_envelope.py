@@ -9,7 +9,7 @@ import torch
 
 from kernelaudit.training.data import batches, token_stream
 from kernelaudit.training.envelope import DRIFT_SLACK, conclusion, judge
-from kernelaudit.training.loop import Experiment, Perturbed, Rounded, Trajectory
+from kernelaudit.training.loop import Experiment, Perturbed, Rounded, Trajectory, noise_ulps
 from kernelaudit.training.model import ModelConfig, TinyDecoder
 from kernelaudit.training.shadow import Shadowed, shadow, shadow_all
 from kernelaudit.training.slots import REFERENCES, Plug
@@ -85,6 +85,30 @@ def test_perturbed_results_are_one_ulp_away() -> None:
     assert 300 < int((y > x).sum()) < 700  # up or down at random
     other = Perturbed(lambda x: x * 1.0, seed=4)(x)
     assert isinstance(other, torch.Tensor) and not torch.equal(other, y)  # seeds differ
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_a_perturbed_result_moves_each_element_the_way_a_seeded_coin_says(
+    dtype: torch.dtype,
+) -> None:
+    # the envelope's draws are reproducible: the same seed and call give the same coin per
+    # element, and each element moves one step that way, zeros, infinities and NaN included
+    values = torch.randn(64, 33, dtype=torch.float64) * 3
+    values[0, :4] = torch.tensor([0.0, -0.0, float("inf"), float("-inf")], dtype=torch.float64)
+    values[1, :3] = torch.tensor([float("nan"), 1e-30, -1e-30], dtype=torch.float64)
+    got = Perturbed(lambda x: x * 1.0, seed=5)(values.to(dtype))
+    assert isinstance(got, torch.Tensor)
+    rounded = values.to(dtype)
+    generator = torch.Generator().manual_seed(5 * 1_000_003 + 1 * 7 + 0)
+    up = torch.rand(rounded.shape, generator=generator) < 0.5
+    infinity = torch.tensor(float("inf"), dtype=dtype)
+    want = torch.nextafter(rounded, torch.where(up, infinity, -infinity))
+    if noise_ulps(dtype) > 1:  # float32 results move the oracle's floor, in ulps
+        ulp = (want.double() - rounded.double()).nan_to_num(0.0, 0.0, 0.0)
+        want = (rounded.double() + noise_ulps(dtype) * ulp).to(dtype)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(0.0), want.nan_to_num(0.0))
+    assert torch.equal(got.signbit(), want.signbit())
 
 
 def _shadow(optimizer: str, function, steps: int = 6) -> Shadowed:  # type: ignore[no-untyped-def]
