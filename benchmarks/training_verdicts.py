@@ -6,13 +6,16 @@ configuration, at a chosen number of steps.
         benchmarks/candidates/float32_cross_entropy.py::softmax_in_bf16
 
 Prints, per candidate and optimizer, the loss gap and the three parameters that drift furthest,
-in envelopes, and whether it departs (the reference's runs are made once, for the first).
+in envelopes, and whether it departs (the reference's runs are made once, for the first);
+`--json PATH` also writes each outcome's figures and loss curves (thinned past 100 steps, as the
+report keeps them; a ratio that is not finite written as null).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 
@@ -57,13 +60,19 @@ def main() -> None:
                 "candidate": spec,
                 "dtypes": outcome.dtypes,
                 "steps": experiment.steps,
-                "loss ratios": {j.optimizer: j.loss_ratio for j in outcome.judgements},
-                "drift ratios": {j.optimizer: j.drift_ratio for j in outcome.judgements},
+                "error": outcome.error or None,
+                "loss ratios": {j.optimizer: _finite(j.loss_ratio) for j in outcome.judgements},
+                "loss judged": {j.optimizer: j.loss_judged for j in outcome.judgements},
+                "drift ratios": {j.optimizer: _finite(j.drift_ratio) for j in outcome.judgements},
                 "curves": outcome.curves,
             }
         )
     if args.json is not None:
         args.json.write_text(json.dumps(kept, indent=1))
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 if __name__ == "__main__":

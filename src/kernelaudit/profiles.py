@@ -53,7 +53,8 @@ class Profile:
     declaration order (0: all)."""
     training_length: float = 1.0
     """The training check's runs, as a share of the device's usual steps (150 on a CPU, 200 on
-    a GPU): the quick profile trains for half of them."""
+    a GPU): the quick profile trains for half of them. Below the usual steps the loss is
+    reported, not judged, and the parameter drift decides (`training.envelope.Judgement`)."""
     gradient_depth: int = 4
     """How many times longer than at the workload the gradients check makes a reduced axis
     (the rows of a weight gradient, the tokens of an embedding gradient)."""

@@ -104,6 +104,15 @@ def test_when_the_reference_itself_cannot_train_nothing_is_judged(tmp_path: Path
     assert all(0 <= spent <= seconds for spent in by_side.values())
 
 
+def test_the_loss_of_runs_shorter_than_the_devices_usual_is_not_judged() -> None:
+    problem = load_problem(EXAMPLE / "problem.py")
+    candidate = parse_candidate(f"{EXAMPLE / 'candidates.py'}::wide_accumulator")
+    short = Experiment.for_device("cpu", length=0.1)
+    outcome = run_experiment(problem, candidate, FP16, short, "cpu", 600.0)
+    assert outcome.judgements and not any(j.loss_judged for j in outcome.judgements)
+    assert "not judged in runs this short" in outcome.conclusion
+
+
 def test_a_candidate_that_cannot_load_where_it_trains_stops_with_the_loading_error(
     tmp_path: Path,
 ) -> None:

@@ -322,6 +322,23 @@ def test_the_training_plot_shows_both_losses_and_each_limit() -> None:
     assert "Under SGD the candidate" in document
 
 
+def test_a_loss_the_run_was_too_short_to_judge_is_drawn_as_not_judged() -> None:
+    from matplotlib.colors import to_hex
+
+    from kernelaudit.report.plots import LIMIT_COLOUR, NEUTRAL_COLOUR
+    from kernelaudit.report.plots.training import departure_figure
+
+    per_optimizer = {
+        "sgd": {"loss gap in envelopes": 6.2, "loss judged": False},
+        "adamw": {"loss gap in envelopes": 4.0, "loss judged": True},
+    }
+    limits, _ = departure_figure(per_optimizer, {}).axes
+    colours = [to_hex(bar.get_facecolor()) for bar in limits.patches]
+    assert colours == [to_hex(NEUTRAL_COLOUR), to_hex(LIMIT_COLOUR)]
+    labels = [text.get_text() for text in limits.texts]
+    assert labels == ["6.20 (not judged)", "4.00"]
+
+
 def test_timing_samples_are_summarised_not_dumped() -> None:
     samples = [0.0012 + k * 1.37e-7 for k in range(200)]
     on_a_gpu = report("wide_accumulator", "PASS", (timing_note(samples),), device="cuda:0")

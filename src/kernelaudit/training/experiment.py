@@ -161,9 +161,13 @@ def run_experiment(
     hot = torch.topk(counts, max(1, experiment.config.vocab // _HOT_SHARE)).indices
     judgements = []
     curves: dict[str, dict[str, list[float]]] = {}
+    # the loss is judged only in runs as long as the device's usual (Judgement.loss_judged)
+    judge_loss = experiment.steps >= Experiment.for_device(device).steps
     for run, shadowed in zip(runs, shadows, strict=True):
         reference, perturbed, envelope = references[run.optimizer]
-        judgements.append(judge(reference, perturbed, run, envelope, shadowed, {"embedding": hot}))
+        judgements.append(
+            judge(reference, perturbed, run, envelope, shadowed, {"embedding": hot}, judge_loss)
+        )
         curves[run.optimizer] = _curves(reference, perturbed, run)
     worst = max(judgements, key=lambda j: (j.departs, j.drift_ratio))
     return Outcome(

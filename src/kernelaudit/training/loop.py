@@ -199,7 +199,7 @@ def _towards(up: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """+inf where `up`, -inf elsewhere, at `dtype`: the values of `torch.where(up, inf, -inf)`,
     whose broadcast of two 0-dim tensors costs three to five times this arithmetic on a CPU
     (2 ms against 0.4-0.7 ms for the half million elements of a cross-entropy gradient of the
-    CPU's model, a slot call of every perturbed run)."""
+    CPU's model, per slot call of every perturbed run)."""
     return up.to(dtype).mul_(2.0).sub_(1.0).mul_(math.inf)
 
 

@@ -117,16 +117,23 @@ def departure_figure(
     figure = new_figure(10.0, 1.9 + 0.32 * max(len(parameters) * len(parameter_drift), 4))
     loss, drift = figure.subplots(1, 2, width_ratios=(1, 2))
     ratios = [finite(per_optimizer[o].get("loss gap in envelopes")) for o in optimizers]
+    # a short run's loss is reported, not judged (`Judgement.loss_judged`)
+    judged = [per_optimizer[o].get("loss judged", True) is not False for o in optimizers]
     bars = loss.bar(
         optimizers,
         [r if r is not None else 0.0 for r in ratios],
-        color=[_beyond(r, LOSS_SLACK) for r in ratios],
+        color=[
+            _beyond(r, LOSS_SLACK) if j else NEUTRAL_COLOUR
+            for r, j in zip(ratios, judged, strict=True)
+        ],
     )
     for optimizer, bar in zip(optimizers, bars, strict=True):
         bar.set_gid(f"loss-gap-{optimizer}")
     said = [
-        "stopped" if per_optimizer[o].get("stopped") else _ratio_text(r)
-        for o, r in zip(optimizers, ratios, strict=True)
+        "stopped"
+        if per_optimizer[o].get("stopped")
+        else _ratio_text(r) + ("" if j else " (not judged)")
+        for o, r, j in zip(optimizers, ratios, judged, strict=True)
     ]
     loss.bar_label(bars, labels=said, fontsize=8)
     loss.axhline(
