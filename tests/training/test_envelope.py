@@ -285,7 +285,10 @@ def test_a_short_runs_loss_is_reported_not_judged_and_the_drift_decides() -> Non
     biased = _noise("sgd", 7).drift["embedding"].clone()
     biased[5] += 1e-5
     drifting = Shadowed("sgd", {"embedding": biased}, slot_calls=1)
-    assert judge(reference, perturbed, _run("sgd", far), shadows, drifting, None, False).departs
+    departs = judge(reference, perturbed, _run("sgd", far), shadows, drifting, None, False)
+    assert departs.departs and not departs.loss_departs
+    said = conclusion([departs])
+    assert "parameter updates drift up to" in said and "is not judged" in said
     # AdamW's healthy updates mask what SGD's show, where its loss is not judged either
     adamw = judge(
         reference, perturbed, _run("adamw", far), shadows, _noise("adamw", 9), None, False

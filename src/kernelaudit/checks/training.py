@@ -123,7 +123,7 @@ def _failure(outcome: Outcome, experiment: Experiment, slot: str) -> Failure:
                 "loss",
                 f"reported, not judged: {experiment.steps} steps are fewer than the device's "
                 "usual, too few for free-running runs to settle; the parameter drift decides "
-                "(the default profile trains long enough to judge it)",
+                "(runs of the usual length, the default profile's, judge it)",
             )
         )
     if outcome.rows:

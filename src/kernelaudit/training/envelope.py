@@ -71,8 +71,8 @@ class Judgement:
     reported, not judged, and the parameter drift decides. A free-running run's loss level
     wanders for tens of steps after a spike of its own or of the reference's, and where such
     an excursion falls in a short run's last quarter is chaotic: at 100 steps on a GPU a
-    correct kernel scored 6.17 envelopes and its buggy twin 4.72; at 200 steps, 0.50 and 0.45
-    (docs/benchmarks.md)."""
+    correct kernel scored 6.17 envelopes (by the mean gap) and its buggy twin 4.72; at 200
+    steps, 0.50 and 0.45 (docs/benchmarks.md)."""
 
     @property
     def drift_ratio(self) -> float:
@@ -207,6 +207,14 @@ def conclusion(judgements: Sequence[Judgement]) -> str:
             parts.append(f"Under {name} nothing can be judged: {j.inconclusive}.")
         elif j.error:
             parts.append(f"Under {name} the run stopped: {j.error}.")
+        elif j.departs and not j.loss_judged:
+            parts.append(
+                f"Under {name} the candidate's training departs from the reference's: its "
+                f"parameter updates drift up to {j.drift_ratio:.1f}x as far as correct kernels "
+                f"(the reference, and it rounded differently) take them "
+                f"(worst: {j.drifts[0].parameter}; its loss, {j.loss_ratio:.1f}x, is not "
+                "judged in runs this short)."
+            )
         elif j.departs:
             parts.append(
                 f"Under {name} the candidate's training departs from the reference's: its "
