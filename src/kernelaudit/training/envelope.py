@@ -207,32 +207,23 @@ def conclusion(judgements: Sequence[Judgement]) -> str:
             parts.append(f"Under {name} nothing can be judged: {j.inconclusive}.")
         elif j.error:
             parts.append(f"Under {name} the run stopped: {j.error}.")
-        elif j.departs and not j.loss_judged:
-            parts.append(
-                f"Under {name} the candidate's training departs from the reference's: its "
-                f"parameter updates drift up to {j.drift_ratio:.1f}x as far as correct kernels "
-                f"(the reference, and it rounded differently) take them "
-                f"(worst: {j.drifts[0].parameter}; its loss, {j.loss_ratio:.1f}x, is not "
-                "judged in runs this short)."
-            )
         elif j.departs:
+            judged = f"loss ends {j.loss_ratio:.1f}x and its " if j.loss_judged else ""
             parts.append(
                 f"Under {name} the candidate's training departs from the reference's: its "
-                f"loss ends {j.loss_ratio:.1f}x and its parameter updates drift up to "
-                f"{j.drift_ratio:.1f}x as far as correct kernels (the reference, and it "
-                f"rounded differently) take them "
-                f"(worst: {j.drifts[0].parameter})."
+                f"{judged}parameter updates drift up to {j.drift_ratio:.1f}x as far as correct "
+                f"kernels (the reference, and it rounded differently) take them "
+                f"(worst: {j.drifts[0].parameter}){_unjudged(j)}."
             )
-        elif not j.loss_judged:
-            parts.append(
-                f"Under {name} its parameter updates stay within {j.drift_ratio:.1f}x the "
-                f"envelope of correct kernels (its loss, {j.loss_ratio:.1f}x, is not judged in "
-                "runs this short)."
-            )
-        else:
+        elif j.loss_judged:
             parts.append(
                 f"Under {name} it trains like the reference: loss {j.loss_ratio:.1f}x and "
                 f"parameter updates {j.drift_ratio:.1f}x the envelope of correct kernels."
+            )
+        else:
+            parts.append(
+                f"Under {name} its parameter updates stay within {j.drift_ratio:.1f}x the "
+                f"envelope of correct kernels{_unjudged(j)}."
             )
     # what looks healthy under AdamW: its loss where that is judged, else its updates
     masked = adamw is not None and (
@@ -251,3 +242,10 @@ def conclusion(judgements: Sequence[Judgement]) -> str:
             "proves nothing about this kernel."
         )
     return " ".join(parts)
+
+
+def _unjudged(judgement: Judgement) -> str:
+    """What a conclusion adds about a loss the run was too short to judge ("" where judged)."""
+    if judgement.loss_judged:
+        return ""
+    return f" (its loss, {judgement.loss_ratio:.1f}x, is not judged in runs this short)"

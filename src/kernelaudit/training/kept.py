@@ -241,10 +241,12 @@ def _entry(
 ) -> dict[str, Any]:
     """`run`'s entry in the manifest; its tensors (a trajectory's losses and parameters, a
     shadow's drift) put in `tensors` under `prefix`."""
-    named = run.parameters if isinstance(run, Trajectory) else run.drift
     if isinstance(run, Trajectory):
+        named = run.parameters
         # losses as a tensor: the seal's JSON holds no NaN, and a diverging run may have one
         tensors[f"{prefix}/losses"] = torch.tensor(run.losses, dtype=torch.float64)
+    else:
+        named = run.drift
     for key, value in named.items():
         tensors[f"{prefix}/named/{key}"] = value
     return {
