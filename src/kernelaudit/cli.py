@@ -29,7 +29,7 @@ from kernelaudit.corpus.jobs import Job as ReadJob
 from kernelaudit.corpus.jobs import changed_files
 from kernelaudit.demo import find_examples, load_examples
 from kernelaudit.engine.audit import audit_in_turn, resolve_device, sm_count
-from kernelaudit.engine.budget import expected_seconds, time_left
+from kernelaudit.engine.budget import expected_all, time_left
 from kernelaudit.engine.lanes import Job, audit_in_lanes, deal, lane_count, most_lanes
 from kernelaudit.engine.pace import at_this_pace, record_pace, recorded_pace
 from kernelaudit.engine.progress import ProgressEvent
@@ -245,8 +245,7 @@ def _audit_all(
             console.print(f"[yellow]warning: {escape(defect)}.[/]")
     estimates: list[float] = []
     if announce or lanes > 1:
-        sms = sm_count(device)
-        estimates = [expected_seconds(p, c, profile, device, sms) for p, c in jobs]
+        estimates = expected_all(jobs, profile, device, sm_count(device), checks)
     if announce:
         across = f" in {lanes} lanes" if lanes > 1 else ""
         seconds, how = at_this_pace(sum(estimates) / lanes, device)

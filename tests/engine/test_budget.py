@@ -1,6 +1,7 @@
 """An audit plans to its time budget: what every audit needs always runs, the optional cases
 run most revealing first while the estimate fits, and the rest is reported as untried."""
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from kernelaudit.checks.timing import timing_probe
 from kernelaudit.engine.budget import (
     PROBE_SHARE,
     REQUIRED_MOST,
+    expected_all,
     fit,
     fit_ahead,
     probe_seconds,
@@ -32,10 +34,13 @@ from kernelaudit.engine.budget import (
 )
 from kernelaudit.errors import UsageError
 from kernelaudit.formats import read_problem
+from kernelaudit.formats.readers import read_candidate
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import cost_model
 from kernelaudit.problem.spec import Output, Problem, TensorInput
 from kernelaudit.profiles import profile_named, profile_with_budget
+from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.training.estimate import training_seconds
 
 _FIXED = cost_model("cuda").per_audit_s
 """What a GPU audit's probing costs besides its probes' calls: part of every plan."""
@@ -335,3 +340,56 @@ def test_no_bundled_example_has_its_required_probes_cut_in_any_profile(device: s
         for name in ("quick", "default", "thorough"):
             fitted = fit_ahead(PlanContext(problem, profile_named(name), device, 132))
             assert fitted.probes and fitted.cut == (), (path.parent.name, name)
+
+
+def _embedding_jobs() -> list[tuple[Problem, CandidateRef]]:
+    folder = Path(__file__).parents[2] / "examples" / "embedding_backward"
+    problem = read_problem(folder / "problem.py")
+    return [
+        read_candidate(f"{folder / 'candidates.py'}::{name}", problem)
+        for name in ("wide_accumulator", "accumulate_in_low_precision")
+    ]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_estimate_counts_the_training_and_the_reference_runs_once_a_problem(
+    device: str,
+) -> None:
+    """A candidate that trains is expected to take its training steps longer than one that
+    does not train, and the first of its problem longer still: it makes the reference's
+    runs, which the next one takes from it. Without the training check chosen, neither
+    trains."""
+    jobs = _embedding_jobs()
+    quick = profile_named("quick")
+    first, second = expected_all(jobs, quick, device, 132)
+    untrained = expected_all(jobs, quick, device, 132, checks=["numerics", "timing"])
+    problem = jobs[0][0]
+    assert untrained[0] == pytest.approx(untrained[1])
+    assert first - untrained[0] == pytest.approx(training_seconds(problem, quick, device, True))
+    assert second - untrained[1] == pytest.approx(training_seconds(problem, quick, device, False))
+    assert first > second > untrained[1]
+    # every step of the profile counted, and every dtype configuration it trains
+    default = profile_named("default")
+    assert training_seconds(problem, default, device, True) == pytest.approx(
+        2 * min(2, len(problem.dtype_configs())) * training_seconds(problem, quick, device, True)
+    )
+
+
+def test_a_problem_without_a_slot_has_no_training_in_its_estimate() -> None:
+    problem = _problem([{"rows": 64, "cols": 64}])
+    assert problem.slot == ""
+    assert training_seconds(problem, profile_named("default"), "cuda", True) == 0.0
+
+
+def test_a_gpu_demo_is_announced_with_its_training_steps() -> None:
+    """On a GPU the training check is most of a bundled example's `quick` audit: the probes'
+    estimate alone announced about 3 minutes for a demo that took 7 on an H200. The
+    announcement now holds the steps: between 5 and 10 minutes for the bundled examples."""
+    root = Path(__file__).parents[2] / "examples"
+    jobs = []
+    for example in sorted(root.glob("*/expected.json")):
+        problem = read_problem(example.parent / "problem.py")
+        for listed in json.loads(example.read_text())["candidates"]:
+            jobs.append(read_candidate(str(example.parent / listed["candidate"]), problem))
+    estimates = expected_all(jobs, profile_named("quick"), "cuda", 132)
+    assert 300 <= sum(estimates) <= 600

@@ -17,7 +17,7 @@ judged on that probe's run (`engine.probing`, unless the run is too large to hol
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from kernelaudit.checks import build_checks
@@ -27,6 +27,7 @@ from kernelaudit.inputs.cost import case_seconds, cost_model
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.candidate import CandidateRef
+from kernelaudit.training.estimate import training_seconds
 
 PROBE_SHARE = 0.5
 """The share of the budget the probes may plan for: the rest is for shrinking (`SHRINK_SHARE`),
@@ -38,10 +39,14 @@ audits of 37 on an H200 that filled their plan with optional probes took a media
 with no finding lost (0.45 loses one: docs/benchmarks.md, nineteenth pass,
 `benchmarks/share_replay.py`)."""
 
-PROBING_SHARE_OF_AUDIT = 0.6
-"""Of a whole audit's time, the share its probing phase takes, which turns a plan's estimate
-into the audit's (`expected_seconds`): 62% summed over the bundled examples' `quick` audits on
-a 2-core CPU (probing 450 s of 721 s, the training check most of the rest)."""
+PROBING_SHARE_OF_AUDIT = {"cpu": 1.0, "cuda": 0.6}
+"""Of a whole audit's time outside the training check (`training.estimate`), the share its
+probes' estimate stands for, by device kind, which turns a plan's estimate into the audit's
+(`expected_seconds`). On a GPU 0.6: the bundled examples' `quick` audits on an H200 took 1.68
+times their probes' estimate outside training. On a CPU 1.0: the CPU's cost model, fitted on
+hosts about 1.6 times slower than a 2-core host measured since, overstates the probes there by
+about what the rest of an audit adds (0.63 times the estimate on that host, 1.0 at the fitted
+hosts' pace; docs/benchmarks.md, "The demo's estimate counts the training")."""
 
 REQUIRED_MOST = 10.0
 """The probes every audit runs may be estimated at up to this many times the budget (300 s of
@@ -164,13 +169,47 @@ def unavailable_summary(
 
 
 def expected_seconds(
-    problem: Problem, candidate: CandidateRef, profile: Profile, device: str, sm_count: int
+    problem: Problem,
+    candidate: CandidateRef,
+    profile: Profile,
+    device: str,
+    sm_count: int,
+    trains: bool = True,
+    reference_runs: bool = True,
 ) -> float:
     """Roughly how long an audit of `candidate` will take here, before it starts: its fitted
-    probes' estimate, plus as much again for the rest of an audit, in the proportion audits
-    have shown (`PROBING_SHARE_OF_AUDIT`)."""
+    probes' estimate, plus the rest of an audit in the proportion audits have shown
+    (`PROBING_SHARE_OF_AUDIT`), plus the training check's steps where it `trains`, the
+    reference's runs among them where this audit makes them (`training.estimate`)."""
     ctx = PlanContext(problem, profile, device, sm_count, candidate)
-    return fit_ahead(ctx).estimate_s / PROBING_SHARE_OF_AUDIT
+    share = PROBING_SHARE_OF_AUDIT["cuda" if device.startswith("cuda") else "cpu"]
+    seconds = fit_ahead(ctx).estimate_s / share
+    if trains:
+        seconds += training_seconds(problem, profile, device, reference_runs)
+    return seconds
+
+
+def expected_all(
+    jobs: Sequence[tuple[Problem, CandidateRef]],
+    profile: Profile,
+    device: str,
+    sm_count: int,
+    checks: Collection[str] | None = None,
+) -> list[float]:
+    """`expected_seconds` of each of `jobs`, audited in one process in this order (or by
+    problem in lanes, which deal a problem's candidates to one lane, `engine.lanes`): the
+    first candidate of a problem makes the reference's training runs, the later ones take
+    them from it. `checks`: the checks chosen (None: every one)."""
+    trains = checks is None or "training" in checks
+    seen: set[tuple[str, str]] = set()
+    estimates = []
+    for problem, candidate in jobs:
+        key = (problem.source or problem.name, problem.slot)
+        estimates.append(
+            expected_seconds(problem, candidate, profile, device, sm_count, trains, key not in seen)
+        )
+        seen.add(key)
+    return estimates
 
 
 def time_left(

@@ -17,6 +17,7 @@ import torch
 from kernelaudit.errors import UsageError
 from kernelaudit.oracle.promote import in_float64
 from kernelaudit.oracle.rule import ACCUMULATION_NOISE_FACTOR
+from kernelaudit.training.estimate import USUAL_STEPS
 from kernelaudit.training.model import ModelConfig, TinyDecoder
 from kernelaudit.training.slots import Plug, Slots, failure_text
 
@@ -49,8 +50,9 @@ class Experiment:
         """The tiny model on a CPU (seconds per run), the small one on a GPU. Without `steps`,
         `length` times the device's usual steps (150 on a CPU, 200 on a GPU)."""
         if device.startswith("cuda"):
-            return cls(ModelConfig.small(), steps=steps or round(200 * length), batch=64)
-        return cls(ModelConfig.tiny(), steps=steps or round(150 * length), batch=128)
+            usual = USUAL_STEPS["cuda"]
+            return cls(ModelConfig.small(), steps=steps or round(usual * length), batch=64)
+        return cls(ModelConfig.tiny(), steps=steps or round(USUAL_STEPS["cpu"] * length), batch=128)
 
 
 @dataclass(frozen=True)
