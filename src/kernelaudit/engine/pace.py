@@ -17,9 +17,11 @@ from pathlib import Path
 
 from kernelaudit.formats.cache import cache_root, write_if_changed
 
-PACE_FORMAT = 2
-"""2: a pace is the wall time of a run's audits against the estimate announced for them (1
-summed the audits' seconds, which lanes that end unevenly left short of the wall time)."""
+PACE_FORMAT = 3
+"""3: the estimates count the training check's steps (`training.estimate`; 2 did not, so a GPU's
+paces were about 2.5 times what they are against the estimates now). A pace is the wall time of
+a run's audits against the estimate announced for them (1 summed the audits' seconds, which
+lanes that end unevenly left short of the wall time)."""
 KEPT = 5
 """The paces of this many recent runs are kept per machine and device; their median is used."""
 
