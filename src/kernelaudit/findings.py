@@ -283,6 +283,32 @@ class AuditReport:
         )
 
 
+ECHOES = {
+    "timed-output:": ("its timed repetitions' results are wrong the same way", ("",)),
+    "clock-output:": ("the calls timed on the auditor's clock are wrong the same way", ("",)),
+    "alone-": ("its rows computed alone are wrong the same way", ("",)),
+    "unwatched-state:": ("a plain process shows the same change", ("import:", "call:")),
+}
+"""Key prefixes of findings that judge the results (or the state) again in a check's own
+setting, what such a finding says of its cause, and the prefixes its cause's key may have in
+place of its own: the timing check's results of its last timed repetition (`timed-output:KEY`)
+and of the call its auditor's clock timed (`clock-output:KEY`), the batch-invariance check's
+row computed alone (`alone-KEY`), the unwatched run's precision flags read again in a plain
+process (`unwatched-state:NAME`, the global-state check's `import:NAME` or `call:NAME`)."""
+
+
+def echo_of(key: str) -> tuple[tuple[str, ...], str] | None:
+    """For the key of a finding that judges again what another check judged (`ECHOES`), the
+    keys its cause may have and what it says of that cause; None for any other key. A
+    finding echoes another check's failing finding with one of those keys: the same results
+    wrong the same way, a symptom and not a second bug."""
+    for prefix, (said, instead) in ECHOES.items():
+        if key.startswith(prefix):
+            rest = key.removeprefix(prefix)
+            return tuple(k + rest for k in instead), said
+    return None
+
+
 def unconfirmed_of(unverified: Iterable[str], findings: Iterable[Finding]) -> tuple[str, ...]:
     """Of the checks `unverified` (those this device leaves something unverified in), the ones
     that found something in the candidate and failed nothing: a risk of its own that its

@@ -63,6 +63,44 @@ def test_shrinking_spends_no_more_than_its_share_of_the_time_budget(
     assert evidence["shrinking"].startswith("stopped before the simplest case: the audit's time")
 
 
+def test_a_finding_that_echoes_another_checks_is_not_shrunk_but_its_cause_is(
+    tiny_audit: Callable[..., AuditReport],
+) -> None:
+    """The timing check judges its timed repetition's results again: wrong the same way as
+    the judged call's, its finding is the numerics finding's symptom and is shown under it.
+    Shrinking it would run the timed repetitions again at every simpler case (seconds each
+    on a GPU) for a case the numerics finding has already shrunk to."""
+    report = tiny_audit(
+        "row_scale",
+        "row_scale_kernels.py::off_by_a_percent",
+        ["numerics", "timing"],
+        shrink_budget=16,
+        budget_s=60.0,  # its share for shrinking fits every rerun on a CPU
+    )
+    found = {f.key: f for f in report.findings if f.severity == "fail"}
+    cause, echo = found["error:y"], found["timed-output:error:y"]
+    assert cause.check == "numerics" and echo.check == "timing"
+    assert cause.shrink_steps and cause.probe.case.size_map() == {"rows": 1, "cols": 1}
+    assert echo.shrink_steps == ()
+    assert echo.probe.case == echo.original
+    assert "shrinking" not in dict(echo.evidence)  # not cut short: not shrunk at all
+
+
+def test_a_finding_of_the_same_kind_is_shrunk_where_no_other_check_found_its_cause(
+    tiny_audit: Callable[..., AuditReport],
+) -> None:
+    # the timing check alone: its finding is the only one that says the results are wrong
+    report = tiny_audit(
+        "row_scale",
+        "row_scale_kernels.py::off_by_a_percent",
+        ["timing"],
+        shrink_budget=16,
+        budget_s=60.0,
+    )
+    found = {f.key: f for f in report.findings if f.severity == "fail"}
+    assert found["timed-output:error:y"].shrink_steps
+
+
 def test_the_shrunk_probe_replays_the_failure(
     flipped: AuditReport, finding_of: Callable[[AuditReport, str], Finding]
 ) -> None:

@@ -22,7 +22,7 @@ from kernelaudit.checks.numerics import Numerics
 from kernelaudit.device_copies import DEVICE_COPIES
 from kernelaudit.engine.budget import SHRINK_SHARE, fit, unavailable_summary, untried_summary
 from kernelaudit.engine.executor import Executor
-from kernelaudit.engine.grouping import finding_of
+from kernelaudit.engine.grouping import findings_of
 from kernelaudit.engine.planning import plan_all, planning_said
 from kernelaudit.engine.probing import (
     check_seconds,
@@ -233,10 +233,9 @@ def _audit(
         shrinking_began = time.perf_counter()
         by_name = {check.name: check for check in checks}
         allowance = ShrinkAllowance(SHRINK_SHARE * profile.budget_s)
-        findings = [
-            finding_of(executor, by_name[name], key, items, probing.records, profile, allowance)
-            for (name, key), items in probing.groups.items()
-        ]
+        findings = findings_of(
+            executor, by_name, probing.groups, probing.records, profile, allowance
+        )
         shrinking = time.perf_counter() - shrinking_began
         tell(progress, phase_done(probing, "shrinking", shrinking))
         DEVICE_COPIES.clear()  # every case is judged: the device is the concluding checks'
@@ -350,10 +349,9 @@ def _backward_pass(
         fitted = fit(gradients[0].plan(derived_ctx), derived, ctx.device, ctx.profile.budget_s)
         probing = probe_all(executor, judges, list(fitted.probes), progress)
         by_name = {check.name: check for check in judges}
-        findings = [
-            finding_of(executor, by_name[name], key, items, probing.records, ctx.profile, allowance)
-            for (name, key), items in probing.groups.items()
-        ]
+        findings = findings_of(
+            executor, by_name, probing.groups, probing.records, ctx.profile, allowance
+        )
     unavailable = tuple(probing.unavailable)
     return _Backward(
         findings,
