@@ -245,7 +245,8 @@ def _audit_all(
             console.print(f"[yellow]warning: {escape(defect)}.[/]")
     estimates: list[float] = []
     if announce or lanes > 1:
-        estimates = expected_all(jobs, profile, device, sm_count(device), checks)
+        trains = checks is None or "training" in checks
+        estimates = expected_all(jobs, profile, device, sm_count(device), trains=trains)
     if announce:
         across = f" in {lanes} lanes" if lanes > 1 else ""
         seconds, how = at_this_pace(sum(estimates) / lanes, device)

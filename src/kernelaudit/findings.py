@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -283,29 +283,33 @@ class AuditReport:
         )
 
 
-ECHOES = {
-    "timed-output:": ("its timed repetitions' results are wrong the same way", ("",)),
-    "clock-output:": ("the calls timed on the auditor's clock are wrong the same way", ("",)),
-    "alone-": ("its rows computed alone are wrong the same way", ("",)),
-    "unwatched-state:": ("a plain process shows the same change", ("import:", "call:")),
+ECHOES: dict[str, tuple[tuple[str, ...], str]] = {
+    "timed-output:": (("",), "its timed repetitions' results are wrong the same way"),
+    "clock-output:": (("",), "the calls timed on the auditor's clock are wrong the same way"),
+    "alone-": (("",), "its rows computed alone are wrong the same way"),
+    "unwatched-state:": (("import:", "call:"), "a plain process shows the same change"),
 }
 """Key prefixes of findings that judge the results (or the state) again in a check's own
-setting, what such a finding says of its cause, and the prefixes its cause's key may have in
-place of its own: the timing check's results of its last timed repetition (`timed-output:KEY`)
-and of the call its auditor's clock timed (`clock-output:KEY`), the batch-invariance check's
-row computed alone (`alone-KEY`), the unwatched run's precision flags read again in a plain
-process (`unwatched-state:NAME`, the global-state check's `import:NAME` or `call:NAME`)."""
+setting, the prefixes their cause's key may have in place of their own, and what such a
+finding says of its cause: the timing check's results of its last timed repetition
+(`timed-output:KEY`) and of the call its auditor's clock timed (`clock-output:KEY`), the
+batch-invariance check's row computed alone (`alone-KEY`), the unwatched run's precision flags
+read again in a plain process (`unwatched-state:NAME`, the global-state check's `import:NAME`
+or `call:NAME`)."""
 
 
-def echo_of(key: str) -> tuple[tuple[str, ...], str] | None:
-    """For the key of a finding that judges again what another check judged (`ECHOES`), the
-    keys its cause may have and what it says of that cause; None for any other key. A
-    finding echoes another check's failing finding with one of those keys: the same results
-    wrong the same way, a symptom and not a second bug."""
-    for prefix, (said, instead) in ECHOES.items():
+def cause_of(key: str, check: str, failing: Mapping[str, str]) -> tuple[str, str] | None:
+    """The key of the failing finding that `check`'s finding `key` echoes (`ECHOES`), and what
+    the echo says of it; None where it echoes none. `failing`: the check of the first failing
+    finding with each key. An echo is told by its key alone: another check's failing finding
+    with its cause's key, the same results wrong the same way (a symptom, not a second bug)."""
+    for prefix, (instead, said) in ECHOES.items():
         if key.startswith(prefix):
             rest = key.removeprefix(prefix)
-            return tuple(k + rest for k in instead), said
+            cause = next((k + rest for k in instead if k + rest in failing), None)
+            if cause is None or failing[cause] == check:
+                return None
+            return cause, said
     return None
 
 

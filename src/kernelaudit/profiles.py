@@ -7,6 +7,10 @@ from dataclasses import dataclass, replace
 
 from kernelaudit.errors import UsageError
 
+USUAL_TRAINING_STEPS = {"cpu": 150, "cuda": 200}
+"""The steps of each of the training check's runs at a profile's `training_length` of 1: the
+tiny model on a CPU, the small one on a GPU (`training.loop.Experiment`)."""
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -52,9 +56,10 @@ class Profile:
     """How many of the problem's dtype configurations the training check trains, in
     declaration order (0: all)."""
     training_length: float = 1.0
-    """The training check's runs, as a share of the device's usual steps (150 on a CPU, 200 on
-    a GPU): the quick profile trains for half of them. Below the usual steps the loss is
-    reported, not judged, and the parameter drift decides (`training.envelope.Judgement`)."""
+    """The training check's runs, as a share of the device's usual steps (`USUAL_TRAINING_STEPS`:
+    150 on a CPU, 200 on a GPU): the quick profile trains for half of them. Below the usual
+    steps the loss is reported, not judged, and the parameter drift decides
+    (`training.envelope.Judgement`)."""
     gradient_depth: int = 4
     """How many times longer than at the workload the gradients check makes a reduced axis
     (the rows of a weight gradient, the tokens of an embedding gradient)."""
@@ -114,6 +119,15 @@ class Profile:
                 f"profile {self.name!r}: training_length is {self.training_length}; give a "
                 "positive share of the usual training steps (1.0: all of them)"
             )
+
+    def trained_configs(self, configs: int) -> int:
+        """How many of a problem's `configs` dtype configurations the training check trains."""
+        return min(self.training_configs or configs, configs)
+
+    def training_steps(self, device: str) -> int:
+        """The steps of each of the training check's runs on `device`."""
+        kind = "cuda" if device.startswith("cuda") else "cpu"
+        return round(USUAL_TRAINING_STEPS[kind] * self.training_length)
 
 
 _ALL_FLOATS = (

@@ -83,7 +83,8 @@ def test_a_finding_that_echoes_another_checks_is_not_shrunk_but_its_cause_is(
     assert cause.shrink_steps and cause.probe.case.size_map() == {"rows": 1, "cols": 1}
     assert echo.shrink_steps == ()
     assert echo.probe.case == echo.original
-    assert "shrinking" not in dict(echo.evidence)  # not cut short: not shrunk at all
+    said = dict(echo.evidence)["shrinking"]  # not cut short: not shrunk at all, and why
+    assert said.startswith("not shrunk") and "'error:y'" in said
 
 
 def test_a_finding_of_the_same_kind_is_shrunk_where_no_other_check_found_its_cause(

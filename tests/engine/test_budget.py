@@ -38,7 +38,7 @@ from kernelaudit.formats.readers import read_candidate
 from kernelaudit.inputs.case import Case
 from kernelaudit.inputs.cost import cost_model
 from kernelaudit.problem.spec import Output, Problem, TensorInput
-from kernelaudit.profiles import profile_named, profile_with_budget
+from kernelaudit.profiles import Profile, profile_named, profile_with_budget
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.training.estimate import training_seconds
 
@@ -357,28 +357,44 @@ def test_the_estimate_counts_the_training_and_the_reference_runs_once_a_problem(
 ) -> None:
     """A candidate that trains is expected to take its training steps longer than one that
     does not train, and the first of its problem longer still: it makes the reference's
-    runs, which the next one takes from it. Without the training check chosen, neither
-    trains."""
+    runs, which the next one takes from it. Without the training check, neither trains."""
     jobs = _embedding_jobs()
     quick = profile_named("quick")
     first, second = expected_all(jobs, quick, device, 132)
-    untrained = expected_all(jobs, quick, device, 132, checks=["numerics", "timing"])
+    untrained = expected_all(jobs, quick, device, 132, trains=False)
     problem = jobs[0][0]
     assert untrained[0] == pytest.approx(untrained[1])
-    assert first - untrained[0] == pytest.approx(training_seconds(problem, quick, device, True))
-    assert second - untrained[1] == pytest.approx(training_seconds(problem, quick, device, False))
-    assert first > second > untrained[1]
-    # every step of the profile counted, and every dtype configuration it trains
-    default = profile_named("default")
-    assert training_seconds(problem, default, device, True) == pytest.approx(
-        2 * min(2, len(problem.dtype_configs())) * training_seconds(problem, quick, device, True)
+    made = training_seconds(problem, quick, device, reference_runs=True)
+    taken = training_seconds(problem, quick, device, reference_runs=False)
+    assert first - untrained[0] == pytest.approx(made)
+    assert second - untrained[1] == pytest.approx(taken)
+    assert first > second > untrained[1] and made > taken > 0
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_training_estimate_follows_the_steps_and_configurations_a_profile_trains(
+    device: str,
+) -> None:
+    problem = _embedding_jobs()[0][0]
+    configs = len(problem.dtype_configs())
+    one = replace(profile_named("quick"), training_configs=1, training_length=0.5)
+
+    def seconds(profile: Profile) -> float:
+        return training_seconds(problem, profile, device, reference_runs=True)
+
+    # twice the steps, twice the time
+    assert seconds(replace(one, training_length=1.0)) == pytest.approx(2 * seconds(one))
+    # every configuration (0: all of them), and never more than the problem has
+    assert seconds(replace(one, training_configs=0)) == pytest.approx(configs * seconds(one))
+    assert seconds(replace(one, training_configs=configs + 3)) == pytest.approx(
+        configs * seconds(one)
     )
 
 
 def test_a_problem_without_a_slot_has_no_training_in_its_estimate() -> None:
     problem = _problem([{"rows": 64, "cols": 64}])
     assert problem.slot == ""
-    assert training_seconds(problem, profile_named("default"), "cuda", True) == 0.0
+    assert training_seconds(problem, profile_named("default"), "cuda", reference_runs=True) == 0.0
 
 
 def test_a_gpu_demo_is_announced_with_its_training_steps() -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from rich.console import Console
 
 from kernelaudit.checks.base import Probe
-from kernelaudit.findings import AuditReport, Finding
+from kernelaudit.findings import AuditReport, Finding, cause_of
 from kernelaudit.inputs.case import Case
 from kernelaudit.report.causes import follow_ons
 from kernelaudit.report.terminal import print_findings, verdict_table
@@ -75,3 +75,20 @@ def test_the_html_report_says_which_finding_is_the_cause(
 
     html = page([report(ROOT, TIMED, GAMED, device="cuda:0")])
     assert html.count("The same cause as F1 [numerics]") == 1  # F2 only: F4 is its own bug
+
+
+def test_an_echo_is_told_by_its_key_and_another_checks_failing_cause() -> None:
+    failing = {"error:y": "numerics", "call:tf32": "global-state"}
+    said = cause_of("timed-output:error:y", "timing", failing)
+    assert said is not None and said[0] == "error:y"
+    # the flags read again in a plain process echo the global-state check's finding
+    assert cause_of("unwatched-state:tf32", "unwatched", failing) == (
+        "call:tf32",
+        "a plain process shows the same change",
+    )
+    # no failing finding with its cause's key (a warning is not a cause): not an echo
+    assert cause_of("timed-output:error:z", "timing", failing) is None
+    # a check does not echo itself
+    assert cause_of("alone-error:y", "numerics", failing) is None
+    # a key of no echoing kind
+    assert cause_of("timed-differs:y", "timing", failing) is None

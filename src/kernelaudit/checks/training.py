@@ -61,10 +61,10 @@ class Training(ConcludingOnly):
         from kernelaudit.training.experiment import run_experiment
         from kernelaudit.training.loop import Experiment
 
-        count = ctx.profile.training_configs or len(ctx.problem.dtype_configs())
+        count = ctx.profile.trained_configs(len(ctx.problem.dtype_configs()))
         experiment = Experiment.for_device(ctx.device, length=ctx.profile.training_length)
         failures = []
-        for config in range(min(count, len(ctx.problem.dtype_configs()))):
+        for config in range(count):
             outcome = run_experiment(
                 ctx.problem,
                 ctx.candidate,

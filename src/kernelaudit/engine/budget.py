@@ -17,7 +17,7 @@ judged on that probe's run (`engine.probing`, unless the run is too large to hol
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kernelaudit.checks import build_checks
@@ -39,14 +39,16 @@ audits of 37 on an H200 that filled their plan with optional probes took a media
 with no finding lost (0.45 loses one: docs/benchmarks.md, nineteenth pass,
 `benchmarks/share_replay.py`)."""
 
-PROBING_SHARE_OF_AUDIT = {"cpu": 1.0, "cuda": 0.6}
-"""Of a whole audit's time outside the training check (`training.estimate`), the share its
-probes' estimate stands for, by device kind, which turns a plan's estimate into the audit's
-(`expected_seconds`). On a GPU 0.6: the bundled examples' `quick` audits on an H200 took 1.68
-times their probes' estimate outside training. On a CPU 1.0: the CPU's cost model, fitted on
-hosts about 1.6 times slower than a 2-core host measured since, overstates the probes there by
-about what the rest of an audit adds (0.63 times the estimate on that host, 1.0 at the fitted
-hosts' pace; docs/benchmarks.md, "The demo's estimate counts the training")."""
+AUDIT_PER_PROBE_SECOND = {"cpu": 1.0, "cuda": 1.4}
+"""The seconds a whole audit takes outside the training check (`training.estimate`) per
+second of its probes' estimate, by device kind: what turns a plan's estimate into the audit's
+(`expected_seconds`). On a GPU 1.4: the bundled examples' `quick` audits on an H200 took 1.68
+times their probes' estimate outside training, and about 1.41 times without the 27 s that
+shrinking the timing check's echoes of a failure took among them (no longer shrunk,
+`engine.grouping.findings_of`). On a CPU 1.0: a 2-core host took 0.63 times the estimate, and
+ran the whole demo 1.6 times faster than the cost model's estimate of it (251 s against 403
+s), so 1.0 at the pace of the hosts that model was fitted on, which is the pace a first
+announcement states (docs/benchmarks.md, "The demo's estimate counts the training")."""
 
 REQUIRED_MOST = 10.0
 """The probes every audit runs may be estimated at up to this many times the budget (300 s of
@@ -174,18 +176,19 @@ def expected_seconds(
     profile: Profile,
     device: str,
     sm_count: int,
+    *,
     trains: bool = True,
     reference_runs: bool = True,
 ) -> float:
     """Roughly how long an audit of `candidate` will take here, before it starts: its fitted
-    probes' estimate, plus the rest of an audit in the proportion audits have shown
-    (`PROBING_SHARE_OF_AUDIT`), plus the training check's steps where it `trains`, the
+    probes' estimate, with the rest of an audit in the proportion audits have shown
+    (`AUDIT_PER_PROBE_SECOND`), plus the training check's steps where it `trains`, the
     reference's runs among them where this audit makes them (`training.estimate`)."""
     ctx = PlanContext(problem, profile, device, sm_count, candidate)
-    share = PROBING_SHARE_OF_AUDIT["cuda" if device.startswith("cuda") else "cpu"]
-    seconds = fit_ahead(ctx).estimate_s / share
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    seconds = fit_ahead(ctx).estimate_s * AUDIT_PER_PROBE_SECOND[kind]
     if trains:
-        seconds += training_seconds(problem, profile, device, reference_runs)
+        seconds += training_seconds(problem, profile, device, reference_runs=reference_runs)
     return seconds
 
 
@@ -194,19 +197,22 @@ def expected_all(
     profile: Profile,
     device: str,
     sm_count: int,
-    checks: Collection[str] | None = None,
+    *,
+    trains: bool = True,
 ) -> list[float]:
     """`expected_seconds` of each of `jobs`, audited in one process in this order (or by
     problem in lanes, which deal a problem's candidates to one lane, `engine.lanes`): the
     first candidate of a problem makes the reference's training runs, the later ones take
-    them from it. `checks`: the checks chosen (None: every one)."""
-    trains = checks is None or "training" in checks
+    them from it. `trains`: whether the training check is among the checks run."""
     seen: set[tuple[str, str]] = set()
-    estimates = []
+    estimates: list[float] = []
     for problem, candidate in jobs:
         key = (problem.source or problem.name, problem.slot)
+        made = key not in seen
         estimates.append(
-            expected_seconds(problem, candidate, profile, device, sm_count, trains, key not in seen)
+            expected_seconds(
+                problem, candidate, profile, device, sm_count, trains=trains, reference_runs=made
+            )
         )
         seen.add(key)
     return estimates

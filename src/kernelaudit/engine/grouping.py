@@ -4,12 +4,12 @@ with the variants of values and layouts that fail and those that pass."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 from kernelaudit.checks.base import Check, Failure, Probe
 from kernelaudit.engine.executor import Executor
 from kernelaudit.engine.shrink import ShrinkAllowance, shrink
-from kernelaudit.findings import CaseRecord, Finding, echo_of
+from kernelaudit.findings import CaseRecord, Finding, cause_of
 from kernelaudit.inputs.case import Case, dtype_name
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
@@ -24,13 +24,16 @@ def findings_of(
     allowance: ShrinkAllowance | None = None,
 ) -> list[Finding]:
     """A finding of each group of failures (by check name and key; `finding_of`). A failing
-    finding that echoes another check's failing finding (`findings.echo_of`: the results of a
-    timed repetition wrong the same way as the judged call's, say) is not shrunk: it is that
-    finding's symptom, shown under it, and its cause is shrunk already. Shrinking it ran its
-    check's probe again at every simpler case: for a timing check's echo, the timed
+    finding that echoes another check's failing finding (`findings.cause_of`: the results of a
+    timed repetition wrong the same way as the judged call's, say, told by its key) is not
+    shrunk: the report shows it under that finding, which is shrunk in its place. Shrinking
+    it ran its check's probe again at every simpler case: for a timing check's echo, the timed
     repetitions and the auditor's clock, 0.5 to 4 s a case on an H200, where a bundled
     example's `quick` shrinking came to 29 s of a 10 s budget."""
-    failing = {group for group, items in groups.items() if _worst(items)[1].severity == "fail"}
+    failing: dict[str, str] = {}
+    for (name, key), items in groups.items():
+        if _worst(items)[1].severity == "fail":
+            failing.setdefault(key, name)
     return [
         finding_of(
             executor,
@@ -40,19 +43,10 @@ def findings_of(
             records,
             profile,
             allowance,
-            shrinks=not _echoes(name, key, failing),
+            echoes=cause_of(key, name, failing),
         )
         for (name, key), items in groups.items()
     ]
-
-
-def _echoes(check: str, key: str, failing: Collection[tuple[str, str]]) -> bool:
-    """Whether `check`'s finding `key` echoes another check's finding among `failing`."""
-    echo = echo_of(key)
-    if echo is None:
-        return False
-    causes, _ = echo
-    return any(other != check and cause in causes for other, cause in failing)
 
 
 def _worst(items: list[tuple[Probe, Failure]]) -> tuple[Probe, Failure]:
@@ -67,16 +61,17 @@ def finding_of(
     records: list[CaseRecord],
     profile: Profile,
     allowance: ShrinkAllowance | None = None,
-    shrinks: bool = True,
+    echoes: tuple[str, str] | None = None,
 ) -> Finding:
     """The finding of `check`'s failures `items` with `key`, its worst case shrunk within the
-    profile's reruns and `allowance` (the audit's estimated seconds for shrinking), unless not
-    `shrinks`."""
+    profile's reruns and `allowance` (the audit's estimated seconds for shrinking), unless it
+    `echoes` another check's failing finding (that finding's key, and what this one says of
+    it: `findings.cause_of`)."""
     worst = _worst(items)
     probe, failure = worst
     steps: tuple[str, ...] = ()
     cut = False
-    shrinkable = shrinks and failure.severity == "fail" and failure.shrinks
+    shrinkable = echoes is None and failure.severity == "fail" and failure.shrinks
     if shrinkable and not key.startswith(("timeout", "memory")):
         shrunk = shrink(executor, check, probe, failure, profile.shrink_budget, allowance)
         probe, failure, steps, cut = shrunk.probe, shrunk.failure, shrunk.steps, shrunk.cut
@@ -91,6 +86,8 @@ def finding_of(
         evidence = (("worst case", _row(executor.problem, *worst)), *evidence)
     if cut:
         evidence += (("shrinking", _CUT),)
+    if echoes is not None and failure.severity == "fail":
+        evidence += (("shrinking", _ECHO.format(key=echoes[0], said=echoes[1])),)
     return Finding(
         id="",
         check=check.name,
@@ -109,6 +106,11 @@ def finding_of(
 _CUT = (
     "stopped before the simplest case: the audit's time budget for shrinking was spent, and a "
     "simpler case may still fail the same way"
+)
+
+_ECHO = (
+    "not shrunk: another check's failing finding {key!r} is its cause ({said}), and is shrunk "
+    "in its place"
 )
 
 _OTHERS_SHOWN = 8

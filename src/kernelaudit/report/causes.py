@@ -11,7 +11,7 @@ They stay in the report, with the verdict they gave; a reader sees them under th
 
 from __future__ import annotations
 
-from kernelaudit.findings import AuditReport, Finding, echo_of
+from kernelaudit.findings import AuditReport, Finding, cause_of
 
 
 def follow_ons(report: AuditReport) -> dict[str, tuple[Finding, str]]:
@@ -20,13 +20,10 @@ def follow_ons(report: AuditReport) -> dict[str, tuple[Finding, str]]:
     causes: dict[str, Finding] = {}
     for finding in report.failures:
         causes.setdefault(finding.key, finding)
+    failing = {key: finding.check for key, finding in causes.items()}
     folded: dict[str, tuple[Finding, str]] = {}
     for finding in report.failures:
-        echo = echo_of(finding.key)
-        if echo is None:
-            continue
-        keys, said = echo
-        cause = next((causes[k] for k in keys if k in causes), None)
-        if cause is not None and cause.check != finding.check:
-            folded[finding.id] = (cause, said)
+        echo = cause_of(finding.key, finding.check, failing)
+        if echo is not None:
+            folded[finding.id] = (causes[echo[0]], echo[1])
     return folded

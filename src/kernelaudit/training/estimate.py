@@ -39,25 +39,20 @@ STEP_SECONDS = {
 """Fitted on the bundled examples' `quick` audits in the demo (docs/benchmarks.md, "The demo's
 estimate counts the training"). On a GPU, the checks' seconds over their steps on an H200
 (0.16-0.26 and 0.47-0.64 s a step). On a CPU, those of a 2-core host (0.16-0.30 and 0.31-0.68
-s) times 1.6, the pace of the hosts the CPU's cost model was fitted on against that host's:
-an announcement before any run of a machine's own is at those hosts' pace throughout
-(`engine.pace`)."""
-
-USUAL_STEPS = {"cpu": 150, "cuda": 200}
-"""The steps of a run at a profile's `training_length` of 1 (`training.loop.Experiment`)."""
+s) times 1.6, how much longer the cost model's estimate of that host's demo was than the demo
+(403 s announced, 251 s taken): an announcement before any run of a machine's own is at the
+pace of the hosts the CPU's cost model was fitted on throughout (`engine.pace`)."""
 
 
 def training_seconds(
-    problem: Problem, profile: Profile, device: str, reference_runs: bool
+    problem: Problem, profile: Profile, device: str, *, reference_runs: bool
 ) -> float:
     """The seconds the training check should take in an audit of a candidate of `problem`
     (none where the problem has no slot to train); `reference_runs`: whether this audit makes
     the reference's runs (the first candidate of its problem in the process)."""
     if not problem.slot:
         return 0.0
-    kind = "cuda" if device.startswith("cuda") else "cpu"
-    configs = len(problem.dtype_configs())
-    trained = min(profile.training_configs or configs, configs)
-    steps = round(USUAL_STEPS[kind] * profile.training_length)
-    cost = STEP_SECONDS[kind]
-    return trained * steps * (cost.with_reference if reference_runs else cost.candidate)
+    cost = STEP_SECONDS["cuda" if device.startswith("cuda") else "cpu"]
+    per_step = cost.with_reference if reference_runs else cost.candidate
+    trained = profile.trained_configs(len(problem.dtype_configs()))
+    return trained * profile.training_steps(device) * per_step

@@ -17,7 +17,7 @@ import torch
 from kernelaudit.errors import UsageError
 from kernelaudit.oracle.promote import in_float64
 from kernelaudit.oracle.rule import ACCUMULATION_NOISE_FACTOR
-from kernelaudit.training.estimate import USUAL_STEPS
+from kernelaudit.profiles import USUAL_TRAINING_STEPS
 from kernelaudit.training.model import ModelConfig, TinyDecoder
 from kernelaudit.training.slots import Plug, Slots, failure_text
 
@@ -50,9 +50,10 @@ class Experiment:
         """The tiny model on a CPU (seconds per run), the small one on a GPU. Without `steps`,
         `length` times the device's usual steps (150 on a CPU, 200 on a GPU)."""
         if device.startswith("cuda"):
-            usual = USUAL_STEPS["cuda"]
+            usual = USUAL_TRAINING_STEPS["cuda"]
             return cls(ModelConfig.small(), steps=steps or round(usual * length), batch=64)
-        return cls(ModelConfig.tiny(), steps=steps or round(USUAL_STEPS["cpu"] * length), batch=128)
+        usual = USUAL_TRAINING_STEPS["cpu"]
+        return cls(ModelConfig.tiny(), steps=steps or round(usual * length), batch=128)
 
 
 @dataclass(frozen=True)
