@@ -18,6 +18,7 @@ from kernelaudit.engine.budget import probe_seconds
 from kernelaudit.engine.executor import Executor
 from kernelaudit.errors import CaseUnavailable
 from kernelaudit.inputs.case import Case
+from kernelaudit.inputs.cost import cost_model
 from kernelaudit.problem.spec import Axis, Problem
 
 
@@ -67,7 +68,7 @@ def shrink(
                 break
             trial = _with_case(current, case)
             if allowance is not None and not allowance.take(
-                probe_seconds(executor.problem, trial, executor.device)
+                rerun_seconds(executor.problem, trial, executor.device)
             ):
                 cut = True  # a smaller case further on may still fit
                 continue
@@ -83,6 +84,13 @@ def shrink(
                 improved = True
                 break
     return Shrunk(current, current_failure, tuple(steps), attempts, cut)
+
+
+def rerun_seconds(problem: Problem, probe: Probe, device: str) -> float:
+    """The estimated seconds of running `probe` again to shrink a finding: its calls, and for
+    each step that is timed the timing's own runs (`CostModel.timed_rerun_s`)."""
+    timed = sum(step.timed for step in probe.plan.sequence())
+    return probe_seconds(problem, probe, device) + timed * cost_model(device).timed_rerun_s
 
 
 def _with_case(probe: Probe, case: Case) -> Probe:

@@ -46,12 +46,23 @@ class CostModel:
     audit runs stay the ones it ran (docs/benchmarks.md, seventeenth pass) and only the
     optional ones gain."""
 
+    timed_rerun_s: float = 0.0
+    """What a probe run again to shrink a finding costs besides its calls, per step that is
+    timed: the timed repetitions, the profiler's run and the auditor's clock. Not in the plan's
+    estimates, whose constants were fitted on whole audits that timed their candidates (once
+    an audit, in `per_audit_s` and the fit), but a shrinking rerun of a timing finding times
+    again at every simpler case: on an H200, 0.5 to 3.8 s a rerun, the median 1.7 s, where the
+    model counted one call's 0.04 s (docs/benchmarks.md, "Shrinking a finding's echo"); on a
+    2-core CPU about 0.4 s a rerun of a tiny case, 0.2 s of it past the call."""
+
     def seconds(self, elements: int, calls: int = 1) -> float:
         return calls * (self.per_call_s + elements * self.per_element_s)
 
 
-GPU = CostModel(per_call_s=0.04, per_element_s=8e-9, per_audit_s=3.0, required_share=0.24)
-CPU = CostModel(per_call_s=0.2, per_element_s=225e-9)
+GPU = CostModel(
+    per_call_s=0.04, per_element_s=8e-9, per_audit_s=3.0, required_share=0.24, timed_rerun_s=1.7
+)
+CPU = CostModel(per_call_s=0.2, per_element_s=225e-9, timed_rerun_s=0.2)
 """On a CPU, Triton kernels run through the interpreter, one program after another."""
 
 
