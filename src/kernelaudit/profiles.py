@@ -12,6 +12,12 @@ USUAL_TRAINING_STEPS = {"cpu": 150, "cuda": 200}
 tiny model on a CPU, the small one on a GPU (`training.loop.Experiment`)."""
 
 
+def training_steps(device: str, length: float = 1.0) -> int:
+    """The steps of each of the training check's runs on `device` at `length` times the usual
+    (`USUAL_TRAINING_STEPS`)."""
+    return round(USUAL_TRAINING_STEPS["cuda" if device.startswith("cuda") else "cpu"] * length)
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -126,8 +132,7 @@ class Profile:
 
     def training_steps(self, device: str) -> int:
         """The steps of each of the training check's runs on `device`."""
-        kind = "cuda" if device.startswith("cuda") else "cpu"
-        return round(USUAL_TRAINING_STEPS[kind] * self.training_length)
+        return training_steps(device, self.training_length)
 
 
 _ALL_FLOATS = (

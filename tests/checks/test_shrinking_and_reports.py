@@ -70,14 +70,7 @@ def test_a_finding_that_echoes_another_checks_is_not_shrunk_but_its_cause_is(
     the judged call's, its finding is the numerics finding's symptom and is shown under it.
     Shrinking it would run the timed repetitions again at every simpler case (seconds each
     on a GPU) for a case the numerics finding has already shrunk to."""
-    report = tiny_audit(
-        "row_scale",
-        "row_scale_kernels.py::off_by_a_percent",
-        ["numerics", "timing"],
-        shrink_budget=16,
-        budget_s=60.0,  # its share for shrinking fits every rerun on a CPU
-    )
-    found = {f.key: f for f in report.findings if f.severity == "fail"}
+    found = _wrong_everywhere(tiny_audit, ["numerics", "timing"])
     cause, echo = found["error:y"], found["timed-output:error:y"]
     assert cause.check == "numerics" and echo.check == "timing"
     assert cause.shrink_steps and cause.probe.case.size_map() == {"rows": 1, "cols": 1}
@@ -91,15 +84,22 @@ def test_a_finding_of_the_same_kind_is_shrunk_where_no_other_check_found_its_cau
     tiny_audit: Callable[..., AuditReport],
 ) -> None:
     # the timing check alone: its finding is the only one that says the results are wrong
+    found = _wrong_everywhere(tiny_audit, ["timing"])
+    assert found["timed-output:error:y"].shrink_steps
+
+
+def _wrong_everywhere(
+    tiny_audit: Callable[..., AuditReport], checks: list[str]
+) -> dict[str, Finding]:
+    """The failing findings, by key, of an audit of a row scale 1% off at every size."""
     report = tiny_audit(
         "row_scale",
         "row_scale_kernels.py::off_by_a_percent",
-        ["timing"],
+        checks,
         shrink_budget=16,
-        budget_s=60.0,
+        budget_s=60.0,  # its share for shrinking fits every rerun on a CPU
     )
-    found = {f.key: f for f in report.findings if f.severity == "fail"}
-    assert found["timed-output:error:y"].shrink_steps
+    return {f.key: f for f in report.findings if f.severity == "fail"}
 
 
 def test_the_shrunk_probe_replays_the_failure(

@@ -22,6 +22,7 @@ import torch
 
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.problem.spec import IndexInput, Problem, TensorInput
+from kernelaudit.profiles import training_steps
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.training import kept
 from kernelaudit.training.channel import CandidateProcess
@@ -162,7 +163,7 @@ def run_experiment(
     judgements = []
     curves: dict[str, dict[str, list[float]]] = {}
     # the loss is judged only in runs as long as the device's usual (Judgement.loss_judged)
-    judge_loss = experiment.steps >= Experiment.for_device(device).steps
+    judge_loss = experiment.steps >= training_steps(device)
     for run, shadowed in zip(runs, shadows, strict=True):
         reference, perturbed, envelope = references[run.optimizer]
         judgements.append(

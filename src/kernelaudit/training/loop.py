@@ -17,7 +17,7 @@ import torch
 from kernelaudit.errors import UsageError
 from kernelaudit.oracle.promote import in_float64
 from kernelaudit.oracle.rule import ACCUMULATION_NOISE_FACTOR
-from kernelaudit.profiles import USUAL_TRAINING_STEPS
+from kernelaudit.profiles import training_steps
 from kernelaudit.training.model import ModelConfig, TinyDecoder
 from kernelaudit.training.slots import Plug, Slots, failure_text
 
@@ -49,11 +49,10 @@ class Experiment:
     def for_device(cls, device: str, steps: int | None = None, length: float = 1.0) -> Experiment:
         """The tiny model on a CPU (seconds per run), the small one on a GPU. Without `steps`,
         `length` times the device's usual steps (150 on a CPU, 200 on a GPU)."""
+        steps = steps or training_steps(device, length)
         if device.startswith("cuda"):
-            usual = USUAL_TRAINING_STEPS["cuda"]
-            return cls(ModelConfig.small(), steps=steps or round(usual * length), batch=64)
-        usual = USUAL_TRAINING_STEPS["cpu"]
-        return cls(ModelConfig.tiny(), steps=steps or round(usual * length), batch=128)
+            return cls(ModelConfig.small(), steps=steps, batch=64)
+        return cls(ModelConfig.tiny(), steps=steps, batch=128)
 
 
 @dataclass(frozen=True)
