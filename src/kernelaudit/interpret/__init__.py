@@ -8,4 +8,6 @@ run      the auditor's side: start the child in the background, collect what it 
 versions defects of the interpreter in the Triton and NumPy installed, which a run warns of
 casts    the interpreter's float casts taken a faster way, the same bits (in every process that
          interprets a candidate's kernels)
+patches  the interpreter's patching of the language's builtins, listed once instead of at every
+         launch and device call (in the same processes)
 """

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from kernelaudit.interpret import casts
+from kernelaudit.interpret import casts, patches
 from kernelaudit.interpret.access import (
     BoundsWatch,
     TritonMissing,
@@ -71,6 +71,7 @@ def main(argv: Sequence[str]) -> int:
         write(Interpretation(error=f"importing {ref.label}: {_summary(error)}", cause="candidate"))
         return 0
     casts.install()  # Triton's interpreter's float casts a faster way, the same bits
+    patches.install()  # and its builtins listed once, the same patches
     found: list[OutOfBounds] = []
     error = ""
     done = 0

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from kernelaudit.interpret import casts
+from kernelaudit.interpret import casts, patches
 from kernelaudit.runner.boundary.shared import Region, SharedTensor
 from kernelaudit.runner.boundary.wire import decode, encode
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
@@ -47,6 +47,7 @@ def main(argv: Sequence[str]) -> int:
         channel.send(("failed", _cut(f"loading {ref.label} failed: {_told(error)}")))
         return 0
     casts.install()  # Triton's interpreter's float casts a faster way, the same bits
+    patches.install()  # and its builtins listed once, the same patches
     channel.send(("ready",))
     while (arguments := channel.receive()) is not None:
         assert isinstance(arguments, tuple), "the auditor sends each call's arguments as a tuple"

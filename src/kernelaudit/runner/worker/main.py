@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from kernelaudit.errors import UsageError
-from kernelaudit.interpret import casts
+from kernelaudit.interpret import casts, patches
 from kernelaudit.runner.boundary.arena import Arena, Memory
 from kernelaudit.runner.boundary.failures import describe
 from kernelaudit.runner.boundary.guard import prepare, use_canary
@@ -162,6 +162,7 @@ def main(argv: Sequence[str]) -> int:
     watch.import_changes = pristine.changes_to(snapshot(device))
     watch.launches.install(candidate)
     casts.install()  # Triton's interpreter's float casts a faster way, the same bits
+    patches.install()  # and its builtins listed once, the same patches
     watch.folder = str(Path(path).resolve().parent)
     if device.type == "cuda":
         prepare(device)
