@@ -3,6 +3,7 @@ the interpreter's own, value for value, and a kernel's results unchanged."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -110,7 +111,12 @@ _KERNEL = textwrap.dedent(
 
 
 def test_a_kernel_under_the_interpreter_gives_the_same_bits_with_the_shortcuts() -> None:
-    env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
+    # the package where this test finds it (installed, or on PYTHONPATH)
+    env = {
+        "TRITON_INTERPRET": "1",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
     ran = subprocess.run(
         [sys.executable, "-c", _KERNEL], capture_output=True, text=True, env=env, timeout=300
     )

@@ -5,6 +5,7 @@ patching is made again at every device call."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -106,7 +107,12 @@ _KERNELS = textwrap.dedent(
 
 
 def _interpreted(script: str) -> subprocess.CompletedProcess[str]:
-    env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
+    # the package where this test finds it (installed, or on PYTHONPATH)
+    env = {
+        "TRITON_INTERPRET": "1",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
     return subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
     )
