@@ -39,7 +39,10 @@ def test_before_a_first_run_a_cpu_is_estimated_at_the_pace_its_measured_speed_su
 
 def test_the_measured_work_is_timed_on_this_machine() -> None:
     guessed = measured_pace("cpu")
-    assert guessed is not None and guessed > 0
+    assert guessed is not None
+    # the work took between a millisecond and five seconds here
+    seconds = guessed / pace.ANCHOR_PACE * pace.ANCHOR_SECONDS
+    assert 0.001 < seconds < 5.0
     assert measured_pace("cuda:0") is None
 
 
@@ -47,9 +50,13 @@ def test_where_the_speed_cannot_be_measured_the_estimate_says_whose_pace_it_is(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     def fails() -> None:
-        raise RuntimeError("no NumPy here")
+        raise RuntimeError("the work cannot run here")
 
     monkeypatch.setattr(pace, "_speed_work", fails)
+    seconds, how = at_this_pace(420.0, "cpu")
+    assert seconds == 420.0 and how.startswith("at the pace of the hosts the estimate was fitted")
+    # nor where a clock says it took no time
+    monkeypatch.setattr(pace, "_timed", lambda work: 0.0)
     seconds, how = at_this_pace(420.0, "cpu")
     assert seconds == 420.0 and how.startswith("at the pace of the hosts the estimate was fitted")
 

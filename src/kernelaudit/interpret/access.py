@@ -349,6 +349,7 @@ def _wrap_launches(executor: type, watch: BoundsWatch) -> None:
         finally:
             watch.end()
 
+    launch.__wrapped__ = call  # type: ignore[attr-defined]  # what it wraps, for `inspect.unwrap`
     executor.__call__ = launch  # type: ignore[method-assign]
     to_host = getattr(executor, "_init_args_hst", None)
     if to_host is None:

@@ -21,7 +21,9 @@ again); and a device call whose function sees modules of the language a device c
 launch patched already is given an empty scope instead of the same patches again. A launch
 patches and restores as before, and nothing else of the interpreter changes, so a kernel
 computes the same bits and the language is left as the interpreter leaves it
-(`tests/interpret/test_patches.py`).
+(`tests/interpret/test_patches.py`). As the interpreter's own patching, this holds for kernels
+launched from one thread at a time (the interpreter swaps the language's attributes for a
+launch's length, which launches from two threads at once already trip over).
 
 Installed beside the float casts (`interpret.casts`), in every process that runs a candidate's
 kernels through the interpreter; the unwatched run's plain process runs the interpreter as it
@@ -33,6 +35,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 _MARK = "_kernelaudit_patched_once"
@@ -50,17 +53,21 @@ def install() -> bool:
     if original is None or getattr(original, _MARK, False) or not _as_known(module, language):
         return False
     is_builtin = language.core.is_builtin
-    listed: dict[int, tuple[object, tuple[str, ...]]] = {}
+    listed: dict[tuple[int, int], tuple[object, tuple[str, ...]]] = {}
 
     def names_of(package: object) -> tuple[str, ...]:
-        known = listed.get(id(package))
+        # by the package and how many attributes it has of its own: listed again where it
+        # gained or lost one (a launch's patches add some and take them away again)
+        key = (id(package), len(vars(package)))
+        known = listed.get(key)
         if known is None or known[0] is not package:
             names = tuple(
                 name
                 for name, member in inspect.getmembers(package)
                 if is_builtin(member) or is_builtin(wrapped(member))
             )
-            known = listed[id(package)] = (package, names)  # holding `package`: ids stay its
+            # holding `package`, so that its id stays its own
+            known = listed[key] = (package, names)
         return known[1]
 
     def patch_builtin(package: Any, builder: Any, scope: Any) -> None:
@@ -75,26 +82,24 @@ def install() -> bool:
     return True
 
 
-def _once_per_launch(module: Any, language: Any, patch_lang: Any) -> Any:
+def _once_per_launch(
+    module: Any, language: Any, patch_lang: Callable[[Any], Any]
+) -> Callable[[Any], Any]:
     """`patch_lang` (the interpreter's `_patch_lang`), made once per launch for each set of
     the language's modules a device call's function sees: a device call whose modules were
     patched already in this launch gets an empty scope (the interpreter drops a device call's
     scope unrestored anyway), and a launch patches and restores as it did."""
     device_call = module.InterpretedFunction.__call__.__code__
     patched: set[frozenset[int]] = set()
-    seen: dict[int, tuple[dict[str, object], int, frozenset[int]]] = {}
+    languages = (language, language.core)
 
     def modules_of(fn: Any) -> frozenset[int]:
-        names = fn.__globals__
-        known = seen.get(id(names))
-        if known is None or known[0] is not names or known[1] != len(names):
-            found = frozenset(
-                id(value)
-                for value in names.values()
-                if inspect.ismodule(value) and value in (language, language.core)
-            )
-            known = seen[id(names)] = (names, len(names), found)
-        return known[2]
+        # as the interpreter finds them, at every call (a module may rebind its names)
+        return frozenset(
+            id(value)
+            for value in fn.__globals__.values()
+            if inspect.ismodule(value) and value in languages
+        )
 
     def once(fn: Any) -> Any:
         if sys._getframe(1).f_code is not device_call:  # a launch, or a caller unknown
@@ -140,9 +145,18 @@ def _as_known(module: Any, language: Any) -> bool:
         return False
     if list(attr) != ["obj", "name", "member", "builder", "scope"]:
         return False
-    call = vars(getattr(module, "InterpretedFunction", object)).get("__call__")
-    if "_patch_lang" not in getattr(getattr(call, "__code__", None), "co_names", ()):
-        return False  # a device call that does not patch through the module's `_patch_lang`
+    # the interpreter lists a package's members and wraps the builtins among them
+    if not {"getmembers", "is_builtin"} <= _names_used(module._patch_builtin):
+        return False
+    # a device call patches through the module's `_patch_lang` and drops the scope unrestored;
+    # a launch patches through it and restores its scope
+    device_call = vars(getattr(module, "InterpretedFunction", object)).get("__call__")
+    used = _names_used(device_call)
+    if "_patch_lang" not in used or "restore" in used:
+        return False
+    launch = vars(getattr(module, "GridExecutor", object)).get("__call__")
+    if not {"_patch_lang", "restore"} <= _names_used(inspect.unwrap(launch) if launch else None):
+        return False
     if not hasattr(module, "_LangPatchScope") or not callable(getattr(module, "_patch_lang", 0)):
         return False
     if not callable(getattr(getattr(language, "core", None), "is_builtin", None)):
@@ -154,6 +168,11 @@ def _as_known(module: Any, language: Any) -> bool:
     except Exception:
         return False
     return wrapped(getattr(holder, "member", None)) is marker
+
+
+def _names_used(function: object) -> set[str]:
+    """The global and attribute names `function`'s own code uses (empty for anything else)."""
+    return set(getattr(getattr(function, "__code__", None), "co_names", ()))
 
 
 class _Holder:
