@@ -131,11 +131,12 @@ def wrapped(member: object) -> object:
 
 
 def _as_known(module: Any, language: Any) -> bool:
-    """Whether the interpreter patches as this module was written against
-    (`_patch_builtin(pkg, builder, scope)` and `_patch_attr(obj, name, member, builder,
-    scope)`, wrappers holding the builtin as their keyword-only default `member`, a device
-    call patching through the module's `_patch_lang`, as in Triton 3.9): another layout keeps
-    its own patching."""
+    """Whether the interpreter patches as this module was written against, as Triton 3.6 and
+    3.9 do: `_patch_builtin(pkg, builder, scope)` listing a package's members to wrap its
+    builtins through `_patch_attr(obj, name, member, builder, scope)`, whose wrappers hold the
+    builtin as their keyword-only default `member`; a device call patching through the
+    module's `_patch_lang` and dropping the scope, a launch restoring its own. Another layout
+    keeps its own patching."""
     try:
         builtin = inspect.signature(module._patch_builtin).parameters
         attr = inspect.signature(module._patch_attr).parameters
