@@ -48,13 +48,23 @@ Shortcut = Callable[[np.ndarray], np.ndarray | None]
 """A cast's values another way, or None where it does not give the interpreter's bits."""
 
 
-def install() -> bool:
-    """Make this process's interpreter take the shortcuts where they give the same bits;
-    whether it did (Triton imported, interpreting, and not done already)."""
+def interpreted_triton() -> tuple[Any, Any] | None:
+    """Triton's interpreter module and its language module, where this process has imported
+    them and interprets kernels (`TRITON_INTERPRET=1`); None otherwise."""
     module = sys.modules.get("triton.runtime.interpreter")
     language = sys.modules.get("triton.language")
     if module is None or language is None or os.environ.get("TRITON_INTERPRET") != "1":
+        return None
+    return module, language
+
+
+def install() -> bool:
+    """Make this process's interpreter take the shortcuts where they give the same bits;
+    whether it did (Triton imported, interpreting, and not done already)."""
+    found = interpreted_triton()
+    if found is None:
         return False
+    module, language = found
     builder = getattr(module, "InterpreterBuilder", None)
     original = getattr(builder, "cast_impl", None)
     if original is None or getattr(original, "_shortcuts", False) or not _as_known(module):

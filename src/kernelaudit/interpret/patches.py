@@ -33,10 +33,11 @@ comes.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from kernelaudit.interpret.casts import interpreted_triton
 
 _MARK = "_kernelaudit_patched_once"
 
@@ -45,10 +46,10 @@ def install() -> bool:
     """Make this process's interpreter list each package's builtins once and patch the
     language once per launch for each device call's modules; whether it did (Triton
     imported, interpreting, laid out as expected, and not done already)."""
-    module = sys.modules.get("triton.runtime.interpreter")
-    language = sys.modules.get("triton.language")
-    if module is None or language is None or os.environ.get("TRITON_INTERPRET") != "1":
+    found = interpreted_triton()
+    if found is None:
         return False
+    module, language = found
     original = getattr(module, "_patch_builtin", None)
     if original is None or getattr(original, _MARK, False) or not _as_known(module, language):
         return False
@@ -60,13 +61,13 @@ def install() -> bool:
         # gained or lost one (a launch's patches add some and take them away again)
         key = (id(package), len(vars(package)))
         known = listed.get(key)
-        if known is None or known[0] is not package:
+        if known is None:
             names = tuple(
                 name
                 for name, member in inspect.getmembers(package)
                 if is_builtin(member) or is_builtin(wrapped(member))
             )
-            # holding `package`, so that its id stays its own
+            # held with its names, so that its id is never another object's
             known = listed[key] = (package, names)
         return known[1]
 
