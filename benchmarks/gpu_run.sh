@@ -4,7 +4,7 @@
 # example (quick and default profiles, verdicts checked against expected.json), the training
 # check's experiment on every example wired to a slot, the GPU tests of the memory-safety,
 # race and invariance checks (safety), and the thorough demo (no false positives). Results land in $OUT (default ./gpu-results).
-#   bash benchmarks/gpu_run.sh [tests|some-tests|command-end|host-memory|casts|clock|clock-busy|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
+#   bash benchmarks/gpu_run.sh [tests|some-tests|child-exit|command-end|host-memory|casts|clock|clock-busy|guard|lent|scans|ab|examples-ab|unaudited|sweep|planning|rerun|held-memory|training-ab|worker-channel|engine|sol-sample|sol-samples|stratified|early-ab|selections|references|demo-quick|safety|profile|sampled|sandbox|timing|bench|training|channel|thorough ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
@@ -47,6 +47,12 @@ for step in ${steps[@]}; do
         > "$out/some-tests.txt" 2>&1
       note $? "$out/some-tests.txt"
       tail -n 5 "$out/some-tests.txt"
+      ;;
+    child-exit)
+      # how long a child that ran a candidate on the GPU takes to end once it has answered, as
+      # Python ends and at once (`runner.boundary.ending`)
+      python3 benchmarks/child_exit.py --device cuda --rounds "${CHILD_EXIT_ROUNDS:-5}" \
+        --json "$out/child-exit-gpu.json" 2>&1 | tail -n 3
       ;;
     clock)
       # the auditor's clock (engine/clocked.py): its tests on the GPU, then every example and

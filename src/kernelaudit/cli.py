@@ -60,6 +60,7 @@ from kernelaudit.report.terminal import (
 )
 from kernelaudit.repro import replay
 from kernelaudit.runner.auditor import prestart
+from kernelaudit.runner.boundary.ending import end_now
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.tripwires.command import add_parser as add_scan_parser
 
@@ -439,9 +440,7 @@ def run() -> NoReturn:
     finally:
         prestart.discard()
     if arguments and arguments[0] in _QUICK_EXIT:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        end_now(code)
     sys.exit(code)
 
 

@@ -1,10 +1,17 @@
 """Audits spread over lanes give what one run in turn gives: the same verdicts, the reports in
 the jobs' order, finding ids unique across them."""
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import kernelaudit
 from kernelaudit.engine.lanes import Job, audit_in_lanes, deal, lane_count
 from kernelaudit.profiles import profile_named
 from kernelaudit.report import html
@@ -55,3 +62,62 @@ def test_lanes_keep_the_order_the_verdicts_and_unique_finding_ids():
     # section came back drawn in its lane, as the page would draw it
     assert idle == [2]
     assert [html.section(r, k) for k, r in enumerate(reports)] == [drawn[k] for k in range(4)]
+
+
+_LANES_LAUNCHER = """
+import multiprocessing, sys, threading, time
+from kernelaudit.engine.lanes import Job, audit_in_lanes
+from kernelaudit.profiles import profile_named
+
+if __name__ == "__main__":
+    jobs = [Job(sys.argv[1], sys.argv[1] + "::f")]
+    threading.Thread(
+        target=audit_in_lanes, args=(jobs, profile_named("quick"), "cpu", 1), daemon=True
+    ).start()
+    while not multiprocessing.active_children():
+        time.sleep(0.05)
+    print(multiprocessing.active_children()[0].pid, flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds processes through /proc")
+def test_a_lane_ends_when_the_command_that_started_it_is_killed(tmp_path: Path) -> None:
+    # killed with -9 (a CI job's time limit, an impatient user), the command cannot let its
+    # lanes go: each would audit on for as long as its problem takes
+    slow, read = tmp_path / "slow.py", tmp_path / "read"
+    slow.write_text(f"import pathlib, time\n\npathlib.Path({str(read)!r}).touch()\n")
+    slow.write_text(slow.read_text() + "time.sleep(120)\n")
+    script = tmp_path / "launcher.py"  # a file: a spawned lane imports the main module
+    script.write_text(_LANES_LAUNCHER)
+    source = str(Path(kernelaudit.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
+    launcher = subprocess.Popen(
+        [sys.executable, str(script), str(slow)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert launcher.stdout is not None
+    lane = int(launcher.stdout.readline())
+    # the lane starts (torch's import) and reads the slow problem
+    deadline = time.monotonic() + 60
+    while not read.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        assert read.exists() and _alive(lane)
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 3
+        while _alive(lane) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(lane)
+    finally:
+        launcher.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(lane, signal.SIGKILL)  # what a failure leaves behind
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

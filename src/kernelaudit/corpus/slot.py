@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 import time
 import traceback
 from collections import OrderedDict
@@ -36,8 +34,7 @@ from kernelaudit.formats import read_candidate, read_problem
 from kernelaudit.problem.spec import Problem
 from kernelaudit.report.terminal import progress_bar
 from kernelaudit.runner.auditor.sandbox import isolation
-
-_PARENT_POLL_S = 0.2
+from kernelaudit.runner.boundary.ending import end_with_the_parent
 
 _KEPT_PROBLEMS = 8
 """Problems a slot keeps read, the most recently audited: what their candidates share."""
@@ -145,29 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # prints goes to stderr (the slot's log), never between two answers
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    _exit_with_the_parent(args.parent)
+    end_with_the_parent(args.parent)
     checks = args.checks.split(",") if args.checks else None
     channel.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         answer = run_job(json.loads(line), args.profile, checks, args.device)
         channel.write(json.dumps(answer, allow_nan=False) + "\n")
     return 0
-
-
-def _exit_with_the_parent(parent: int) -> None:
-    """End this process, and its process group when it leads one, as soon as the corpus run is
-    gone (killed with -9, its stdin to us closed only when it can no longer read an answer).
-    The candidate's workers watch this process in turn and end with it."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(_PARENT_POLL_S)
-        if os.getpgid(0) == os.getpid():
-            # a slot leads its own process group: what the audit started there goes with it
-            os.killpg(0, signal.SIGKILL)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="kernelaudit-parent-watch", daemon=True).start()
 
 
 if __name__ == "__main__":

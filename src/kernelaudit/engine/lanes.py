@@ -28,6 +28,7 @@ from kernelaudit.engine.progress import ProgressEvent
 from kernelaudit.findings import AuditReport, report_document
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.auditor.threads import THREADS_VARIABLE, host_share
+from kernelaudit.runner.boundary.ending import end_now, end_with_the_parent
 
 _WAKE_S = 0.5
 """The longest the lanes' results are waited for at a time."""
@@ -102,7 +103,10 @@ def audit_in_lanes(
     for index in range(lanes):
         devices.put(_lane_device(device, index))
     with ProcessPoolExecutor(
-        lanes, mp_context=context, initializer=_take_device, initargs=(devices, threads)
+        lanes,
+        mp_context=context,
+        initializer=_take_device,
+        initargs=(devices, threads, os.getpid()),
     ) as pool:
         pending = {
             pool.submit(
@@ -144,10 +148,12 @@ _LANE_DEVICE = "cpu"
 """The device of the lane this process is (set once, when the lane starts)."""
 
 
-def _take_device(devices: Any, threads: int) -> None:
-    """A lane's start: the device it audits on, and its share of the cores; and its end at
-    once, when the pool lets it go (`_end_at_once`)."""
+def _take_device(devices: Any, threads: int, parent: int) -> None:
+    """A lane's start: the device it audits on, and its share of the cores; its end at once,
+    when the pool lets it go (`_end_at_once`), and with the command that started it (`parent`),
+    should that be killed before it can let it go."""
     global _LANE_DEVICE
+    end_with_the_parent(parent)
     _LANE_DEVICE = devices.get()
     os.environ[THREADS_VARIABLE] = str(threads)
     atexit.register(_end_at_once)
@@ -159,9 +165,7 @@ def _end_at_once() -> None:
     is of no use to anyone, so the process ends without it. Registered as the lane starts, it
     runs after every exit hook its audits registered, and in place of those its imports
     registered before it (torch's among them)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    end_now(0)
 
 
 def _audit_problem(

@@ -32,6 +32,7 @@ from kernelaudit.interpret.access import (
     watch_accesses,
 )
 from kernelaudit.interpret.records import Interpretation, OutOfBounds
+from kernelaudit.runner.boundary.ending import end_now
 from kernelaudit.runner.boundary.guard import allocate, contiguous_geometry, place, storage_span
 from kernelaudit.runner.boundary.messages import Call, TensorArg
 from kernelaudit.runner.boundary.poison import PoisonMode, fill_poison
@@ -164,4 +165,4 @@ def _summary(error: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    end_now(main(sys.argv[1:]))  # the result is written: no teardown to wait for

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from kernelaudit.large.draws import drawn_all
+from kernelaudit.runner.boundary.ending import end_now
 from kernelaudit.runner.boundary.failures import describe
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.timing.measure import synchronize
@@ -152,4 +153,4 @@ def _failed(result_path: str, kind: str, error: BaseException) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    end_now(main(sys.argv[1:]))  # the result is written: no teardown to wait for

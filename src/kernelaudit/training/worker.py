@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from kernelaudit.interpret import casts, patches
+from kernelaudit.runner.boundary.ending import end_now
 from kernelaudit.runner.boundary.shared import Region, SharedTensor
 from kernelaudit.runner.boundary.wire import decode, encode
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
@@ -132,4 +133,4 @@ class _Channel:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    end_now(main(sys.argv[1:]))  # the auditor closed the channel: no teardown to wait for
