@@ -214,6 +214,24 @@ def test_rows_past_the_limit_are_judged_against_the_truth(
         }
 
 
+@pytest.mark.parametrize(
+    ("candidate", "key", "said"),
+    [
+        ("floods_its_result", "large-too-large", "the checked rows can fill; it was not read"),
+        ("garbles_its_result", "large-bad-result", "its result could not be read"),
+    ],
+)
+def test_a_result_no_honest_child_writes_fails_the_candidate_unread(
+    candidate: str, key: str, said: str
+) -> None:
+    # the child's result lies in a folder the candidate's process can write
+    problem = replace(ROWS, inputs=(TensorInput("x", ("rows", "cols"), dtypes=(torch.float16,)),))
+    (finding,) = examine(problem, CandidateRef(KERNELS, candidate), "cpu", 1 << 40, 60.0, 1 << 12)
+    assert (finding.severity, finding.key) == ("fail", key)
+    assert "the candidate's process left a result that was refused" in finding.title
+    assert said in finding.title
+
+
 @pytest.mark.slow
 def test_a_child_started_ahead_of_its_case_runs_it_as_a_fresh_one_does() -> None:
     # the check starts the case's process while the probes run; the case itself comes later

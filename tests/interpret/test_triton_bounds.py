@@ -84,6 +84,7 @@ def runs() -> Iterator[dict[str, InterpretedRun]]:
             "hoards_before_launching", scale_of(3), host_memory_bytes=3 << 29
         ),
         "crashes_before_launching": run("crashes_before_launching", scale_of(3)),
+        "floods_its_result": run("floods_its_result", scale_of(3)),
     }
     yield started
     for started_run in started.values():
@@ -262,6 +263,20 @@ def test_a_run_that_crashes_on_its_first_call_is_a_note_and_an_unverified_check(
     assert coverage(check, ctx).startswith(
         "could not run here: the interpreted run stopped before any kernel"
     )
+
+
+def test_a_result_larger_than_any_run_writes_fails_the_candidate_unread(
+    runs: dict[str, InterpretedRun],
+) -> None:
+    # the result lies in a folder the candidate's process can write: its size decides, never
+    # what it says
+    check = TritonBounds()
+    check._run = runs["floods_its_result"]
+    (failure,) = check.conclude([])
+    assert (failure.severity, failure.key) == ("fail", "result-too-large")
+    limit = f"{interpret_run.RESULT_BYTES:,}"
+    assert f"more than the {limit} its records can fill" in failure.title
+    assert "it was not read" in failure.title
 
 
 def test_a_run_that_watched_its_calls_leaves_nothing_unverified(

@@ -239,6 +239,8 @@ def _stopped(case: LargeCase, run: LargeRun) -> Failure:
         "timeout": run.error,
         "crash": run.error,
         "contract": f"the candidate {run.error}",
+        "too-large": f"the candidate's process left a result that was refused: {run.error}",
+        "bad-result": f"the candidate's process left a result that was refused: {run.error}",
     }.get(run.kind, f"the candidate failed: {headline(run.error)}")
     return Failure(
         key=f"large-{run.kind}", title=f"at {case.describe()}: {what}", evidence=evidence

@@ -123,6 +123,15 @@ class TritonBounds(ConcludingOnly):
             return []
         seen = self._run.finish()
         self._run = None
+        if seen.cause == "too-large":
+            # no honest run writes it: a failure of the candidate's, whatever else it did
+            return [
+                Failure(
+                    key="result-too-large",
+                    title=f"the interpreted bounds check's result was refused: {seen.error}",
+                    evidence=(("reason", seen.error),),
+                )
+            ]
         if not seen.launched and (not seen.error or seen.cause == "no-triton"):
             self._idle = "the candidate launched no Triton kernel"
         if seen.error and seen.cause in _STOPPED and not seen.launched:

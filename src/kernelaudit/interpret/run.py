@@ -33,6 +33,12 @@ _STDERR_TAIL_LINES = 3
 _ORPHAN_GRACE_S = 30
 """How long past its time limit a child whose auditor never collects it ends by itself."""
 
+RESULT_BYTES = 16 << 20
+"""The most a run's result file may hold to be read. Its records are capped (`interpret.access`:
+offsets and groups of lanes) and an honest one takes kilobytes; the file lies in a folder the
+candidate's process can write, so one past this was written by something else there, and is
+not read (the auditor's memory is not the candidate's to fill)."""
+
 
 class InterpretedRun:
     """`calls` of `candidate` made under Triton's interpreter on the CPU, every memory access
@@ -134,13 +140,21 @@ class InterpretedRun:
             self._stderr.seek(0)
             tail = self._stderr.read().decode(errors="replace").strip().splitlines()
             written = self._result.is_file()
-            seen = _read(self._result) if written else None
+            size = self._result.stat().st_size if written else 0
+            seen = _read(self._result) if written and size <= RESULT_BYTES else None
         finally:
             self._stderr.close()
             self._folder.cleanup()
         cause, why = passed_bound(waited.over_memory, waited.over_disk)
         if cause:
             return replace(seen or Interpretation(), error=why, cause=cause)
+        if size > RESULT_BYTES:
+            return Interpretation(
+                error=f"the interpreted run left a result of {size:,} bytes, more than the "
+                f"{RESULT_BYTES:,} its records can fill: something in the candidate's process "
+                "wrote it, and it was not read",
+                cause="too-large",
+            )
         if waited.timed_out:
             return replace(
                 seen or Interpretation(),

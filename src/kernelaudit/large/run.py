@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import subprocess
 import tempfile
 import weakref
@@ -45,8 +46,9 @@ class LargeRun:
     after: the checked rows of every input the contract lets the candidate mutate, after the
         call.
     kind: "" when the call ran; else "load", "draw" or "memory" (the run could not be made),
-        "exception", "contract", "timeout", "crash", "host-memory" or "disk" (the candidate failed
-        on the case).
+        "exception", "contract", "timeout", "crash", "host-memory", "disk", "too-large" or
+        "bad-result" (the candidate failed on the case; the last two: its result file held more
+        than the checked rows can fill, or what no `torch.load` of weights reads).
     """
 
     inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
@@ -58,6 +60,10 @@ class LargeRun:
     error: str = ""
     kind: str = ""
 
+
+_RESULT_SLACK_BYTES = 1 << 20
+"""What a large run's result may hold besides its tensors' elements: the pickled containers, a
+message, the figures."""
 
 SEED = 0
 """The seed the large case's inputs are drawn with, in the candidate's process and, where the
@@ -198,7 +204,8 @@ def run_large(
     """Draw the large case on `device` in a process of its own, call the candidate once, and
     bring back the checked rows: in the child `waiting` where it was started for this
     candidate and device, else in one started now."""
-    request = json.dumps(request_for(problem, candidate, case, device, seed))
+    asked = request_for(problem, candidate, case, device, seed)
+    request = json.dumps(asked)
     if waiting is not None and waiting.fits(candidate, device):
         started, waiting = waiting, None
         started.request.write_text(request)
@@ -208,18 +215,51 @@ def run_large(
         started = Waiting(candidate, device, request)
     try:
         done = finish_python(started.process, started.stderr, timeout_s, candidate.path)
-        return _read(started.result, done, timeout_s)
+        return _read(started.result, done, timeout_s, result_bytes(asked))
     finally:
         started.close()
         if waiting is not None:
             waiting.close()
 
 
-def _read(result: Path, done: ChildExit, timeout_s: float) -> LargeRun:
+def result_bytes(request: Mapping[str, Any]) -> int:
+    """The most bytes the child's result may hold to be read: the checked rows of every tensor
+    input (before the call, and after it where the call may write them) and of every output, at
+    eight bytes an element, and `_RESULT_SLACK_BYTES` for the rest. Only the request decides
+    it, never the child: the result lies in a folder the candidate's process can write."""
+    rows = len(request["rows"])
+
+    def held(spec: Mapping[str, Any]) -> int:
+        shape = list(spec["shape"])
+        if spec.get("dim") is not None:
+            shape[spec["dim"]] = rows
+        return 8 * math.prod(shape)
+
+    tensors = [spec for spec in request["inputs"] if spec["kind"] != "scalar"]
+    written = [spec for spec in tensors if spec["name"] in request["mutates"]]
+    outputs = list(request["outputs"])
+    return _RESULT_SLACK_BYTES + sum(held(spec) for spec in (*tensors, *written, *outputs))
+
+
+def _read(result: Path, done: ChildExit, timeout_s: float, most_bytes: int) -> LargeRun:
     kind, why = done.failure(result.is_file(), timeout_s, "the candidate's")
     if kind:
         return LargeRun(error=why, kind=kind)
-    data = torch.load(result, weights_only=True)
+    size = result.stat().st_size
+    if size > most_bytes:
+        return LargeRun(
+            error=f"its result file held {size:,} bytes, more than the {most_bytes:,} the "
+            "checked rows can fill; it was not read",
+            kind="too-large",
+        )
+    try:
+        data = torch.load(result, weights_only=True)
+    except Exception as error:
+        # the file is the candidate's process's to write: anything may be in it
+        return LargeRun(
+            error=f"its result could not be read ({type(error).__name__}: {error})",
+            kind="bad-result",
+        )
     if data.get("error"):
         return LargeRun(error=str(data["error"]), kind=str(data.get("kind", "exception")))
     return LargeRun(
