@@ -1,8 +1,8 @@
 """Audits spread over lanes give what one run in turn gives: the same verdicts, the reports in
 the jobs' order, finding ids unique across them."""
 
-import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -74,7 +74,10 @@ if __name__ == "__main__":
     threading.Thread(
         target=audit_in_lanes, args=(jobs, profile_named("quick"), "cpu", 1), daemon=True
     ).start()
+    deadline = time.monotonic() + 60
     while not multiprocessing.active_children():
+        if time.monotonic() > deadline:
+            sys.exit("no lane started")
         time.sleep(0.05)
     print(multiprocessing.active_children()[0].pid, flush=True)
     time.sleep(120)
@@ -92,16 +95,19 @@ def test_a_lane_ends_when_the_command_that_started_it_is_killed(tmp_path: Path) 
     script.write_text(_LANES_LAUNCHER)
     source = str(Path(kernelaudit.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
+    lane = 0
     launcher = subprocess.Popen(
         [sys.executable, str(script), str(slow)], stdout=subprocess.PIPE, text=True, env=env
     )
-    assert launcher.stdout is not None
-    lane = int(launcher.stdout.readline())
-    # the lane starts (torch's import) and reads the slow problem
-    deadline = time.monotonic() + 60
-    while not read.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
     try:
+        assert launcher.stdout is not None
+        ready, _, _ = select.select([launcher.stdout], [], [], 90)
+        assert ready, "the launcher named no lane within 90 s"
+        lane = int(launcher.stdout.readline())
+        # the lane starts (torch's import) and reads the slow problem
+        deadline = time.monotonic() + 60
+        while not read.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert read.exists() and _alive(lane)
         launcher.kill()
         launcher.wait()
@@ -111,8 +117,16 @@ def test_a_lane_ends_when_the_command_that_started_it_is_killed(tmp_path: Path) 
         assert not _alive(lane)
     finally:
         launcher.kill()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(lane, signal.SIGKILL)  # what a failure leaves behind
+        launcher.wait()
+        if lane and _alive(lane) and b"multiprocessing" in _command_line(lane):
+            os.kill(lane, signal.SIGKILL)  # the lane a failure leaves behind, still itself
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _alive(pid: int) -> bool:

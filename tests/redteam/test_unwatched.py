@@ -47,6 +47,14 @@ def test_a_result_file_the_candidate_rewrote_is_refused_unread() -> None:
     assert "could not be read" in failure.title
 
 
+def test_a_result_the_candidate_replaced_with_a_link_is_refused_unfollowed() -> None:
+    # followed, the link would be the auditor's own file (its memory map, say)
+    report = _audit("links_its_plain_result", ["unwatched"])
+    (failure,) = [f for f in report.failures if f.check == "unwatched"]
+    assert failure.key == "unwatched-bad-result"
+    assert "could not be opened as a file" in failure.title
+
+
 def test_the_plain_runs_processes_are_held_to_the_host_memory_limit() -> None:
     # the worker's processes are held to the profile's limit; the plain run's are too
     profile = replace(PROFILES["quick"], host_memory_bytes=3 << 29)

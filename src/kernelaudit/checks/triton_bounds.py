@@ -123,12 +123,12 @@ class TritonBounds(ConcludingOnly):
             return []
         seen = self._run.finish()
         self._run = None
-        if seen.cause == "too-large":
-            # no honest run writes it: a failure of the candidate's, whatever else it did
+        if seen.cause in ("too-large", "bad-result"):
+            # no honest run leaves it: a failure of the candidate's, whatever else it did
             return [
                 Failure(
-                    key="result-too-large",
-                    title=f"the interpreted bounds check's result was refused: {seen.error}",
+                    key=f"result-{seen.cause}",
+                    title=f"the interpreted bounds check's {seen.error}",
                     evidence=(("reason", seen.error),),
                 )
             ]

@@ -158,10 +158,15 @@ def _tensor_at(named: list[tuple[torch.Tensor, str]], start: int, end: int) -> s
     return ""
 
 
+_SUMMARY_CHARS = 2000
+"""The most of an exception's line a result keeps (a record's size stays bounded)."""
+
+
 def _summary(error: BaseException) -> str:
-    """The exception in one line (its type and message)."""
+    """The exception in one line (its type and message), cut at `_SUMMARY_CHARS`."""
     text = "".join(traceback.format_exception_only(type(error), error)).strip()
-    return text.splitlines()[-1] if text else type(error).__name__
+    line = text.splitlines()[-1] if text else type(error).__name__
+    return line if len(line) <= _SUMMARY_CHARS else line[: _SUMMARY_CHARS - 3] + "..."
 
 
 if __name__ == "__main__":

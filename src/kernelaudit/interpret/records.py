@@ -122,8 +122,9 @@ class Interpretation:
     cause: what `error` is: "", "candidate" (the candidate raised), "no-triton" (Triton cannot
         be imported), "unsupported" (its interpreter cannot be watched), "timeout", "crash",
         "host-memory" (its processes held more host memory than the audit allows), "disk"
-        (they wrote more to the candidate's cache folder than it may hold), "too-large" (its
-        result file held more than any run's records can: not read).
+        (they wrote more to the candidate's cache folder than it may hold), "too-large" or
+        "bad-result" (its result file held more than any run's records can, or was not a
+        regular file: not read).
     dropped: groups of out-of-bounds lanes not recorded once the cap was reached.
     """
 

@@ -24,6 +24,7 @@ import torch
 from kernelaudit.interpret.records import Interpretation, UnreadableResult
 from kernelaudit.runner.auditor.launch import exit_description, start_python, wait_then_end
 from kernelaudit.runner.auditor.limits import FolderBound, passed_bound
+from kernelaudit.runner.auditor.results import Refused, read_bounded
 from kernelaudit.runner.auditor.sandbox import cache_bound
 from kernelaudit.runner.boundary.messages import Call
 from kernelaudit.runner.candidate import CandidateRef
@@ -140,20 +141,22 @@ class InterpretedRun:
             self._stderr.seek(0)
             tail = self._stderr.read().decode(errors="replace").strip().splitlines()
             written = self._result.is_file()
-            size = self._result.stat().st_size if written else 0
-            seen = _read(self._result) if written and size <= RESULT_BYTES else None
+            refused: Refused | None = None
+            try:
+                seen = _read(self._result) if written else None
+            except Refused as error:
+                seen, refused = None, error
         finally:
             self._stderr.close()
             self._folder.cleanup()
         cause, why = passed_bound(waited.over_memory, waited.over_disk)
         if cause:
             return replace(seen or Interpretation(), error=why, cause=cause)
-        if size > RESULT_BYTES:
+        if refused is not None:
+            # no honest run leaves it: something in the candidate's process wrote it
             return Interpretation(
-                error=f"the interpreted run left a result of {size:,} bytes, more than the "
-                f"{RESULT_BYTES:,} its records can fill: something in the candidate's process "
-                "wrote it, and it was not read",
-                cause="too-large",
+                error=f"the interpreted run left a result that was refused: {refused.why}",
+                cause=refused.kind,
             )
         if waited.timed_out:
             return replace(
@@ -179,7 +182,13 @@ class InterpretedRun:
 
 
 def _read(result: Path) -> Interpretation | None:
+    """What the run's result file says; None where it cannot be read as one (`Refused` where
+    it is larger than `RESULT_BYTES` or not a regular file)."""
     try:
-        return Interpretation.from_json(json.loads(result.read_text()))
-    except (OSError, ValueError, UnreadableResult):
+        data = read_bounded(result, RESULT_BYTES, "its records")
+    except FileNotFoundError:
+        return None
+    try:
+        return Interpretation.from_json(json.loads(data))
+    except (ValueError, UnreadableResult):
         return None

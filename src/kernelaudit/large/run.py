@@ -34,6 +34,7 @@ from kernelaudit.problem.dims import dim_size, resolve_shape
 from kernelaudit.problem.spec import IndexInput, MaskInput, Problem, ScalarInput, TensorInput
 from kernelaudit.runner.auditor.launch import ChildExit, end_group, finish_python, start_python
 from kernelaudit.runner.auditor.limits import exited
+from kernelaudit.runner.auditor.results import Refused, load_plain, read_bounded
 from kernelaudit.runner.candidate import CandidateRef
 
 
@@ -215,7 +216,7 @@ def run_large(
         started = Waiting(candidate, device, request)
     try:
         done = finish_python(started.process, started.stderr, timeout_s, candidate.path)
-        return _read(started.result, done, timeout_s, result_bytes(asked))
+        return _read(started.result, done, timeout_s, asked)
     finally:
         started.close()
         if waiting is not None:
@@ -241,31 +242,72 @@ def result_bytes(request: Mapping[str, Any]) -> int:
     return _RESULT_SLACK_BYTES + sum(held(spec) for spec in (*tensors, *written, *outputs))
 
 
-def _read(result: Path, done: ChildExit, timeout_s: float, most_bytes: int) -> LargeRun:
+def _read(result: Path, done: ChildExit, timeout_s: float, request: Mapping[str, Any]) -> LargeRun:
     kind, why = done.failure(result.is_file(), timeout_s, "the candidate's")
     if kind:
         return LargeRun(error=why, kind=kind)
-    size = result.stat().st_size
-    if size > most_bytes:
-        return LargeRun(
-            error=f"its result file held {size:,} bytes, more than the {most_bytes:,} the "
-            "checked rows can fill; it was not read",
-            kind="too-large",
-        )
+    # the file is the candidate's process's to write: anything may be in it, or be it
     try:
-        data = torch.load(result, weights_only=True)
-    except Exception as error:
-        # the file is the candidate's process's to write: anything may be in it
-        return LargeRun(
-            error=f"its result could not be read ({type(error).__name__}: {error})",
-            kind="bad-result",
-        )
+        data = load_plain(read_bounded(result, result_bytes(request), "the checked rows"))
+        return _checked(data, request)
+    except Refused as refused:
+        return LargeRun(error=refused.why, kind=refused.kind)
+    except FileNotFoundError:
+        return LargeRun(error="its result was gone before it was read", kind="bad-result")
+
+
+_FAILED_KINDS = ("load", "draw", "memory", "exception", "contract")
+"""The kinds of failure `large.child` writes."""
+
+
+def _checked(data: object, request: Mapping[str, Any]) -> LargeRun:
+    """The run `data` tells of, as `large.child` writes it: a failure of a kind it writes, or
+    every tensor input's, output's and written input's checked rows at the shapes the request
+    gives them (`Refused` otherwise: nothing else is judged, or computed at its size)."""
+    if not isinstance(data, dict):
+        raise Refused("bad-result", f"its result is a {type(data).__name__}, not the child's")
     if data.get("error"):
-        return LargeRun(error=str(data["error"]), kind=str(data.get("kind", "exception")))
+        if data.get("kind") not in _FAILED_KINDS or not isinstance(data["error"], str):
+            raise Refused("bad-result", "its result names a failure the child never writes")
+        return LargeRun(error=data["error"], kind=data["kind"])
+    rows = len(request["rows"])
+
+    def shape(spec: Mapping[str, Any]) -> tuple[int, ...]:
+        sizes = list(spec["shape"])
+        if spec.get("dim") is not None:
+            sizes[spec["dim"]] = rows
+        return tuple(sizes)
+
+    tensors = {s["name"]: shape(s) for s in request["inputs"] if s["kind"] != "scalar"}
+    written = {name: sizes for name, sizes in tensors.items() if name in request["mutates"]}
+    outputs = [shape(s) for s in request["outputs"]]
+    inputs, returned, after = data.get("inputs"), data.get("outputs"), data.get("after")
+    if not (
+        _shaped(inputs, tensors)
+        and _shaped(after, written)
+        and isinstance(returned, (list, tuple))
+        and _shaped(dict(enumerate(returned)), dict(enumerate(outputs)))
+        and isinstance(data.get("seconds"), float)
+        and isinstance(data.get("peak_bytes"), int)
+    ):
+        raise Refused("bad-result", "its result is not the checked rows the request asked for")
+    assert isinstance(inputs, dict) and isinstance(after, dict) and returned is not None
     return LargeRun(
-        inputs={str(k): v for k, v in data["inputs"].items()},
-        outputs=tuple(data["outputs"]),
-        after={str(k): v for k, v in data["after"].items()},
+        inputs=dict(inputs),
+        outputs=tuple(returned),
+        after=dict(after),
         seconds=float(data["seconds"]),
         peak_bytes=int(data["peak_bytes"]),
+    )
+
+
+def _shaped(found: object, wanted: Mapping[Any, tuple[int, ...]]) -> bool:
+    """Whether `found` maps exactly `wanted`'s keys to tensors of the shapes it gives."""
+    return (
+        isinstance(found, dict)
+        and set(found) == set(wanted)
+        and all(
+            isinstance(found[key], torch.Tensor) and tuple(found[key].shape) == sizes
+            for key, sizes in wanted.items()
+        )
     )

@@ -13,6 +13,7 @@ import torch
 
 from kernelaudit.inputs.case import dtype_name
 from kernelaudit.runner.auditor.launch import run_python
+from kernelaudit.runner.auditor.results import Refused, load_plain, read_bounded
 from kernelaudit.runner.boundary.messages import Call, StateChange, TensorArg
 from kernelaudit.runner.boundary.state import FLAG_NAMES, FUNCTION_NAMES, RNG_NAMES
 from kernelaudit.runner.candidate import CandidateRef
@@ -88,19 +89,15 @@ def run_plain(
         kind, why = done.failure(answer.is_file(), timeout_s, "its")
         if kind:
             return PlainRun(error=why, kind=kind)
-        size = answer.stat().st_size
-        if size > result_bytes:
-            return PlainRun(
-                error=f"it wrote a result of {size} bytes, more than the declared outputs can "
-                f"fill ({result_bytes}); it was not read",
-                kind="too-large",
-            )
+        # the file is the candidate process's to write: anything may be in it, or be it
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # torch's notes on a file it refuses
-                data = _result(torch.load(answer, weights_only=True))
+                read = read_bounded(answer, result_bytes, "the declared outputs")
+                data = _result(load_plain(read))
+        except Refused as refused:
+            return PlainRun(error=refused.why, kind=refused.kind)
         except Exception as error:
-            # the file is the candidate process's to write: anything may be in it
             return PlainRun(
                 error=f"its result could not be read ({type(error).__name__}: {error})",
                 kind="bad-result",
