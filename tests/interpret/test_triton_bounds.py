@@ -27,6 +27,7 @@ from kernelaudit.interpret.run import InterpretedRun
 from kernelaudit.problem.load import load_problem
 from kernelaudit.problem.spec import Axis, Problem
 from kernelaudit.profiles import PROFILES
+from kernelaudit.runner.auditor.results import Refused
 from kernelaudit.runner.boundary.messages import Call, OutputSlot, TensorArg
 from kernelaudit.runner.candidate import parse_candidate
 
@@ -277,6 +278,24 @@ def test_a_result_larger_than_any_run_writes_fails_the_candidate_unread(
     limit = f"{interpret_run.RESULT_BYTES:,}"
     assert f"more than the {limit} its records can fill" in failure.title
     assert "it was not read" in failure.title
+
+
+def test_a_result_that_is_not_the_runs_records_fails_the_candidate(tmp_path: Path) -> None:
+    # the child replaces its result whole: no honest run, stopped anywhere, leaves one unread
+    (tmp_path / "result.json").write_text("not the records")
+    with pytest.raises(Refused) as refused:
+        interpret_run._read(tmp_path / "result.json")
+    assert refused.value.kind == "bad-result"
+
+    class Refusing:
+        def finish(self) -> Interpretation:
+            return Interpretation(error=refused.value.why, cause=refused.value.kind)
+
+    check = TritonBounds()
+    check._run = Refusing()  # type: ignore[assignment]
+    (failure,) = check.conclude([])
+    assert (failure.severity, failure.key) == ("fail", "result-bad-result")
+    assert "its result is not the run's records" in failure.title
 
 
 def test_a_run_that_watched_its_calls_leaves_nothing_unverified(

@@ -124,7 +124,7 @@ class Interpretation:
         "host-memory" (its processes held more host memory than the audit allows), "disk"
         (they wrote more to the candidate's cache folder than it may hold), "too-large" or
         "bad-result" (its result file held more than any run's records can, or was not a
-        regular file: not read).
+        regular file, or not the records the child writes).
     dropped: groups of out-of-bounds lanes not recorded once the cap was reached.
     """
 

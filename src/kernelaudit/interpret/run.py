@@ -167,7 +167,7 @@ class InterpretedRun:
             )
         if seen is None or (seen.calls_done < self._calls and not seen.error):
             ended = (
-                "left a result that could not be read"
+                "left a result that was gone before it was read"
                 if written and seen is None
                 else f"stopped (it {exit_description(self._process, 0.0)})"
             )
@@ -182,13 +182,15 @@ class InterpretedRun:
 
 
 def _read(result: Path) -> Interpretation | None:
-    """What the run's result file says; None where it cannot be read as one (`Refused` where
-    it is larger than `RESULT_BYTES` or not a regular file)."""
+    """What the run's result file says; None where it is gone. `Refused` where it is larger
+    than `RESULT_BYTES`, not a regular file, or not the records the child writes: the child
+    replaces the file whole (`os.replace`), so no honest run, stopped at any point, leaves one
+    it cannot read."""
     try:
         data = read_bounded(result, RESULT_BYTES, "its records")
     except FileNotFoundError:
         return None
     try:
         return Interpretation.from_json(json.loads(data))
-    except (ValueError, UnreadableResult):
-        return None
+    except (ValueError, UnreadableResult) as error:
+        raise Refused("bad-result", f"its result is not the run's records ({error})") from None
