@@ -44,7 +44,7 @@ def test_a_result_file_the_candidate_rewrote_is_refused_unread() -> None:
     report = _audit("forges_its_plain_result", ["unwatched"])
     (failure,) = [f for f in report.failures if f.check == "unwatched"]
     assert failure.key == "unwatched-bad-result"
-    assert "could not be read" in failure.title
+    assert "not a checkpoint as torch writes them" in failure.title
 
 
 def test_a_result_the_candidate_replaced_with_a_link_is_refused_unfollowed() -> None:

@@ -254,6 +254,11 @@ def _read(result: Path, done: ChildExit, timeout_s: float, request: Mapping[str,
         return LargeRun(error=refused.why, kind=refused.kind)
     except FileNotFoundError:
         return LargeRun(error="its result was gone before it was read", kind="bad-result")
+    except Exception as error:  # whatever else its contents make of the auditor's reading
+        return LargeRun(
+            error=f"its result could not be read ({type(error).__name__}: {error})",
+            kind="bad-result",
+        )
 
 
 _FAILED_KINDS = ("load", "draw", "memory", "exception", "contract")
@@ -266,10 +271,13 @@ def _checked(data: object, request: Mapping[str, Any]) -> LargeRun:
     gives them (`Refused` otherwise: nothing else is judged, or computed at its size)."""
     if not isinstance(data, dict):
         raise Refused("bad-result", f"its result is a {type(data).__name__}, not the child's")
-    if data.get("error"):
-        if data.get("kind") not in _FAILED_KINDS or not isinstance(data["error"], str):
+    error = data.get("error")
+    if not isinstance(error, str):
+        raise Refused("bad-result", "its result's error is not text")
+    if error:
+        if data.get("kind") not in _FAILED_KINDS:
             raise Refused("bad-result", "its result names a failure the child never writes")
-        return LargeRun(error=data["error"], kind=data["kind"])
+        return LargeRun(error=error, kind=data["kind"])
     rows = len(request["rows"])
 
     def shape(spec: Mapping[str, Any]) -> tuple[int, ...]:

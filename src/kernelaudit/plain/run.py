@@ -123,7 +123,14 @@ def _result(data: object) -> dict:
     """The result file's contents, checked to have the shape `plain.caller` writes."""
     if not isinstance(data, dict):
         raise ValueError(f"a {type(data).__name__}, not the caller's dictionary")
-    if data.get("error"):
+    error = data.get("error")
+    if error is not None and not isinstance(error, str):
+        raise ValueError("an error that is not text")
+    if error:
+        if data.get("kind") not in ("load", "exception"):
+            raise ValueError("a kind of failure the caller never writes")
+        if not isinstance(data.get("calls", 0), int):
+            raise ValueError("no count of calls")
         return data
     for which in ("first", "last"):
         kept = data.get(which)

@@ -94,8 +94,67 @@ def test_compressed_entries_are_refused_before_anything_is_inflated() -> None:
     assert "compressed entries" in refused.value.why
 
 
-def test_what_no_weights_load_reads_is_refused() -> None:
+def test_what_is_not_a_checkpoint_as_torch_writes_them_is_refused() -> None:
     with pytest.raises(Refused) as refused:
         load_plain(b"not a checkpoint")
     assert refused.value.kind == "bad-result"
-    assert "could not be read" in refused.value.why
+    assert "not a checkpoint as torch writes them" in refused.value.why
+
+
+class _Allocates:
+    """Unpickled by the weights-only loader (`bytearray` is on its list), it would take
+    `size` bytes of the reader's memory, whatever the file's size."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __reduce__(self) -> tuple:
+        return (bytearray, (self.size,))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"outputs": [_Allocates(8 << 30)]},  # 8 GiB asked for by a file of a kilobyte
+        {"outputs": {torch.zeros(1)}},  # a container no answer has, where no check looks
+    ],
+    ids=["bytearray", "set"],
+)
+def test_a_pickle_naming_more_than_tensors_and_containers_is_refused_unloaded(
+    value: object,
+) -> None:
+    with pytest.raises(Refused) as refused:
+        load_plain(_saved(value))
+    assert refused.value.kind == "bad-result"
+    assert "its result's pickle" in refused.value.why
+
+
+def test_a_tensor_elsewhere_than_on_the_cpu_is_refused() -> None:
+    # a meta tensor claims any size at no cost to its maker, and holds no values
+    with pytest.raises(Refused) as refused:
+        load_plain(_saved({"outputs": [torch.empty(1 << 30, device="meta")]}))
+    assert refused.value.kind == "bad-result"
+
+
+def test_honest_copies_of_odd_tensors_load() -> None:
+    # what a child's `.to("cpu", copy=True)` makes of every kind of output a kernel returns
+    made = [
+        torch.zeros(0, 5),
+        torch.tensor(3.0),
+        torch.zeros(4, 1, 3).transpose(0, 2),
+        torch.zeros(1).expand(6),
+        torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last),
+        torch.arange(10.0)[::3],
+        torch.ones(3, dtype=torch.complex64).conj(),
+        torch.ones(3, dtype=torch.bool),
+        torch.ones(3, dtype=torch.bfloat16),
+        torch.ones(3).to(torch.float8_e4m3fn),
+    ]
+    copies = [t.detach().to("cpu", copy=True) for t in made]
+    # the first and last calls' results may be the same objects: their storage is saved once
+    loaded = load_plain(_saved({"first": copies, "last": copies}))
+    assert isinstance(loaded, dict)
+    for kept, copy in zip(loaded["last"], copies, strict=True):
+        assert (kept.dtype, kept.shape) == (copy.dtype, copy.shape)
+        a, b = (t.resolve_conj().contiguous().untyped_storage() for t in (kept, copy))
+        assert bytes(a) == bytes(b)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickletools
 import stat
 import zipfile
 
@@ -66,43 +67,158 @@ def read_bounded(
 
 
 def load_plain(data: bytes) -> object:
-    """`torch.load(weights_only=True)` of `data`, refused (`Refused`, "bad-result") unless
-    every entry of the checkpoint is stored uncompressed and every tensor in it is a plain
-    tensor that covers exactly its own storage from its start: then the tensors together hold
-    no more than the bytes read."""
-    buffer = io.BytesIO(data)
-    if zipfile.is_zipfile(buffer):
-        try:
-            with zipfile.ZipFile(buffer) as archive:
-                packed = [i for i in archive.infolist() if i.compress_type != zipfile.ZIP_STORED]
-        except (zipfile.BadZipFile, ValueError) as error:
-            raise Refused("bad-result", f"its result could not be read ({error})") from None
-        if packed:
-            raise Refused("bad-result", "its result holds compressed entries; torch writes none")
-        buffer.seek(0)
+    """`torch.load(weights_only=True)` of `data`, refused (`Refused`, "bad-result") unless it
+    is a zip checkpoint as `torch.save` writes it: every entry stored uncompressed where its
+    central directory says, a pickle of containers, numbers, strings and tensors alone (no
+    other callable: the weights-only loader also builds `bytearray`s of any size a few bytes
+    ask for), and every tensor a plain tensor on the CPU that covers exactly its own storage
+    from its start. The tensors together then hold no more than the bytes read."""
+    archive = _archive(data)
     try:
-        loaded = torch.load(buffer, weights_only=True)
+        loaded = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as error:
         raise Refused(
             "bad-result", f"its result could not be read ({type(error).__name__}: {error})"
         ) from None
-    for tensor in _tensors(loaded):
-        covered = tensor.numel() * tensor.element_size()
-        if (
-            type(tensor) is not torch.Tensor
-            or tensor.storage_offset() != 0
-            or tensor.untyped_storage().nbytes() != covered
-            or (tensor.numel() > 1 and not _dense(tensor))
-        ):
-            raise Refused(
-                "bad-result",
-                f"its result holds a tensor of shape {tuple(tensor.shape)} that does not own "
-                "exactly its bytes (a view, or strides that repeat them)",
-            )
+    del archive
+    try:
+        tensors = _tensors(loaded)
+        owned = all(_owns_its_bytes(tensor) for tensor in tensors)
+    except Refused:
+        raise
+    except Exception as error:  # a tensor of a kind whose storage cannot even be asked for
+        why = f"its result holds a tensor torch never saves plain ({error})"
+        raise Refused("bad-result", why) from None
+    if not owned:
+        raise Refused(
+            "bad-result",
+            "its result holds a tensor that does not own exactly its bytes (a view, a tensor "
+            "elsewhere than on the CPU, or strides that repeat them)",
+        )
     return loaded
 
 
+_GLOBALS = {
+    "collections OrderedDict",
+    "torch._utils _rebuild_tensor_v2",
+    "torch._utils _rebuild_tensor_v3",
+    "torch.storage UntypedStorage",
+}
+"""What a checkpoint of plain tensors names besides torch's storage classes and dtypes."""
+
+_OPCODES = frozenset(
+    [
+        "PROTO",
+        "STOP",
+        "MARK",
+        "POP",
+        "POP_MARK",
+        "DUP",
+        "EMPTY_DICT",
+        "EMPTY_LIST",
+        "EMPTY_TUPLE",
+        "TUPLE",
+        "TUPLE1",
+        "TUPLE2",
+        "TUPLE3",
+        "DICT",
+        "LIST",
+        "APPEND",
+        "APPENDS",
+        "SETITEM",
+        "SETITEMS",
+        "BINPUT",
+        "LONG_BINPUT",
+        "BINGET",
+        "LONG_BINGET",
+        "GLOBAL",
+        "REDUCE",
+        "BINPERSID",
+        "NONE",
+        "NEWTRUE",
+        "NEWFALSE",
+        "BININT",
+        "BININT1",
+        "BININT2",
+        "LONG1",
+        "BINFLOAT",
+        "BINUNICODE",
+        "SHORT_BINUNICODE",
+    ]
+)
+"""The pickle operations a protocol-2 pickle of containers, numbers, strings and tensors uses
+(`torch.save`'s protocol); `GLOBAL` only for `_GLOBALS`, storages and dtypes."""
+
+
+def _archive(data: bytes) -> zipfile.ZipFile:
+    """`data` as the zip archive `torch.save` writes, its pickle screened; `Refused` else."""
+    buffer = io.BytesIO(data)
+    if not zipfile.is_zipfile(buffer):
+        raise Refused("bad-result", "its result is not a checkpoint as torch writes them")
+    try:
+        archive = zipfile.ZipFile(buffer)
+        entries = archive.infolist()
+        pickles = [i for i in entries if i.filename.endswith("/data.pkl")]
+        stated = _stated_directory(data)
+        if stated is not None and stated != archive.start_dir:
+            raise Refused("bad-result", "its result's zip directory lies elsewhere than stated")
+        if any(
+            i.compress_type != zipfile.ZIP_STORED or i.file_size != i.compress_size for i in entries
+        ):
+            raise Refused("bad-result", "its result holds compressed entries; torch writes none")
+        if len(pickles) != 1:
+            raise Refused("bad-result", "its result holds no single pickle as torch writes")
+        _screen(archive.read(pickles[0]))
+    except (zipfile.BadZipFile, ValueError, EOFError, KeyError) as error:
+        raise Refused("bad-result", f"its result could not be read ({error})") from None
+    return archive
+
+
+def _stated_directory(data: bytes) -> int | None:
+    """Where the end-of-archive record says the central directory starts (None where it
+    defers to a zip64 record)."""
+    end = data.rfind(b"PK\x05\x06")
+    if end < 0 or end + 20 > len(data):
+        raise Refused("bad-result", "its result has no end-of-archive record")
+    offset = int.from_bytes(data[end + 16 : end + 20], "little")
+    return None if offset == 0xFFFFFFFF else offset
+
+
+def _screen(pickled: bytes) -> None:
+    """`Refused` unless the pickle uses only `_OPCODES` and names only `_GLOBALS`, torch's
+    storage classes and its dtypes."""
+    for opcode, argument, _ in pickletools.genops(pickled):
+        if opcode.name not in _OPCODES:
+            raise Refused("bad-result", f"its result's pickle uses {opcode.name}")
+        if opcode.name == "GLOBAL" and not _allowed(str(argument)):
+            raise Refused("bad-result", f"its result's pickle names {argument}")
+
+
+def _allowed(name: str) -> bool:
+    if name in _GLOBALS:
+        return True
+    module, _, attribute = name.partition(" ")
+    if module != "torch":
+        return False
+    found = getattr(torch, attribute, None)
+    return isinstance(found, torch.dtype) or (
+        attribute.endswith("Storage") and isinstance(found, type)
+    )
+
+
+def _owns_its_bytes(tensor: torch.Tensor) -> bool:
+    return (
+        type(tensor) is torch.Tensor
+        and tensor.device.type == "cpu"
+        and tensor.layout == torch.strided
+        and tensor.storage_offset() == 0
+        and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+        and (tensor.numel() <= 1 or _dense(tensor))
+    )
+
+
 def _tensors(value: object, depth: int = 0) -> list[torch.Tensor]:
+    """Every tensor in `value`'s dicts, lists and tuples (`Refused` past eight levels)."""
     if depth > 8:
         raise Refused("bad-result", "its result nests deeper than any answer does")
     if isinstance(value, torch.Tensor):
