@@ -4,12 +4,14 @@ The unwatched run, the large-tensor run and the interpreted bounds run answer in
 folder the candidate's process can write. Whatever is at that path may be the candidate's:
 a file larger than any honest answer, a link to a file of the auditor's (its own
 `/proc/self/pagemap` reads as a regular file of size 0 and goes on for hundreds of GiB), a
-pipe that never ends, a checkpoint whose compressed entries inflate past its size, or tensors
-rebuilt with strides that make a few bytes look like billions of elements. `read_bounded`
-reads the bytes of a regular file only, through no link, at most a bound the auditor set from
-what it asked for; `load_plain` loads tensors from them only where every one owns exactly the
-bytes the file holds for it. Anything else is refused (`Refused`), and costs the auditor no
-more than the bound.
+pipe that never ends, a checkpoint whose compressed entries inflate past its size, a pickle
+asking the weights-only loader for a `bytearray` of any size, or tensors rebuilt with strides
+that make a few bytes look like billions of elements. `read_bounded` reads the bytes of a
+regular file only, through no link, at most a bound the auditor set from what it asked for;
+`load_plain` screens the checkpoint before loading it (a zip as torch writes it, a pickle of
+containers, numbers, strings and tensors), and keeps what it loaded only where every tensor
+owns exactly the bytes the file holds for it. Anything else is refused (`Refused`), and costs
+the auditor no more than the bound.
 """
 
 from __future__ import annotations
