@@ -228,18 +228,27 @@ def result_bytes(request: Mapping[str, Any]) -> int:
     input (before the call, and after it where the call may write them) and of every output, at
     eight bytes an element, and `_RESULT_SLACK_BYTES` for the rest. Only the request decides
     it, never the child: the result lies in a folder the candidate's process can write."""
+    tensors, written, outputs = _checked_shapes(request)
+    shapes = (*tensors.values(), *written.values(), *outputs)
+    return _RESULT_SLACK_BYTES + sum(8 * math.prod(shape) for shape in shapes)
+
+
+def _checked_shapes(
+    request: Mapping[str, Any],
+) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]], list[tuple[int, ...]]]:
+    """The shapes of the checked rows the child sends back: of every tensor input by name, of
+    those the call may write, and of every output (the grown axis cut to the rows asked for)."""
     rows = len(request["rows"])
 
-    def held(spec: Mapping[str, Any]) -> int:
-        shape = list(spec["shape"])
+    def shape(spec: Mapping[str, Any]) -> tuple[int, ...]:
+        sizes = list(spec["shape"])
         if spec.get("dim") is not None:
-            shape[spec["dim"]] = rows
-        return 8 * math.prod(shape)
+            sizes[spec["dim"]] = rows
+        return tuple(sizes)
 
-    tensors = [spec for spec in request["inputs"] if spec["kind"] != "scalar"]
-    written = [spec for spec in tensors if spec["name"] in request["mutates"]]
-    outputs = list(request["outputs"])
-    return _RESULT_SLACK_BYTES + sum(held(spec) for spec in (*tensors, *written, *outputs))
+    tensors = {s["name"]: shape(s) for s in request["inputs"] if s["kind"] != "scalar"}
+    written = {name: sizes for name, sizes in tensors.items() if name in request["mutates"]}
+    return tensors, written, [shape(s) for s in request["outputs"]]
 
 
 def _read(result: Path, done: ChildExit, timeout_s: float, request: Mapping[str, Any]) -> LargeRun:
@@ -278,17 +287,7 @@ def _checked(data: object, request: Mapping[str, Any]) -> LargeRun:
         if data.get("kind") not in _FAILED_KINDS:
             raise Refused("bad-result", "its result names a failure the child never writes")
         return LargeRun(error=error, kind=data["kind"])
-    rows = len(request["rows"])
-
-    def shape(spec: Mapping[str, Any]) -> tuple[int, ...]:
-        sizes = list(spec["shape"])
-        if spec.get("dim") is not None:
-            sizes[spec["dim"]] = rows
-        return tuple(sizes)
-
-    tensors = {s["name"]: shape(s) for s in request["inputs"] if s["kind"] != "scalar"}
-    written = {name: sizes for name, sizes in tensors.items() if name in request["mutates"]}
-    outputs = [shape(s) for s in request["outputs"]]
+    tensors, written, outputs = _checked_shapes(request)
     inputs, returned, after = data.get("inputs"), data.get("outputs"), data.get("after")
     if not (
         _shaped(inputs, tensors)

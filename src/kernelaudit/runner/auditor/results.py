@@ -75,19 +75,16 @@ def load_plain(data: bytes) -> object:
     other callable: the weights-only loader also builds `bytearray`s of any size a few bytes
     ask for), and every tensor a plain tensor on the CPU that covers exactly its own storage
     from its start. The tensors together then hold no more than the bytes read."""
-    archive = _archive(data)
+    _screen_archive(data)
     try:
         loaded = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as error:
         raise Refused(
             "bad-result", f"its result could not be read ({type(error).__name__}: {error})"
         ) from None
-    del archive
+    tensors = _tensors(loaded)
     try:
-        tensors = _tensors(loaded)
         owned = all(_owns_its_bytes(tensor) for tensor in tensors)
-    except Refused:
-        raise
     except Exception as error:  # a tensor of a kind whose storage cannot even be asked for
         why = f"its result holds a tensor torch never saves plain ({error})"
         raise Refused("bad-result", why) from None
@@ -152,28 +149,31 @@ _OPCODES = frozenset(
 (`torch.save`'s protocol); `GLOBAL` only for `_GLOBALS`, storages and dtypes."""
 
 
-def _archive(data: bytes) -> zipfile.ZipFile:
-    """`data` as the zip archive `torch.save` writes, its pickle screened; `Refused` else."""
+def _screen_archive(data: bytes) -> None:
+    """`Refused` unless `data` is a zip archive as `torch.save` writes it, its pickle screened
+    (`_screen`)."""
     buffer = io.BytesIO(data)
     if not zipfile.is_zipfile(buffer):
         raise Refused("bad-result", "its result is not a checkpoint as torch writes them")
     try:
-        archive = zipfile.ZipFile(buffer)
-        entries = archive.infolist()
-        pickles = [i for i in entries if i.filename.endswith("/data.pkl")]
-        stated = _stated_directory(data)
-        if stated is not None and stated != archive.start_dir:
-            raise Refused("bad-result", "its result's zip directory lies elsewhere than stated")
-        if any(
-            i.compress_type != zipfile.ZIP_STORED or i.file_size != i.compress_size for i in entries
-        ):
-            raise Refused("bad-result", "its result holds compressed entries; torch writes none")
-        if len(pickles) != 1:
-            raise Refused("bad-result", "its result holds no single pickle as torch writes")
-        _screen(archive.read(pickles[0]))
+        with zipfile.ZipFile(buffer) as archive:
+            entries = archive.infolist()
+            stated = _stated_directory(data)
+            if stated is not None and stated != archive.start_dir:
+                raise Refused("bad-result", "its result's zip directory lies elsewhere than stated")
+            if any(
+                i.compress_type != zipfile.ZIP_STORED or i.file_size != i.compress_size
+                for i in entries
+            ):
+                raise Refused(
+                    "bad-result", "its result holds compressed entries (torch writes none)"
+                )
+            pickles = [i for i in entries if i.filename.endswith("/data.pkl")]
+            if len(pickles) != 1:
+                raise Refused("bad-result", "its result holds no single pickle as torch writes")
+            _screen(archive.read(pickles[0]))
     except (zipfile.BadZipFile, ValueError, EOFError, KeyError) as error:
         raise Refused("bad-result", f"its result could not be read ({error})") from None
-    return archive
 
 
 def _stated_directory(data: bytes) -> int | None:

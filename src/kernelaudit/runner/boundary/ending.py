@@ -5,8 +5,11 @@ down as Python ends (more with Triton and a device's context). The auditor's own
 run a candidate and then end (the interpreted bounds run, the training check's process, the
 large-tensor run) paid it where the auditor waits for them, and on a 2-core CPU it competes with
 the audit's other work; nothing any reader needs comes from it once the answers are written
-and the output flushed. The unwatched run's script keeps Python's own end, as a user's program
-has it (`plain.caller`).
+and the output flushed (`end_now`). The unwatched run's script keeps Python's own end, as a
+user's program has it (`plain.caller`).
+
+A process that audits for a command (a demo's lane, a corpus's slot) also ends when that
+command is gone, killed before it could let it go (`end_with_the_parent`).
 """
 
 from __future__ import annotations
