@@ -109,10 +109,20 @@ def environment() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")])}
 
 
+AS_A_FOREGROUND_JOB = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+"""Run the command line that follows with Ctrl-C's signal at its default, as a terminal starts
+its foreground job, whatever the suite was started with: a suite started in the background (`&`
+in a script, `nohup`) hands its processes SIGINT ignored, and a run that ignores it cannot be
+interrupted. The command keeps the process (exec)."""
+
+
 def start_run(argv: list[str]) -> subprocess.Popen[bytes]:
     """`kernelaudit *argv` in a process group of its own, as a user's shell would start it."""
     return subprocess.Popen(
-        [sys.executable, "-m", "kernelaudit.cli", *argv],
+        [sys.executable, "-c", AS_A_FOREGROUND_JOB, "-m", "kernelaudit.cli", *argv],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from running_corpora import (
+    AS_A_FOREGROUND_JOB,
     IDENTITY,
     NUMERICS,
     alive,
@@ -234,7 +235,15 @@ def test_an_interrupt_a_slots_reader_takes_still_ends_the_run(tmp_path: Path) ->
     manifest = _one_hanging_job(root)
     argv = ["corpus", str(manifest), "--db", str(tmp_path / "results.sqlite"), *NUMERICS]
     run = subprocess.Popen(
-        [sys.executable, "-c", INTERRUPTED_IN_A_READER, str(root / "seen.jsonl"), *argv],
+        [
+            sys.executable,
+            "-c",
+            AS_A_FOREGROUND_JOB,
+            "-c",
+            INTERRUPTED_IN_A_READER,
+            str(root / "seen.jsonl"),
+            *argv,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
