@@ -149,6 +149,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     from kernelaudit.findings import read_reports
     from kernelaudit.report.html import write_html
+    from kernelaudit.report.seal import write_atomically
 
     reports, entries = [], []
     for file in files:
@@ -164,7 +165,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                     "seconds": report.seconds,
                 }
             )
-    (folder / "index.json").write_text(json.dumps({"audits": entries}, indent=1) + "\n")
+    write_atomically(folder / "index.json", json.dumps({"audits": entries}, indent=1) + "\n")
     write_html(reports, folder / "index.html")
 
 

@@ -12,6 +12,7 @@ import torch
 import kernelaudit
 from kernelaudit.cli import main
 from kernelaudit.errors import UsageError
+from kernelaudit.inputs.materialize import materialize
 from kernelaudit.inputs.recorded import recorded_case
 from kernelaudit.problem.load import load_problem
 
@@ -77,7 +78,6 @@ def test_a_recorded_call_that_does_not_fit_the_problem_is_refused(tmp_path: Path
 
 def test_a_recorded_case_is_made_of_the_calls_inputs_and_of_nothing_else(tmp_path: Path) -> None:
     from kernelaudit.errors import CaseUnavailable
-    from kernelaudit.inputs.materialize import materialize
     from kernelaudit.inputs.recorded import RECORDED
 
     problem = load_problem(PROBLEM)
@@ -91,3 +91,29 @@ def test_a_recorded_case_is_made_of_the_calls_inputs_and_of_nothing_else(tmp_pat
     assert torch.equal(materialize(problem, case)["x"], x)
     with pytest.raises(CaseUnavailable):
         materialize(problem, case.with_sizes({"n": 100}))
+
+
+def test_a_guards_records_are_written_whole_over_links_planted_in_their_place(
+    tmp_path: Path,
+) -> None:
+    # the names a failing call's record and the guard's summary take
+    first = _record(tmp_path / "first")
+    names = [p.name for p in first.parent.iterdir()]
+    names.append("scale_wrong_past_4096-summary.json")
+    assert any(n.endswith(".safetensors") for n in names)
+    victim = tmp_path / "keep.txt"
+    victim.write_text("not the guard's to write")
+    folder = tmp_path / "records"
+    folder.mkdir()
+    for name in names:
+        (folder / name).symlink_to(victim)
+    fast = kernelaudit.guard(kernels.scale_wrong_past_4096, kernels.scale, records=folder)
+    x = torch.randn(8192)
+    fast(x)
+    (failure,) = fast.flush().failures
+    fast.close()
+    assert victim.read_text() == "not the guard's to write"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(names)
+    assert not any(p.is_symlink() for p in folder.iterdir())
+    case = recorded_case(load_problem(PROBLEM), Path(failure.record))
+    assert torch.equal(materialize(load_problem(PROBLEM), case)["x"], x)

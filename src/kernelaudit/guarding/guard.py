@@ -42,6 +42,7 @@ from kernelaudit.guarding.sampling import Sampler
 from kernelaudit.guarding.window import Slice, sliced
 from kernelaudit.oracle.truth import axis_sizes, result_depths
 from kernelaudit.problem.spec import Problem
+from kernelaudit.report.seal import write_atomically
 
 LOGGER = logging.getLogger("kernelaudit.guard")
 
@@ -247,7 +248,8 @@ class Guard:
         if self.records is not None and self.summary.calls:
             self.records.mkdir(parents=True, exist_ok=True)
             path = self.records / f"{self.summary.guard}-summary.json"
-            path.write_text(json.dumps(self.summary.to_json(), indent=1, allow_nan=False) + "\n")
+            text = json.dumps(self.summary.to_json(), indent=1, allow_nan=False) + "\n"
+            write_atomically(path, text)
 
     # --- checking, away from the job ---
 

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from kernelaudit.errors import UsageError
 from kernelaudit.guarding.judged import CallVerdict, tensor_bytes
+from kernelaudit.report.seal import write_atomically
 
 RECORD_KIND = "kernelaudit-guard-failure"
 
@@ -104,11 +105,11 @@ def write_record(
     size = tensor_bytes(list(tensors.values()))
     kept = size <= most_bytes
     if kept and tensors:
-        save_file(
+        saved = save(
             # copies of their own: arguments that share memory are saved apart
-            {k: t.detach().to("cpu", copy=True).contiguous() for k, t in tensors.items()},
-            str(folder / f"{stem}.safetensors"),
+            {k: t.detach().to("cpu", copy=True).contiguous() for k, t in tensors.items()}
         )
+        write_atomically(folder / f"{stem}.safetensors", saved)
     arguments: list[dict[str, Any]] = []
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
@@ -135,7 +136,7 @@ def write_record(
         "error": verdict.error,
     }
     path = folder / f"{stem}.json"
-    path.write_text(json.dumps(record, indent=1, default=repr, allow_nan=False) + "\n")
+    write_atomically(path, json.dumps(record, indent=1, default=repr, allow_nan=False) + "\n")
     return path
 
 

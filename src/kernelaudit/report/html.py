@@ -25,6 +25,7 @@ from kernelaudit.report.plots.region import region_figure, region_of
 from kernelaudit.report.plots.rows import row_figure, row_plot
 from kernelaudit.report.plots.timing import timing_figure
 from kernelaudit.report.plots.training import departure_figure, loss_figure
+from kernelaudit.report.seal import write_atomically
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -38,7 +39,7 @@ def write_html(reports: list[AuditReport], path: Path, sections: Sequence[str | 
     """Write every report to one HTML file at `path`, failing candidates first. `sections`:
     any report's section already drawn (`section`, by the report's position; None or "" where
     not)."""
-    path.write_text(page(reports, sections))
+    write_atomically(path, page(reports, sections))
 
 
 def page(reports: list[AuditReport], sections: Sequence[str | None] = ()) -> str:

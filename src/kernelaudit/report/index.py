@@ -20,6 +20,7 @@ from kernelaudit.report.page import (
     table,
     verdict_class,
 )
+from kernelaudit.report.seal import write_atomically
 
 _VERDICT_ORDER = {"FAIL": 0, "PASS": 2}
 """FAIL first, PASS last, and between them the jobs that ended without a verdict."""
@@ -94,7 +95,7 @@ def write_index(entries: list[IndexEntry], path: Path) -> None:
         f"<h1>kernelaudit corpus: {len(entries)} candidate(s)</h1><p>{said or 'no jobs'}</p>"
         f"<nav>Order: {nav}</nav>{sections}"
     )
-    path.write_text(document("kernelaudit corpus", body, style=_STYLE))
+    write_atomically(path, document("kernelaudit corpus", body, style=_STYLE))
 
 
 def _table(entries: list[IndexEntry], folder: Path) -> str:

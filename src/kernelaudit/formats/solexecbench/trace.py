@@ -19,6 +19,7 @@ from typing import Any
 from kernelaudit.findings import AuditReport, Finding, _json_default, _strict
 from kernelaudit.formats.solexecbench.reader import WORKLOADS, read_workloads
 from kernelaudit.problem.spec import Problem
+from kernelaudit.report.seal import write_atomically
 
 GAMING_CHECKS = frozenset(
     {
@@ -145,10 +146,10 @@ def _latency(report: AuditReport) -> dict[str, dict[str, float]]:
 def write_traces(audited: Sequence[tuple[Problem, AuditReport]], path: Path) -> None:
     """Write the traces of every audited SOL-ExecBench solution to a JSONL file; solutions of
     problems in other formats have no workloads file and are skipped."""
-    with path.open("w") as out:
-        for problem, report in audited:
-            if not problem.source.endswith("definition.json"):
-                continue
-            for line in trace_lines(problem, report):
-                out.write(json.dumps(_strict(line), default=_json_default, allow_nan=False))
-                out.write("\n")
+    lines = [
+        json.dumps(_strict(line), default=_json_default, allow_nan=False) + "\n"
+        for problem, report in audited
+        if problem.source.endswith("definition.json")
+        for line in trace_lines(problem, report)
+    ]
+    write_atomically(path, "".join(lines))
