@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kernelaudit.runner.auditor.launch import run_python
+from kernelaudit.runner.auditor.limits import CACHE_MOST_BYTES
 
 SCRIPT = Path("embedding_backward") / "guard_training.py"
 
@@ -97,7 +98,10 @@ def _run(script: Path, kernel: str, must_fail: bool, device: str) -> GuardRun:
     with tempfile.TemporaryDirectory(prefix="guard-") as scratch:
         arguments = [str(script), "--kernel", kernel, "--steps", str(STEPS)]
         arguments += ["--records", scratch, "--device", device]
-        ended = run_python(arguments, device, _TIMEOUT_S, script, scratch)
+        # its records (one a failing call, each up to the guard's `keep_bytes`) go there too
+        ended = run_python(
+            arguments, device, _TIMEOUT_S, script, scratch, result_bytes=CACHE_MOST_BYTES
+        )
         written = Path(scratch) / f"{kernel}-summary.json"
         seconds = time.perf_counter() - began
         if not written.is_file():

@@ -25,7 +25,7 @@ from kernelaudit.interpret.records import Interpretation, UnreadableResult
 from kernelaudit.runner.auditor.launch import exit_description, start_python, wait_then_end
 from kernelaudit.runner.auditor.limits import FolderBound, passed_bound
 from kernelaudit.runner.auditor.results import Refused, read_bounded
-from kernelaudit.runner.auditor.sandbox import cache_bound
+from kernelaudit.runner.auditor.sandbox import cache_bound, job_bound
 from kernelaudit.runner.boundary.messages import Call
 from kernelaudit.runner.candidate import CandidateRef
 
@@ -72,6 +72,7 @@ class InterpretedRun:
         self._process: subprocess.Popen[bytes] | None = None
         self._unstarted = ""
         self._cache: FolderBound | None = None
+        self._job: FolderBound | None = None
         self._started = threading.Event()
         self._collected = threading.Event()
         self._request: dict[str, object] | None = {
@@ -98,6 +99,7 @@ class InterpretedRun:
             request, self._request = self._request, None
             torch.save(request, path)
             del request
+            self._job = job_bound(self._folder.name, RESULT_BYTES)
             self._process = start_python(
                 ["-m", "kernelaudit.interpret.child", str(path), str(self._result)],
                 "cpu",
@@ -133,7 +135,10 @@ class InterpretedRun:
         try:
             # whatever the candidate started goes with it
             waited = wait_then_end(
-                self._process, self._deadline, self._host_memory_bytes, cache=self._cache
+                self._process,
+                self._deadline,
+                self._host_memory_bytes,
+                folders=(self._cache, self._job),
             )
         finally:
             self._collected.set()  # the starting thread may end

@@ -33,8 +33,9 @@ from kernelaudit.large.sizing import LargeCase
 from kernelaudit.problem.dims import dim_size, resolve_shape
 from kernelaudit.problem.spec import IndexInput, MaskInput, Problem, ScalarInput, TensorInput
 from kernelaudit.runner.auditor.launch import ChildExit, end_group, finish_python, start_python
-from kernelaudit.runner.auditor.limits import exited
+from kernelaudit.runner.auditor.limits import FolderBound, exited
 from kernelaudit.runner.auditor.results import Refused, load_plain, read_bounded
+from kernelaudit.runner.auditor.sandbox import job_bound
 from kernelaudit.runner.candidate import CandidateRef
 
 
@@ -142,7 +143,13 @@ class Waiting:
     it to go); with it, it reads it as it starts. `close` kills it where no case came (and an
     audit that ended another way leaves none behind)."""
 
-    def __init__(self, candidate: CandidateRef, device: str, request: str | None = None) -> None:
+    def __init__(
+        self,
+        candidate: CandidateRef,
+        device: str,
+        request: str | None = None,
+        result_most: int = 0,
+    ) -> None:
         self.candidate = candidate
         self.device = device
         self._folder = tempfile.TemporaryDirectory()
@@ -151,8 +158,12 @@ class Waiting:
         # open as long as the child runs; `close` closes it
         self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         child = ["-m", "kernelaudit.large.child", str(self.request), str(self.result)]
+        self.job: FolderBound | None = None
+        """What its folder may hold once its request is written (`sandbox.job_bound`): the
+        request and a result of `result_bytes`."""
         if request is not None:
             self.request.write_text(request)
+            self.job = job_bound(self.folder, result_most)
         self.process = start_python(
             child if request is not None else [*child, "--wait"],
             device,
@@ -210,12 +221,15 @@ def run_large(
     if waiting is not None and waiting.fits(candidate, device):
         started, waiting = waiting, None
         started.request.write_text(request)
+        started.job = job_bound(started.folder, result_bytes(asked))
         with contextlib.suppress(OSError):  # it ended already: what it left says why
             started.go()
     else:
-        started = Waiting(candidate, device, request)
+        started = Waiting(candidate, device, request, result_bytes(asked))
     try:
-        done = finish_python(started.process, started.stderr, timeout_s, candidate.path)
+        done = finish_python(
+            started.process, started.stderr, timeout_s, candidate.path, job=started.job
+        )
         return _read(started.result, done, timeout_s, asked)
     finally:
         started.close()

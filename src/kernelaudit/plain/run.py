@@ -85,6 +85,7 @@ def run_plain(
             candidate.path,
             folder,
             host_memory_bytes=host_memory_bytes,
+            result_bytes=result_bytes,
         )
         kind, why = done.failure(answer.is_file(), timeout_s, "its")
         if kind:

@@ -153,7 +153,7 @@ def run(
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + max(limit_s, 1.0)
-        waited = wait_then_end(process, deadline, host_memory_bytes, stop, cache)
+        waited = wait_then_end(process, deadline, host_memory_bytes, stop, (cache,))
         seconds = time.perf_counter() - began
         tail = file_tail(output)
     text = log.read_text(errors="replace") if log.is_file() else ""

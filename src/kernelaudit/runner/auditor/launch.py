@@ -29,7 +29,7 @@ from kernelaudit.runner.auditor.limits import (
     passed_bound,
     wait_within,
 )
-from kernelaudit.runner.auditor.sandbox import cache_bound, for_candidate, isolation
+from kernelaudit.runner.auditor.sandbox import cache_bound, for_candidate, isolation, job_bound
 from kernelaudit.runner.auditor.threads import THREADS_VARIABLE, thread_environment, thread_share
 
 
@@ -65,7 +65,7 @@ class ChildExit:
     over_memory: str = ""
     """Why it was killed for the host memory its processes held ("" when it was not)."""
     over_disk: str = ""
-    """Why it was killed for what it wrote to its cache folder ("" when it was not)."""
+    """Why it was killed for what it wrote to its cache or job folder ("" when it was not)."""
 
     def failure(self, written: bool, timeout_s: float, whose: str) -> tuple[str, str]:
         """Why there is no result to read, as a stopped run's kind ("timeout", "host-memory",
@@ -163,18 +163,20 @@ def wait_then_end(
     deadline: float,
     host_memory_bytes: int = 0,
     stop: threading.Event | None = None,
-    cache: FolderBound | None = None,
+    folders: Sequence[FolderBound | None] = (),
 ) -> Waited:
     """Wait for a child as `limits.wait_within` does (until it ends, `deadline` on the
-    monotonic clock passes, `stop` is set, or it passes its host memory or cache folder's
-    bound), then end it with its group (`end_group`); a cache folder it wrote past its bound
+    monotonic clock passes, `stop` is set, or it passes its host memory's bound or one of
+    `folders`'), then end it with its group (`end_group`); a folder it wrote past its bound
     is emptied."""
     try:
-        waited = wait_within(process, deadline, host_memory_bytes, stop, cache)
+        waited = wait_within(process, deadline, host_memory_bytes, stop, folders)
     finally:
         end_group(process)
-    if waited.over_disk and cache is not None:
-        cache.empty()
+    if waited.over_disk:
+        for bound in folders:
+            if bound is not None and bound.over():
+                bound.empty()
     return waited
 
 
@@ -294,14 +296,17 @@ def run_python(
     scratch: str | Path,
     readable: Sequence[str | Path] = (),
     host_memory_bytes: int = 0,
+    result_bytes: int = 0,
 ) -> ChildExit:
     """Run `python *arguments`, which runs `candidate`, as `start_python` starts it, in
-    `scratch` as its working folder, and wait for it as `finish_python` does."""
+    `scratch` as its working folder, and wait for it as `finish_python` does (`scratch` held
+    to what is in it now and `result_bytes` more: `sandbox.job_bound`)."""
+    bound = job_bound(scratch, result_bytes)
     with tempfile.TemporaryFile() as stderr:
         process = start_python(
             arguments, device, candidate, scratch, readable, stderr=stderr, cwd=scratch
         )
-        return finish_python(process, stderr, timeout_s, candidate, host_memory_bytes)
+        return finish_python(process, stderr, timeout_s, candidate, host_memory_bytes, bound)
 
 
 def finish_python(
@@ -310,14 +315,14 @@ def finish_python(
     timeout_s: float,
     candidate: str | Path,
     host_memory_bytes: int = 0,
+    job: FolderBound | None = None,
 ) -> ChildExit:
     """Wait for a child `start_python` started (its standard error going to the file
     `stderr`) and end it with its group (`wait_then_end`) once it is done, past `timeout_s`
     from now, or once its processes hold more than `host_memory_bytes` of host memory, or
-    write past its cache folder's bound."""
-    waited = wait_then_end(
-        process, time.monotonic() + timeout_s, host_memory_bytes, cache=cache_bound(candidate)
-    )
+    write past its cache folder's bound or its job folder's (`job`, `sandbox.job_bound`)."""
+    folders = (cache_bound(candidate), job)
+    waited = wait_then_end(process, time.monotonic() + timeout_s, host_memory_bytes, None, folders)
     if waited.returncode is None:
         return ChildExit(
             waited.timed_out,

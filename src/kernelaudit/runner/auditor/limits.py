@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 MEMORY_POLL_S = 0.2
@@ -213,17 +214,21 @@ there would hide what the candidate writes)."""
 
 
 class FolderBound:
-    """What a candidate's own cache folder (`runner.auditor.sandbox.candidate_cache`, the only
-    folder on the host's disk it writes under the sandbox, kept between its audits) may hold: at
-    most `most_bytes` (`CACHE_MOST_BYTES` when not given) and `CACHE_MOST_FILES` files. Every wait
+    """What a folder on the host that a candidate's processes write under the sandbox may hold:
+    its own cache folder (`runner.auditor.sandbox.candidate_cache`, kept between its audits) or
+    a one-shot child's job folder (`sandbox.job_bound`), named by `what` in the reason. At most
+    `most_bytes` (`CACHE_MOST_BYTES` when not given) and `CACHE_MOST_FILES` files. Every wait
     on the candidate's processes asks `over()`, which costs one `statvfs` while the file
     system's free space has not dropped by what the folder may still take, and reads the
     folder (stopping once past the bound) when it has, or every `CACHE_WALK_S`. A candidate
     that filled the disk would fail every other audit, report and database write on the
     host."""
 
-    def __init__(self, folder: str | os.PathLike[str], most_bytes: int = 0) -> None:
+    def __init__(
+        self, folder: str | os.PathLike[str], most_bytes: int = 0, what: str = "its cache folder"
+    ) -> None:
         self.folder = os.fspath(folder)
+        self.what = what
         self._lock = threading.Lock()
         self.most_bytes = most_bytes or CACHE_MOST_BYTES
         self._held, _ = folder_held(self.folder, self.most_bytes, CACHE_MOST_FILES)
@@ -246,8 +251,8 @@ class FolderBound:
         else:
             return ""
         return (
-            f"the candidate's processes wrote more than {what} to its cache folder, the most "
-            "it may hold; they were killed and the folder emptied."
+            f"the candidate's processes wrote more than {what} to {self.what}, the most it "
+            "may hold; they were killed and the folder emptied."
         )
 
     def empty(self) -> None:
@@ -310,7 +315,7 @@ class Waited:
     over_memory: str = ""
     """Why its processes hold more host memory than allowed ("" when they do not)."""
     over_disk: str = ""
-    """Why its cache folder holds more than allowed (`FolderBound`; "" when it does not)."""
+    """Why a folder it writes holds more than allowed (`FolderBound`; "" when none does)."""
 
 
 def wait_within(
@@ -318,13 +323,13 @@ def wait_within(
     deadline: float,
     host_memory_bytes: int = 0,
     stop: threading.Event | None = None,
-    cache: FolderBound | None = None,
+    folders: Sequence[FolderBound | None] = (),
 ) -> Waited:
     """Wait for `process` until it exits, until `deadline` (`time.monotonic`), until `stop` is
     set, until its processes (`resident_bytes`) hold more than `host_memory_bytes` of host
-    memory (0: half of the machine's), or until its cache folder holds more than `cache`
-    allows, reading both every `MEMORY_POLL_S`. Its output must go to files, not pipes this
-    wait does not read."""
+    memory (0: half of the machine's), or until one of the folders it writes holds more than
+    its bound in `folders` allows (None: not bounded), reading both every `MEMORY_POLL_S`. Its
+    output must go to files, not pipes this wait does not read."""
     limit = host_memory_bytes or host_share()
     namespaces: set[str] = set()
     while (returncode := exited(process)) is None:
@@ -336,8 +341,9 @@ def wait_within(
         used = resident_bytes(process.pid, namespaces)
         if used > limit:
             return Waited(None, over_memory=over_memory(used, limit))
-        if cache is not None and (why := cache.over()):
-            return Waited(None, over_disk=why)
+        for bound in folders:
+            if bound is not None and (why := bound.over()):
+                return Waited(None, over_disk=why)
         until_exit(process, min(left, MEMORY_POLL_S))
     return Waited(returncode)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kernelaudit
-from kernelaudit.runner.auditor.limits import FolderBound, machine_memory
+from kernelaudit.runner.auditor.limits import FolderBound, folder_held, machine_memory
 
 BUBBLEWRAP = "bwrap"
 
@@ -320,6 +320,23 @@ def cache_bound(candidate: str | Path) -> FolderBound | None:
     if folder not in _BOUNDS:
         _BOUNDS[folder] = FolderBound(folder)
     return _BOUNDS[folder]
+
+
+JOB_FOLDER_SLACK = 64 << 20
+"""What a one-shot child may write to its job folder besides its result: files of its own a
+candidate writes where it runs (its working folder)."""
+
+
+def job_bound(folder: str | Path, result_bytes: int) -> FolderBound | None:
+    """What a one-shot child's job folder (its working folder, the one folder besides its cache
+    that its processes write under the sandbox, in the host's temporary folder) may hold: what
+    the auditor put there before it started (its request), the result it may write
+    (`result_bytes`, the bound its reader holds it to) and `JOB_FOLDER_SLACK`. None without the
+    sandbox, where its processes write wherever the auditor's user can."""
+    if not isolation().confined:
+        return None
+    given, _ = folder_held(os.fspath(folder), 1 << 62, 1 << 62)
+    return FolderBound(folder, given + result_bytes + JOB_FOLDER_SLACK, "its job's folder")
 
 
 def cache_environment(home: Path) -> dict[str, str]:
