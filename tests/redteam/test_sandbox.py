@@ -366,42 +366,48 @@ def test_a_one_shot_child_that_fills_its_cache_folder_is_stopped_and_the_folder_
     folder.rmdir()
 
 
+@contextmanager
+def _job_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+    """A candidate and a job folder the auditor put a request of 3 MiB in, the slack a job
+    folder is held to cut to 2 MiB; the candidate's cache folder removed afterwards."""
+    monkeypatch.setattr(sandbox, "JOB_FOLDER_SLACK", 2 << 20)
+    candidate = _copy(tmp_path) / "candidates" / "fills_the_disk.py"
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "request.bin").write_bytes(bytes(3 << 20))
+    try:
+        yield candidate, job
+    finally:
+        shutil.rmtree(sandbox.candidate_cache(candidate), ignore_errors=True)
+
+
 @confined
 def test_a_one_shot_child_that_fills_its_job_folder_is_stopped_and_the_folder_emptied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # its working folder lies in the host's temporary folder: held to what the auditor put
     # there, the result it may write and a slack, not to the disk's free space
-    monkeypatch.setattr(sandbox, "JOB_FOLDER_SLACK", 2 << 20)
-    candidate = _copy(tmp_path) / "candidates" / "fills_the_disk.py"
-    job = tmp_path / "job"
-    job.mkdir()
-    (job / "request.bin").write_bytes(bytes(3 << 20))  # the auditor's, counted as given
     fills = (
         "import os, time; "
         "[open(f'block-{k}', 'wb').write(os.urandom(1 << 20)) for k in range(16)]; "
         "time.sleep(60)"
     )
     began = time.monotonic()
-    done = run_python(["-c", fills], "cpu", 120, candidate, job, result_bytes=2 << 20)
+    with _job_folder(tmp_path, monkeypatch) as (candidate, job):
+        # 3 MiB given, a result of 2 MiB and the slack of 2 MiB
+        done = run_python(["-c", fills], "cpu", 120, candidate, job, result_bytes=2 << 20)
     assert time.monotonic() - began < 30  # stopped, not waited out
     assert "wrote more than 7 MiB to its job's folder" in done.over_disk
     assert done.failure(False, 120, "its")[0] == "disk"
     assert job.is_dir() and list(job.iterdir()) == []
-    shutil.rmtree(sandbox.candidate_cache(candidate), ignore_errors=True)
 
 
 @confined
 def test_a_one_shot_child_writing_its_result_within_the_bound_is_not_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sandbox, "JOB_FOLDER_SLACK", 2 << 20)
-    candidate = _copy(tmp_path) / "candidates" / "fills_the_disk.py"
-    job = tmp_path / "job"
-    job.mkdir()
-    (job / "request.bin").write_bytes(bytes(3 << 20))
     writes = "import os; open('result.bin', 'wb').write(os.urandom(6 << 20))"
-    done = run_python(["-c", writes], "cpu", 120, candidate, job, result_bytes=6 << 20)
+    with _job_folder(tmp_path, monkeypatch) as (candidate, job):
+        done = run_python(["-c", writes], "cpu", 120, candidate, job, result_bytes=6 << 20)
     assert (done.returncode, done.over_disk) == (0, "")
     assert (job / "result.bin").stat().st_size == 6 << 20
-    shutil.rmtree(sandbox.candidate_cache(candidate), ignore_errors=True)
