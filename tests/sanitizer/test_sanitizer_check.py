@@ -154,6 +154,30 @@ def test_the_tools_run_side_by_side_with_the_plain_run(tmp_path: Path) -> None:
     assert session.wall_s < session.sanitized_s + session.plain.seconds
 
 
+@pytest.mark.parametrize(
+    ("function", "key", "run"),
+    [
+        ("links_its_result", "plain-run:refused", "its run without the sanitizer"),
+        ("links_the_tools_log", "memcheck:refused", "compute-sanitizer memcheck's run"),
+    ],
+)
+def test_a_link_planted_where_the_auditor_reads_a_run_fails_the_candidate_unread(
+    tmp_path: Path, function: str, key: str, run: str
+) -> None:
+    """The child's result and the tool's log lie in a folder the candidate's processes write:
+    a link to a device that never ends is refused unread, and the candidate fails for it."""
+    problem = load_problem(FIXTURES / "copy_problem.py")
+    chosen = PROFILES["quick"]
+    cases, built, _ = prepare(problem, chosen)
+    tool = _stand_in(tmp_path, {"memcheck": "memcheck_clean"})
+    candidate = parse_candidate(f"{FIXTURES / 'linking_candidates.py'}::{function}")
+    session = run_session(problem, candidate, chosen, "cpu", str(tool), cases, built)
+    failing = [f for f in judged(session, audit_s=1.0) if f.severity == "fail"]
+    assert [f.key for f in failing] == [key]
+    assert failing[0].title.startswith(f"{run} left a file no honest run writes")
+    assert "not a regular file" in failing[0].title or "could not be opened" in failing[0].title
+
+
 def test_a_candidate_that_cannot_be_imported_stops_the_tools(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\nraise ImportError('no such extension: fused_copy')\n")

@@ -129,6 +129,8 @@ def _access(report: Report) -> str:
 def _plain_notes(session: Session) -> list[Failure]:
     """What went wrong running the candidate without the sanitizer."""
     plain, result = session.plain, session.plain_result
+    if session.plain_refused:
+        return [_refused("plain-run", "its run without the sanitizer", session.plain_refused)]
     if result is None:
         _, over = passed_bound(plain.over_memory, plain.over_disk)
         how = (
@@ -164,6 +166,8 @@ def _tool_notes(tool_run: ToolRun) -> list[Failure]:
     run, output = tool_run.run, tool_run.output
     tool = run.tool
     command = ("sanitizer command", shlex.join(run.command))
+    if run.refused:
+        return [_refused(tool, f"compute-sanitizer {tool}'s run", run.refused, command)]
     if run.returncode is None:  # stopped: for memory, or at the budget's limit
         limit = f" at the budget's limit after {run.seconds:.0f} s"
         stopped, over = passed_bound(run.over_memory, run.over_disk)
@@ -279,6 +283,18 @@ def _cost_note(session: Session, audit_s: float, dropped: tuple[str, ...]) -> Fa
             session.plain_result.listing_error if session.plain_result is not None else "",
         ),
         ("reference kernels", [kernel_base(n) for n in session.reference_kernels[:_SHOWN]]),
+    )
+
+
+def _refused(key: str, run: str, why: str, *evidence: tuple[str, Any]) -> Failure:
+    """A file the auditor reads after a run that is not one the run writes: it lies in a
+    folder the candidate's processes write, so they put it there (a link to a device that never
+    ends, a file of gigabytes), and the candidate fails for it; it was never read."""
+    return Failure(
+        key=f"{key}:refused",
+        title=f"{run} left a file no honest run writes where the auditor reads its result: {why}",
+        evidence=(("why", why), *evidence),
+        severity="fail",
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from kernelaudit.runner.auditor.results import read_bounded
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.sanitizer.cases import Arguments
 from kernelaudit.timing.kernels import device_session
@@ -83,10 +84,21 @@ def write_request(
     )
 
 
+RESULT_BYTES = 4 << 20
+"""The most a child's result may hold: an error, the calls that raised and the kernels it
+launched take kilobytes."""
+
+
 def read_result(path: Path) -> ChildResult | None:
-    """The child's result, or None when it wrote none (or wrote something else)."""
+    """The child's result, or None when it wrote none (or wrote something else). The file lies
+    in a folder the candidate's processes write: one that is not a regular file (a link to
+    `/dev/zero`, a pipe) or holds more than `RESULT_BYTES` is refused unread (`Refused`)."""
     try:
-        data = json.loads(path.read_text())
+        read = read_bounded(path, RESULT_BYTES, "a list of the kernels launched")
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(read)
         return ChildResult(
             error=str(data["error"]),
             failures=tuple(str(f) for f in data["failures"]),

@@ -23,6 +23,7 @@ from kernelaudit.runner.auditor.launch import (
     wait_then_end,
 )
 from kernelaudit.runner.auditor.limits import FolderBound
+from kernelaudit.runner.auditor.results import Refused, read_bounded
 
 PADDING_BYTES = 1 << 16
 """memcheck's `--padding`: an unused gap after every allocation, so an overrun lands in no
@@ -30,6 +31,10 @@ other buffer (where it would go unseen) however far past the end it goes, up to 
 
 PRINT_LIMIT = 64
 """Reports printed per run; the summary line still counts them all."""
+
+LOG_BYTES = 16 << 20
+"""The most a tool's log may hold to be read: `PRINT_LIMIT` reports and a summary take tens of
+kilobytes. The log lies in a folder the candidate's processes write."""
 
 ERROR_EXITCODE = 86
 """The exit code the sanitizer returns when it found errors (the child itself exits 0)."""
@@ -47,6 +52,9 @@ class Run:
     over_memory: why it was killed for the host memory its processes held ("" if it was not).
     over_disk: why it was killed for what it wrote to the candidate's cache folder ("" if it
         was not).
+    refused: why its log was not read ("" when it was, or there was none): not a regular file
+        (a link the candidate's processes planted where the tool writes), or larger than
+        `LOG_BYTES`.
     """
 
     tool: str
@@ -57,6 +65,7 @@ class Run:
     output: str
     over_memory: str = ""
     over_disk: str = ""
+    refused: str = ""
 
     @property
     def timed_out(self) -> bool:
@@ -132,15 +141,15 @@ def run(
     readable: Sequence[str | Path] = (),
     stop: threading.Event | None = None,
     host_memory_bytes: int = 0,
-    cache: FolderBound | None = None,
+    folders: Sequence[FolderBound | None] = (),
 ) -> Run:
     """Run `command`, which runs `candidate`, as every candidate's process starts
     (`launch.start_confined`: in its sandbox, writing only `scratch`, reading `readable`
     besides the candidate's folder) for at most `limit_s` seconds, until `stop` is set (the
     audit it belongs to ended without it), until its processes hold more than
     `host_memory_bytes` of host memory (0: half of the machine's), or until they write more to
-    the candidate's cache folder than `cache` lets it hold (the folder is then emptied);
-    whatever it started ends with it."""
+    the candidate's cache folder or its job folder than `folders` let them hold (the folder is
+    then emptied); whatever it started ends with it."""
     with tempfile.TemporaryFile() as output:
         began = time.perf_counter()
         process = start_confined(
@@ -153,10 +162,17 @@ def run(
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + max(limit_s, 1.0)
-        waited = wait_then_end(process, deadline, host_memory_bytes, stop, (cache,))
+        waited = wait_then_end(process, deadline, host_memory_bytes, stop, folders)
         seconds = time.perf_counter() - began
         tail = file_tail(output)
-    text = log.read_text(errors="replace") if log.is_file() else ""
+    text, refused = "", ""
+    try:
+        read = read_bounded(log, LOG_BYTES, f"{PRINT_LIMIT} reports", "its log")
+        text = read.decode(errors="replace")
+    except FileNotFoundError:
+        pass
+    except Refused as error:
+        refused = error.why
     return Run(
         tool,
         tuple(command),
@@ -166,4 +182,5 @@ def run(
         tail,
         waited.over_memory,
         waited.over_disk,
+        refused,
     )

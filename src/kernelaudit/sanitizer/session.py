@@ -18,13 +18,21 @@ from kernelaudit.inputs.cost import input_bytes
 from kernelaudit.problem.spec import Problem
 from kernelaudit.profiles import Profile
 from kernelaudit.runner.auditor.limits import host_share
-from kernelaudit.runner.auditor.sandbox import cache_bound
+from kernelaudit.runner.auditor.results import Refused
+from kernelaudit.runner.auditor.sandbox import cache_bound, job_bound
 from kernelaudit.runner.candidate import CandidateRef
 from kernelaudit.sanitizer.attribution import is_library_kernel, kernel_base
 from kernelaudit.sanitizer.cases import Arguments, arguments, small_cases
-from kernelaudit.sanitizer.child import ChildResult, Launched, read_result, write_request
+from kernelaudit.sanitizer.child import (
+    RESULT_BYTES,
+    ChildResult,
+    Launched,
+    read_result,
+    write_request,
+)
 from kernelaudit.sanitizer.report import Output, parse
 from kernelaudit.sanitizer.run import (
+    LOG_BYTES,
     Run,
     child_command,
     environment,
@@ -79,6 +87,9 @@ class Session:
     budget_s: float
     wall_s: float = 0.0
     """Seconds from the first run's start to the last run's end (the runs overlap)."""
+    plain_refused: str = ""
+    """Why the plain run's result was not read ("" when it was, or there was none): not a
+    file the child writes (`child.read_result`)."""
 
     @property
     def candidate_kernels(self) -> tuple[Launched, ...]:
@@ -191,7 +202,9 @@ def run_session(
 
             return pool.submit(sanitized)
 
-        cache = cache_bound(candidate.path)
+        # the work folder holds the two requests, and each run's log and result at most
+        runs = len(profile.sanitizer_tools) + 2
+        folders = (cache_bound(candidate.path), job_bound(work, runs * (LOG_BYTES + RESULT_BYTES)))
         # the tool's own installation is read, the work folder written
         tool_home = Path(executable).resolve().parent.parent
 
@@ -207,7 +220,7 @@ def run_session(
                 [tool_home],
                 halt,
                 profile.host_memory_bytes,
-                cache,
+                folders,
             )
 
         limit = profile.timeout_s * PLAIN_LIMIT_FACTOR
@@ -221,7 +234,11 @@ def run_session(
         # the tools that need nothing from the plain run start beside it
         early = {tool: start(tool, ()) for tool in profile.sanitizer_tools}
         plain = plain_running.result()
-        plain_result = read_result(work / "plain.json")
+        plain_refused = ""
+        try:
+            plain_result = read_result(work / "plain.json")
+        except Refused as error:
+            plain_result, plain_refused = None, error.why
         unimportable = plain_result is not None and plain_result.error
         if unimportable:
             halt.set()  # the tools' runs cannot import it either
@@ -250,6 +267,7 @@ def run_session(
         reference_kernels=references,
         budget_s=budget,
         wall_s=time.perf_counter() - began,
+        plain_refused=plain_refused,
     )
 
 

@@ -36,33 +36,37 @@ class Refused(Exception):
 
 
 def read_bounded(
-    path: str | os.PathLike[str], most_bytes: int, filling: str = "an answer"
+    path: str | os.PathLike[str],
+    most_bytes: int,
+    filling: str = "an answer",
+    what: str = "its result",
 ) -> bytes:
     """The bytes of the regular file at `path`, opened through no link and never waited on,
     at most `most_bytes` of them, the most `filling` can fill (`Refused` past that, or for
-    anything but a regular file; `FileNotFoundError` where there is nothing)."""
+    anything but a regular file; `FileNotFoundError` where there is nothing). `what` names the
+    file in the reasons ("its result", "its log")."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
     except OSError as error:
         if isinstance(error, FileNotFoundError):
             raise
-        raise Refused("bad-result", f"its result could not be opened as a file ({error})") from None
+        raise Refused("bad-result", f"{what} could not be opened as a file ({error})") from None
     with os.fdopen(fd, "rb") as file:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
-            raise Refused("bad-result", "its result is not a regular file")
+            raise Refused("bad-result", f"{what} is not a regular file")
         if status.st_size > most_bytes:
             raise Refused(
                 "too-large",
-                f"its result file held {status.st_size:,} bytes, more than the {most_bytes:,} "
+                f"{what} file held {status.st_size:,} bytes, more than the {most_bytes:,} "
                 f"{filling} can fill; it was not read",
             )
         data = file.read(most_bytes + 1)  # a file still growing is read no further
     if len(data) > most_bytes:
         raise Refused(
             "too-large",
-            f"its result file grew past the {most_bytes:,} bytes {filling} can fill while it "
+            f"{what} file grew past the {most_bytes:,} bytes {filling} can fill while it "
             "was read; it was not read further",
         )
     return data
