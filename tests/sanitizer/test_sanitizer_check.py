@@ -71,13 +71,21 @@ def _stand_in(folder: Path, outputs: dict[str, str]) -> Path:
     return script
 
 
-def _session(tmp_path: Path, function: str, outputs: dict[str, str], **profile: object) -> Session:
+def _session(
+    tmp_path: Path,
+    function: str,
+    outputs: dict[str, str],
+    candidates: Path = CANDIDATES,
+    **profile: object,
+) -> Session:
+    """A session of the copy problem's `function` in `candidates` under the stand-in tool,
+    whose tools write the fixtures `outputs` names to their logs."""
     problem = load_problem(FIXTURES / "copy_problem.py")
     chosen = replace(PROFILES["quick"], **profile)  # type: ignore[arg-type]
     cases, built, dropped = prepare(problem, chosen)
     assert not dropped
     tool = _stand_in(tmp_path, outputs)
-    candidate = parse_candidate(f"{CANDIDATES}::{function}")
+    candidate = parse_candidate(f"{candidates}::{function}")
     return run_session(problem, candidate, chosen, "cpu", str(tool), cases, built)
 
 
@@ -166,12 +174,8 @@ def test_a_link_planted_where_the_auditor_reads_a_run_fails_the_candidate_unread
 ) -> None:
     """The child's result and the tool's log lie in a folder the candidate's processes write:
     a link to a device that never ends is refused unread, and the candidate fails for it."""
-    problem = load_problem(FIXTURES / "copy_problem.py")
-    chosen = PROFILES["quick"]
-    cases, built, _ = prepare(problem, chosen)
-    tool = _stand_in(tmp_path, {"memcheck": "memcheck_clean"})
-    candidate = parse_candidate(f"{FIXTURES / 'linking_candidates.py'}::{function}")
-    session = run_session(problem, candidate, chosen, "cpu", str(tool), cases, built)
+    linking = FIXTURES / "linking_candidates.py"
+    session = _session(tmp_path, function, {"memcheck": "memcheck_clean"}, linking)
     failing = [f for f in judged(session, audit_s=1.0) if f.severity == "fail"]
     assert [f.key for f in failing] == [key]
     assert failing[0].title.startswith(f"{run} left a file no honest run writes")
@@ -181,12 +185,7 @@ def test_a_link_planted_where_the_auditor_reads_a_run_fails_the_candidate_unread
 def test_a_candidate_that_cannot_be_imported_stops_the_tools(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\nraise ImportError('no such extension: fused_copy')\n")
-    problem = load_problem(FIXTURES / "copy_problem.py")
-    chosen = PROFILES["quick"]
-    cases, built, _ = prepare(problem, chosen)
-    tool = _stand_in(tmp_path, {"memcheck": "memcheck_clean"})
-    candidate = parse_candidate(f"{broken}::copy")
-    session = run_session(problem, candidate, chosen, "cpu", str(tool), cases, built)
+    session = _session(tmp_path, "copy", {"memcheck": "memcheck_clean"}, broken)
     assert session.tools == ()
     assert session.skipped == (("memcheck", "the candidate could not be imported"),)
     assert session.plain_result is not None
