@@ -298,6 +298,20 @@ def test_a_result_that_is_not_the_runs_records_fails_the_candidate(tmp_path: Pat
     assert "its result is not the run's records" in failure.title
 
 
+def test_a_run_stopped_for_what_it_wrote_fails_the_candidate() -> None:
+    why = "the candidate's processes wrote more than 80 MiB to its job's folder, ..."
+
+    class Stopped:
+        def finish(self) -> Interpretation:
+            return Interpretation(error=why, cause="disk")
+
+    check = TritonBounds()
+    check._run = Stopped()  # type: ignore[assignment]
+    (failure,) = check.conclude([])
+    assert (failure.severity, failure.key) == ("fail", "not-watched:disk")
+    assert why in failure.title
+
+
 def test_a_run_that_watched_its_calls_leaves_nothing_unverified(
     runs: dict[str, InterpretedRun],
 ) -> None:

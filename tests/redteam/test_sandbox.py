@@ -382,7 +382,7 @@ def _job_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
 
 
 @confined
-def test_a_one_shot_child_that_fills_its_job_folder_is_stopped_and_the_folder_emptied(
+def test_a_one_shot_child_that_fills_its_job_folder_is_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # its working folder lies in the host's temporary folder: held to what the auditor put
@@ -399,14 +399,14 @@ def test_a_one_shot_child_that_fills_its_job_folder_is_stopped_and_the_folder_em
     assert time.monotonic() - began < 30  # stopped, not waited out
     assert "wrote more than 7 MiB to its job's folder" in done.over_disk
     assert done.failure(False, 120, "its")[0] == "disk"
-    assert job.is_dir() and list(job.iterdir()) == []
 
 
 @confined
 def test_a_one_shot_child_writing_its_result_within_the_bound_is_not_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    writes = "import os; open('result.bin', 'wb').write(os.urandom(6 << 20))"
+    # and stays a while, looked at again and again
+    writes = "import os, time; open('result.bin', 'wb').write(os.urandom(6 << 20)); time.sleep(1)"
     with _job_folder(tmp_path, monkeypatch) as (candidate, job):
         done = run_python(["-c", writes], "cpu", 120, candidate, job, result_bytes=6 << 20)
     assert (done.returncode, done.over_disk) == (0, "")

@@ -71,3 +71,13 @@ def test_a_report_written_again_replaces_the_file_a_reader_holds_open(tmp_path: 
         # the reader that opened the first file reads it whole; a new reader sees the second
         assert held.read().count('"candidate"') == 1
     assert len(read_reports(path)) == 2
+
+
+def test_a_report_gets_the_mode_a_file_written_in_place_would(tmp_path: Path) -> None:
+    # shared or served report folders stay readable as they were before reports were renamed
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    for kind, write in sorted(WRITERS.items()):
+        path = tmp_path / f"report.{kind}"
+        write([_report()], path)
+        assert (path.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777), kind

@@ -302,6 +302,16 @@ def test_runs_that_could_not_check_are_notes_not_failures() -> None:
     ]
 
 
+def test_a_run_stopped_for_what_it_wrote_fails_the_candidate() -> None:
+    # a memory bound can stop an honest run (a note above); writing past a folder's bound is
+    # not what a kernel's run does
+    why = "the candidate's processes wrote more than 71 MiB to its job's folder, ..."
+    stopped = Run("memcheck", ("compute-sanitizer",), 3.0, None, "", "", over_disk=why)
+    failures = judged(_synthetic(ToolRun(stopped, None)), audit_s=1.0)
+    (failed,) = [f for f in failures if f.severity == "fail"]
+    assert failed.key == "memcheck:disk" and why in failed.title
+
+
 def test_errors_counted_in_a_form_that_cannot_be_read_are_a_warning() -> None:
     text = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 3 errors\n"
     done = Run("memcheck", ("compute-sanitizer",), 5.0, 86, text, "")

@@ -131,6 +131,8 @@ def _plain_notes(session: Session) -> list[Failure]:
     plain, result = session.plain, session.plain_result
     if session.plain_refused:
         return [_refused("plain-run", "its run without the sanitizer", session.plain_refused)]
+    if plain.over_disk:
+        return [_wrote_past("plain-run", "its run without the sanitizer", plain.over_disk)]
     if result is None:
         _, over = passed_bound(plain.over_memory, plain.over_disk)
         how = (
@@ -168,6 +170,8 @@ def _tool_notes(tool_run: ToolRun) -> list[Failure]:
     command = ("sanitizer command", shlex.join(run.command))
     if run.refused:
         return [_refused(tool, f"compute-sanitizer {tool}'s run", run.refused, command)]
+    if run.over_disk:
+        return [_wrote_past(tool, f"compute-sanitizer {tool}'s run", run.over_disk, command)]
     if run.returncode is None:  # stopped: for memory, or at the budget's limit
         limit = f" at the budget's limit after {run.seconds:.0f} s"
         stopped, over = passed_bound(run.over_memory, run.over_disk)
@@ -293,6 +297,18 @@ def _refused(key: str, run: str, why: str, *evidence: tuple[str, Any]) -> Failur
     return Failure(
         key=f"{key}:refused",
         title=f"{run} left a file no honest run writes where the auditor reads its result: {why}",
+        evidence=(("why", why), *evidence),
+        severity="fail",
+    )
+
+
+def _wrote_past(key: str, run: str, why: str, *evidence: tuple[str, Any]) -> Failure:
+    """A run whose processes wrote past a folder's bound (`runner.auditor.limits.FolderBound`):
+    what a kernel's run writes there (its compiled kernels, its result, the tool's log) takes a
+    small part of it, so the candidate fails for it; the runs beside it were stopped."""
+    return Failure(
+        key=f"{key}:disk",
+        title=f"{run} was stopped: {why}",
         evidence=(("why", why), *evidence),
         severity="fail",
     )

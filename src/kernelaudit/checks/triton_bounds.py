@@ -327,7 +327,8 @@ def _stopped(seen: Interpretation, found: Sequence[tuple[str, Failure]]) -> Fail
             ("calls finished", seen.calls_done),
             ("kernels launched", dict(seen.launches)),
         ),
-        severity="note",
+        # writing past a folder's bound is not what a kernel's run does; the rest may be
+        severity="fail" if seen.cause == "disk" else "note",
     )
 
 

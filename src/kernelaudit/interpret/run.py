@@ -197,5 +197,5 @@ def _read(result: Path) -> Interpretation | None:
         return None
     try:
         return Interpretation.from_json(json.loads(data))
-    except (ValueError, UnreadableResult) as error:
+    except (ValueError, UnreadableResult, RecursionError) as error:
         raise Refused("bad-result", f"its result is not the run's records ({error})") from None

@@ -63,12 +63,26 @@ def check(content: Any, sealed: Any) -> Literal["intact", "changed", "foreign", 
     return "intact" if hmac.compare_digest(expected, str(sealed["hmac"])) else "changed"
 
 
+def _created_mode() -> int:
+    """The mode a file made by `open` gets here: 0o666 less the process's umask (read from
+    `/proc` where it says, else set and put back)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status") as status:
+            line = next(line for line in status if line.startswith("Umask:"))
+        return 0o666 & ~int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_atomically(path: Path, text: str | bytes) -> None:
     """Write `text` (or bytes) to `path` through a temporary file in the same folder, renamed
-    over it: a reader sees the old file or the new one, never half of one."""
+    over it: a reader sees the old file or the new one, never half of one. The file gets the
+    mode a file written in place would (`mkstemp` alone makes it its owner's only)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(descriptor, _created_mode())
         with os.fdopen(descriptor, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
         os.replace(temporary, path)

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from kernelaudit.runner.auditor.results import read_bounded
+from kernelaudit.runner.auditor.results import Refused, read_bounded
 from kernelaudit.runner.candidate import CandidateRef, load_candidate
 from kernelaudit.sanitizer.cases import Arguments
 from kernelaudit.timing.kernels import device_session
@@ -90,15 +90,22 @@ launched take kilobytes."""
 
 
 def read_result(path: Path) -> ChildResult | None:
-    """The child's result, or None when it wrote none (or wrote something else). The file lies
-    in a folder the candidate's processes write: one that is not a regular file (a link to
-    `/dev/zero`, a pipe) or holds more than `RESULT_BYTES` is refused unread (`Refused`)."""
+    """The child's result, or None when it wrote none (or wrote something else: a child stopped
+    while it wrote leaves JSON cut short). The file lies in a folder the candidate's processes
+    write: one that is not a regular file (a link to `/dev/zero`, a pipe), holds more than
+    `RESULT_BYTES`, or nests deeper than the parser can follow (which nothing the child writes
+    does) is refused (`Refused`)."""
     try:
         read = read_bounded(path, RESULT_BYTES, "a list of the kernels launched")
     except FileNotFoundError:
         return None
     try:
         data = json.loads(read)
+    except RecursionError:
+        raise Refused("bad-result", "its result nests deeper than any the child writes") from None
+    except ValueError:
+        return None
+    try:
         return ChildResult(
             error=str(data["error"]),
             failures=tuple(str(f) for f in data["failures"]),

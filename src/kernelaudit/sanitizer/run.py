@@ -50,8 +50,8 @@ class Run:
     output: the end of what the processes wrote to stdout and stderr (the sanitizer's own
         failures, the candidate's prints, a traceback).
     over_memory: why it was killed for the host memory its processes held ("" if it was not).
-    over_disk: why it was killed for what it wrote to the candidate's cache folder ("" if it
-        was not).
+    over_disk: why it was killed for what it wrote to the candidate's cache folder or its job
+        folder ("" if it was not): the candidate fails for it.
     refused: why its log was not read ("" when it was, or there was none): not a regular file
         (a link the candidate's processes planted where the tool writes), or larger than
         `LOG_BYTES`.

@@ -202,14 +202,16 @@ def run_session(
 
             return pool.submit(sanitized)
 
-        # the work folder holds the two requests, and each run's log and result at most
-        runs = len(profile.sanitizer_tools) + 2
-        folders = (cache_bound(candidate.path), job_bound(work, runs * (LOG_BYTES + RESULT_BYTES)))
+        # the work folder holds the requests (written already), and each run's log and result
+        # at most: the plain run, the profile's tools and racecheck
+        most_runs = len(profile.sanitizer_tools) + 2
+        job = job_bound(work, most_runs * (LOG_BYTES + RESULT_BYTES))
+        folders = (cache_bound(candidate.path), job)
         # the tool's own installation is read, the work folder written
         tool_home = Path(executable).resolve().parent.parent
 
         def confined_run(tool: str, command: list[str], limit_s: float, log: Path) -> Run:
-            return run(
+            done = run(
                 tool,
                 command,
                 env,
@@ -222,6 +224,9 @@ def run_session(
                 profile.host_memory_bytes,
                 folders,
             )
+            if done.over_disk:
+                halt.set()  # the runs beside it write to the same folders: they stop too
+            return done
 
         limit = profile.timeout_s * PLAIN_LIMIT_FACTOR
         plain_running = pool.submit(

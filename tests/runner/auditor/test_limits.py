@@ -132,3 +132,28 @@ def test_a_cache_folder_is_read_only_when_its_disk_says_it_may_have_grown(
     monkeypatch.setattr(limits, "CACHE_WALK_S", 0.0)
     free[0] += 64 << 30  # another process freed space: read all the same, in time
     assert "wrote more than 4 MiB" in bound.over()
+
+
+def test_a_wait_empties_the_cache_folder_a_child_filled_with_files_and_keeps_a_job_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelaudit.runner.auditor.launch import wait_then_end
+
+    monkeypatch.setattr(limits, "CACHE_MOST_FILES", 50)
+    cache, job = tmp_path / "cache", tmp_path / "job"
+    cache.mkdir()
+    job.mkdir()
+    os.chmod(cache, 0o700)
+    kept = limits.FolderBound(job, 1 << 30, "its job's folder", emptied=False)
+    bound = limits.FolderBound(cache, 1 << 30)
+    # a flood of empty files: few bytes, so only a read of the folder sees it
+    made = f"Path({str(cache)!r}, f'e{{k}}').touch()"
+    fills = f"from pathlib import Path; [{made} for k in range(60)]"
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"{fills}; import time; time.sleep(60)"], start_new_session=True
+    )
+    (job / "result.bin").write_bytes(b"kept for its owner")
+    waited = wait_then_end(child, time.monotonic() + 30, folders=(kept, bound))
+    assert waited.full is bound and "more than 50 files" in waited.over_disk
+    assert list(cache.iterdir()) == [] and (cache.stat().st_mode & 0o777) == 0o700
+    assert (job / "result.bin").read_bytes() == b"kept for its owner"

@@ -167,16 +167,14 @@ def wait_then_end(
 ) -> Waited:
     """Wait for a child as `limits.wait_within` does (until it ends, `deadline` on the
     monotonic clock passes, `stop` is set, or it passes its host memory's bound or one of
-    `folders`'), then end it with its group (`end_group`); a folder it wrote past its bound
-    is emptied."""
+    `folders`'), then end it with its group (`end_group`); the folder it wrote past its bound
+    is emptied where that bound says so (`FolderBound.emptied`)."""
     try:
         waited = wait_within(process, deadline, host_memory_bytes, stop, folders)
     finally:
         end_group(process)
-    if waited.over_disk:
-        for bound in folders:
-            if bound is not None and bound.over():
-                bound.empty()
+    if waited.full is not None and waited.full.emptied:
+        waited.full.empty()
     return waited
 
 
@@ -300,7 +298,8 @@ def run_python(
 ) -> ChildExit:
     """Run `python *arguments`, which runs `candidate`, as `start_python` starts it, in
     `scratch` as its working folder, and wait for it as `finish_python` does (`scratch` held
-    to what is in it now and `result_bytes` more: `sandbox.job_bound`)."""
+    to what is in it now and `result_bytes` more: `sandbox.job_bound`; past that the child is
+    killed, and the folder left for its owner to remove)."""
     bound = job_bound(scratch, result_bytes)
     with tempfile.TemporaryFile() as stderr:
         process = start_python(

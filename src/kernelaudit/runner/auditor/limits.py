@@ -225,10 +225,18 @@ class FolderBound:
     host."""
 
     def __init__(
-        self, folder: str | os.PathLike[str], most_bytes: int = 0, what: str = "its cache folder"
+        self,
+        folder: str | os.PathLike[str],
+        most_bytes: int = 0,
+        what: str = "its cache folder",
+        emptied: bool = True,
     ) -> None:
         self.folder = os.fspath(folder)
         self.what = what
+        self.emptied = emptied
+        """Whether a wait that finds the folder past its bound empties it (`empty`): a
+        candidate's cache folder, kept between audits; not a job folder, which other runs may
+        be writing and whose owner removes it once its run is read."""
         self._lock = threading.Lock()
         self.most_bytes = most_bytes or CACHE_MOST_BYTES
         self._held, _ = folder_held(self.folder, self.most_bytes, CACHE_MOST_FILES)
@@ -250,15 +258,23 @@ class FolderBound:
             what = f"{CACHE_MOST_FILES:,} files"
         else:
             return ""
+        then = "emptied" if self.emptied else "removed"
         return (
             f"the candidate's processes wrote more than {what} to {self.what}, the most it "
-            "may hold; they were killed and the folder emptied."
+            f"may hold; they were killed and the folder {then}."
         )
 
     def empty(self) -> None:
-        """Remove what the folder holds (once its processes are gone)."""
+        """Remove what the folder holds (once its processes are gone), the folder itself kept
+        as it was."""
         with self._lock:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            with contextlib.suppress(OSError), os.scandir(self.folder) as entries:
+                for entry in list(entries):
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
             os.makedirs(self.folder, exist_ok=True)
             self._held, self._free = 0, _free_bytes(self.folder)
 
@@ -316,6 +332,8 @@ class Waited:
     """Why its processes hold more host memory than allowed ("" when they do not)."""
     over_disk: str = ""
     """Why a folder it writes holds more than allowed (`FolderBound`; "" when none does)."""
+    full: FolderBound | None = None
+    """The folder's bound it went past (None when it went past none)."""
 
 
 def wait_within(
@@ -343,7 +361,7 @@ def wait_within(
             return Waited(None, over_memory=over_memory(used, limit))
         for bound in folders:
             if bound is not None and (why := bound.over()):
-                return Waited(None, over_disk=why)
+                return Waited(None, over_disk=why, full=bound)
         until_exit(process, min(left, MEMORY_POLL_S))
     return Waited(returncode)
 

@@ -336,7 +336,8 @@ def job_bound(folder: str | Path, result_bytes: int) -> FolderBound | None:
     if not isolation().confined:
         return None
     given, _ = folder_held(os.fspath(folder), 1 << 62, 1 << 62)
-    return FolderBound(folder, given + result_bytes + JOB_FOLDER_SLACK, "its job's folder")
+    most = given + result_bytes + JOB_FOLDER_SLACK
+    return FolderBound(folder, most, "its job's folder", emptied=False)
 
 
 def cache_environment(home: Path) -> dict[str, str]:
