@@ -17,6 +17,7 @@ import pytest
 from kernelaudit import Output, Problem, TensorInput
 from kernelaudit.checks import sanitizer as sanitizer_check
 from kernelaudit.checks.base import PlanContext
+from kernelaudit.checks.coverage import coverage
 from kernelaudit.checks.sanitizer_findings import judged
 from kernelaudit.engine.audit import audit
 from kernelaudit.problem.load import load_problem
@@ -190,6 +191,31 @@ def test_a_candidate_that_cannot_be_imported_stops_the_tools(tmp_path: Path) -> 
     assert session.skipped == (("memcheck", "the candidate could not be imported"),)
     assert session.plain_result is not None
     assert "no such extension: fused_copy" in session.plain_result.error
+
+
+def test_runs_that_say_the_candidate_could_not_be_imported_leave_the_check_unverified(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the result of the run without a tool is written in the candidate's process: one that
+    # says "could not be imported" there alone stops every tool, and the check checked nothing
+    unimported = replace(
+        _synthetic(), plain_result=ChildResult(error="ImportError: only under a sanitizer")
+    )
+    monkeypatch.setattr(sanitizer_check, "unavailable", lambda device: "")
+    monkeypatch.setattr(sanitizer_check, "locate", lambda: Located("/usr/bin/true", ()))
+    monkeypatch.setattr(sanitizer_check, "reference_kernels", lambda *args: ())
+    monkeypatch.setattr(sanitizer_check, "run_session", lambda *args, **kwargs: unimported)
+    problem = load_problem(FIXTURES / "copy_problem.py")
+    ctx = PlanContext(
+        problem, PROFILES["default"], "cuda", 132, parse_candidate(f"{CANDIDATES}::copy")
+    )
+    check = sanitizer_check.Sanitizer()
+    check.plan(ctx)
+    check.quiet()
+    check.conclude([])
+    said = coverage(check, ctx)
+    assert said.startswith("could not run here: the candidate could not be imported")
+    assert "only under a sanitizer" in said
 
 
 def test_the_sanitizer_runs_beside_the_probes_within_the_profiles_budget(

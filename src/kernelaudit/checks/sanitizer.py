@@ -133,6 +133,11 @@ class Sanitizer(ConcludingOnly):
         except Exception as error:
             self._not_run = f"its runs could not start: {type(error).__name__}: {error}"
             return [note("could-not-run", f"the sanitizer check could not run: {self._not_run}")]
+        unimported = session.plain_result is not None and session.plain_result.error
+        if unimported and not session.tools:
+            # the audit's own runs imported it: what the sanitizer's runs say of themselves
+            # (the candidate's process writes their result) leaves this check unverified
+            self._not_run = f"the candidate could not be imported in its runs: {unimported}"
         if self._references_later and self._ctx is not None:
             listed = reference_kernels(self._ctx.problem, prepared.cases, self._ctx.device)
             session = replace(session, reference_kernels=listed)
