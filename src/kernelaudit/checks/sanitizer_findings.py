@@ -294,24 +294,19 @@ def _refused(key: str, run: str, why: str, *evidence: tuple[str, Any]) -> Failur
     """A file the auditor reads after a run that is not one the run writes: it lies in a
     folder the candidate's processes write, so they put it there (a link to a device that never
     ends, a file of gigabytes), and the candidate fails for it; it was never read."""
-    return Failure(
-        key=f"{key}:refused",
-        title=f"{run} left a file no honest run writes where the auditor reads its result: {why}",
-        evidence=(("why", why), *evidence),
-        severity="fail",
-    )
+    title = f"{run} left a file no honest run writes where the auditor reads its result: {why}"
+    return _failed(f"{key}:refused", title, why, evidence)
 
 
 def _wrote_past(key: str, run: str, why: str, *evidence: tuple[str, Any]) -> Failure:
     """A run whose processes wrote past a folder's bound (`runner.auditor.limits.FolderBound`):
     what a kernel's run writes there (its compiled kernels, its result, the tool's log) takes a
     small part of it, so the candidate fails for it; the runs beside it were stopped."""
-    return Failure(
-        key=f"{key}:disk",
-        title=f"{run} was stopped: {why}",
-        evidence=(("why", why), *evidence),
-        severity="fail",
-    )
+    return _failed(f"{key}:disk", f"{run} was stopped: {why}", why, evidence)
+
+
+def _failed(key: str, title: str, why: str, evidence: tuple[tuple[str, Any], ...]) -> Failure:
+    return Failure(key=key, title=title, evidence=(("why", why), *evidence), severity="fail")
 
 
 def note(key: str, title: str, *evidence: tuple[str, Any]) -> Failure:

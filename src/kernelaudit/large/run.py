@@ -159,11 +159,9 @@ class Waiting:
         self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         child = ["-m", "kernelaudit.large.child", str(self.request), str(self.result)]
         self.job: FolderBound | None = None
-        """What its folder may hold once its request is written (`sandbox.job_bound`): the
-        request and a result of `result_bytes`."""
+        """What its folder may hold once its request is written (`ask`)."""
         if request is not None:
-            self.request.write_text(request)
-            self.job = job_bound(self.folder, result_most)
+            self.ask(request, result_most)
         self.process = start_python(
             child if request is not None else [*child, "--wait"],
             device,
@@ -176,6 +174,12 @@ class Waiting:
         self._closed = weakref.finalize(
             self, _ended, self.process, self.stderr, self._folder.cleanup
         )
+
+    def ask(self, request: str, result_most: int) -> None:
+        """Write the request, before the child reads it, and hold the folder to it and a
+        result of `result_most` bytes (`sandbox.job_bound`)."""
+        self.request.write_text(request)
+        self.job = job_bound(self.folder, result_most)
 
     def fits(self, candidate: CandidateRef, device: str) -> bool:
         """Whether this child can run `candidate`'s case on `device`: started for them, and
@@ -220,8 +224,7 @@ def run_large(
     request = json.dumps(asked)
     if waiting is not None and waiting.fits(candidate, device):
         started, waiting = waiting, None
-        started.request.write_text(request)
-        started.job = job_bound(started.folder, result_bytes(asked))
+        started.ask(request, result_bytes(asked))
         with contextlib.suppress(OSError):  # it ended already: what it left says why
             started.go()
     else:
